@@ -1,0 +1,23 @@
+# slotbench: what concurrency does to an LLM inference server.
+# This file says what runs and when; rules/*.smk hold the stages; scripts/slotbench says how.
+
+
+configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/fingerprint.smk"
+include: "rules/plan.smk"
+include: "rules/rep.smk"
+include: "rules/consolidate.smk"
+include: "rules/checks.smk"
+include: "rules/analyse.smk"
+include: "rules/figures.smk"
+include: "rules/report.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        "results/report.md",
+        "results/report.html",

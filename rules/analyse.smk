@@ -1,0 +1,15 @@
+rule analyse:
+    """Within-rep ratios against the serial arm; medians across reps with bootstrap CIs."""
+    input:
+        cells="results/cells.parquet",
+    output:
+        ratios="results/analysis/ratios.parquet",
+        summary="results/analysis/summary.csv",
+    params:
+        n_boot=CFG["analysis"]["bootstrap"],
+        ci=CFG["analysis"]["ci"],
+        seed=CFG["seed"],
+    log:
+        "results/logs/analyse.log",
+    script:
+        "../scripts/analyse.py"

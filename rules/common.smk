@@ -1,0 +1,35 @@
+# Shared by every stage: the validated config and the names of the files that flow between rules.
+import sys
+
+sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
+
+from slotbench import config as sbconfig
+
+try:
+    CFG = sbconfig.resolve(config)
+except sbconfig.ConfigError as err:
+    raise WorkflowError(str(err))
+
+TARGETS = [t["name"] for t in CFG["targets"]]
+RUNS = sbconfig.run_ids(CFG)
+REPS = sbconfig.rep_ids(CFG)
+
+
+wildcard_constraints:
+    target="[A-Za-z0-9_-]+",
+    run=r"run\d+",
+    rep=r"\d+",
+
+
+def raw_files(wildcards=None):
+    return expand(
+        "results/raw/{target}/{run}/rep{rep}.json", target=TARGETS, run=RUNS, rep=REPS
+    )
+
+
+def fingerprint_files(wildcards=None):
+    return expand("results/fingerprint/{target}/{run}.json", target=TARGETS, run=RUNS)
+
+
+def target_cfg(wildcards):
+    return sbconfig.target_by_name(CFG, wildcards.target)

@@ -1,0 +1,11 @@
+rule consolidate:
+    """All raw rep files of all targets and runs into two Parquet tables."""
+    input:
+        raw=raw_files,
+    output:
+        requests="results/requests.parquet",
+        cells="results/cells.parquet",
+    log:
+        "results/logs/consolidate.log",
+    script:
+        "../scripts/consolidate.py"

@@ -1,0 +1,15 @@
+FIGURES = ["throughput", "ttft", "decomposition", "positions", "timeline"]
+
+
+rule figures:
+    """Operator vs per-user throughput, TTFT, batching vs pipelining, positions, timeline."""
+    input:
+        cells="results/cells.parquet",
+        ratios="results/analysis/ratios.parquet",
+    output:
+        **{name: f"results/figures/{name}.png" for name in FIGURES},
+        sources="results/figures/sources.json",
+    log:
+        "results/logs/figures.log",
+    script:
+        "../scripts/figures.py"

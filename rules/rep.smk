@@ -1,0 +1,16 @@
+rule rep:
+    """One rep: warm up, run every arm in the planned order, write the raw file atomically."""
+    input:
+        plan="results/plan/{target}/{run}.json",
+    output:
+        raw="results/raw/{target}/{run}/rep{rep}.json",
+    params:
+        target=target_cfg,
+        settings=sbconfig.measurement_settings(CFG),
+    log:
+        progress="results/logs/rep/{target}/{run}/rep{rep}.log",
+        server="results/logs/rep/{target}/{run}/rep{rep}.server.log",
+    resources:
+        llm_server=1,
+    script:
+        "../scripts/rep.py"

@@ -1,0 +1,27 @@
+"""Rule fingerprint: record the machine, software, server and model behind one run."""
+
+from slotbench.entry import fail, progress_log
+from slotbench.fingerprint import fingerprint
+from slotbench.rawfiles import write_json_atomic
+from slotbench.server import ServerError
+from slotbench.backends import BackendError
+from slotbench.targets import connect
+
+
+def main(sm) -> None:
+    target, run = sm.wildcards.target, sm.wildcards.run
+    recorded = {"target": sm.params.target, "measurement": dict(sm.params.measurement),
+                "seed": sm.params.seed, "reps": sm.params.reps}
+    with progress_log(sm.log.progress) as log:
+        try:
+            with connect(sm.params.target, sm.log.server, 30) as conn:
+                data = fingerprint(conn, target, run, recorded)
+        except (ServerError, BackendError) as exc:
+            fail(f"target {target}, run {run}, fingerprint: {exc}", log)
+        write_json_atomic(sm.output[0], data)
+        print(f"[{target} {run}] fingerprint: {data['host']['cpu_model']}, "
+              f"{data['server'].get('package_version', data['server'].get('backend'))}, "
+              f"model {data['model'].get('quantisation')}", file=log)
+
+
+main(snakemake)  # noqa: F821 - provided by Snakemake

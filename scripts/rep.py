@@ -1,0 +1,28 @@
+"""Rule rep: measure one rep against its target and write the raw file atomically."""
+
+from slotbench.backends import BackendError
+from slotbench.entry import fail, progress_log
+from slotbench.execute import RepError, run_rep
+from slotbench.fingerprint import pipeline_version
+from slotbench.plan import rep_plan
+from slotbench.rawfiles import read_json, write_json_atomic
+from slotbench.server import ServerError
+from slotbench.targets import connect
+
+
+def main(sm) -> None:
+    target, run, rep = sm.wildcards.target, sm.wildcards.run, int(sm.wildcards.rep)
+    settings = dict(sm.params.settings)
+    plan = read_json(sm.input.plan)
+    entry = rep_plan(plan, rep)
+    with progress_log(sm.log.progress) as log:
+        try:
+            with connect(sm.params.target, sm.log.server, settings["request_timeout_s"]) as conn:
+                raw = run_rep(conn, plan, entry, settings, pipeline_version(), log=log)
+        except (RepError, ServerError, BackendError) as exc:
+            fail(str(exc) if isinstance(exc, RepError) else
+                 f"target {target}, run {run}, rep {rep}: {exc}", log)
+        write_json_atomic(sm.output.raw, raw)
+
+
+main(snakemake)  # noqa: F821 - provided by Snakemake

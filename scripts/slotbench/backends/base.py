@@ -1,0 +1,58 @@
+"""What every backend returns for one streamed request, and how it fails."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+
+class BackendError(RuntimeError):
+    """A request failed at the server or on the wire; the message says what the server said."""
+
+
+@dataclass
+class RequestRecord:
+    """One streamed generation. Times are monotonic seconds (time.monotonic())."""
+
+    t_sent: float
+    t_first: float | None = None
+    t_done: float | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    gen_s: float | None = None
+    done_reason: str | None = None
+    server: dict = field(default_factory=dict)
+    chunks: int = 0
+
+    def to_raw(self, origin: float) -> dict:
+        """Times relative to ``origin`` (the rep's start), as stored in raw files."""
+        out = asdict(self)
+        for key in ("t_sent", "t_first", "t_done"):
+            value = out.pop(key)
+            out[f"{key}_s"] = None if value is None else value - origin
+        return out
+
+
+class Backend:
+    """Interface: subclasses speak one server's protocol."""
+
+    name = "base"
+
+    def __init__(self, base_url: str, model: str | None = None, timeout_s: float = 300):
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.timeout_s = timeout_s
+
+    def generate(self, prompt: str, num_predict: int, temperature: float, seed: int) -> RequestRecord:
+        raise NotImplementedError
+
+    def count_tokens(self, text: str) -> int:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """Server facts for the fingerprint (version, settings, slots)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def now() -> float:
+        return time.monotonic()

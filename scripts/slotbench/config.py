@@ -1,0 +1,137 @@
+"""Resolve and validate the configuration before anything is sent to a server.
+
+The JSON schema (config/schema.yaml) carries every default, so the resolved config that the
+rules see is complete and the fingerprint can record it whole. Errors name the key and say why.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration problem, phrased for the person who wrote the config."""
+
+
+def load_schema(path: Path = SCHEMA_PATH) -> dict:
+    with open(path, encoding="utf-8") as fh:
+        return yaml.safe_load(fh)
+
+
+def _fill_defaults(instance: Any, schema: dict) -> Any:
+    """Return a copy of ``instance`` with schema defaults filled in, recursively."""
+    if instance is None and "default" in schema:
+        instance = copy.deepcopy(schema["default"])
+    if isinstance(instance, dict) and "properties" in schema:
+        out = dict(instance)
+        for key, sub in schema["properties"].items():
+            if key not in out and "default" in sub:
+                out[key] = copy.deepcopy(sub["default"])
+            if key in out:
+                out[key] = _fill_defaults(out[key], sub)
+        return out
+    if isinstance(instance, list) and isinstance(schema.get("items"), dict):
+        return [_fill_defaults(item, schema["items"]) for item in instance]
+    return instance
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = []
+    for part in error.absolute_path:
+        parts.append(f"[{part}]" if isinstance(part, int) else (f".{part}" if parts else part))
+    return "".join(parts) or "(top level)"
+
+
+def _describe(error: jsonschema.ValidationError) -> str:
+    key = _key_path(error)
+    hint = error.schema.get("description") if isinstance(error.schema, dict) else None
+    if error.validator == "additionalProperties":
+        allowed = sorted(error.schema.get("properties", {}))
+        msg = f"{error.message}; allowed keys here: {', '.join(allowed)}"
+    elif error.validator == "contains" and key == "arms":
+        msg = "arms must include 1: the serial arm is the control every speedup is measured against"
+    else:
+        msg = error.message
+    return f"config key `{key}`: {msg}" + (f" ({hint})" if hint else "")
+
+
+def resolve(config: dict, schema: dict | None = None) -> dict:
+    """Fill defaults, validate, and apply the rules a schema cannot express.
+
+    Raises ConfigError listing every problem found, each naming its key.
+    """
+    schema = schema if schema is not None else load_schema()
+    cfg = _fill_defaults(copy.deepcopy(dict(config)), schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path)))
+    problems = [_describe(e) for e in errors]
+    if not problems:
+        problems = _semantic_problems(cfg)
+    if problems:
+        raise ConfigError(
+            "invalid configuration (nothing was sent to any server):\n  - "
+            + "\n  - ".join(problems)
+        )
+    cfg["arms"] = sorted(cfg["arms"])
+    return cfg
+
+
+def _semantic_problems(cfg: dict) -> list[str]:
+    problems = []
+    names = [t["name"] for t in cfg["targets"]]
+    for dup in sorted({n for n in names if names.count(n) > 1}):
+        problems.append(f"config key `targets`: the name {dup!r} is used twice; names must be unique")
+    for i, target in enumerate(cfg["targets"]):
+        if not target["managed"] and "url" not in target:
+            problems.append(
+                f"config key `targets[{i}].url`: target {target['name']!r} is not managed, "
+                "so it needs the base URL of its server (e.g. http://127.0.0.1:8080)"
+            )
+        if target["managed"] and "url" in target:
+            problems.append(
+                f"config key `targets[{i}].url`: target {target['name']!r} is managed (the "
+                "pipeline starts the server on a free port); drop url or set managed: false"
+            )
+    biggest = max(cfg["arms"])
+    if cfg["requests_per_cell"] < biggest:
+        problems.append(
+            f"config key `requests_per_cell`: {cfg['requests_per_cell']} is fewer than the largest "
+            f"arm ({biggest}); every arm sends the same requests, so it needs at least {biggest}"
+        )
+    for i, target in enumerate(cfg["targets"]):
+        slots = target.get("server", {}).get("parallel")
+        if target["managed"] and slots is not None and slots < biggest:
+            problems.append(
+                f"config key `targets[{i}].server.parallel`: {slots} slots cannot serve the "
+                f"{biggest}-way arm concurrently; set it to at least {biggest}"
+            )
+    return problems
+
+
+def run_ids(cfg: dict) -> list[str]:
+    """Run ids derive from the run count: run1, run2, ..."""
+    return [f"run{i}" for i in range(1, cfg["runs"] + 1)]
+
+
+def rep_ids(cfg: dict) -> list[int]:
+    return list(range(1, cfg["reps"] + 1))
+
+
+def target_by_name(cfg: dict, name: str) -> dict:
+    for target in cfg["targets"]:
+        if target["name"] == name:
+            return target
+    raise ConfigError(f"no target named {name!r} in config")
+
+
+def measurement_settings(cfg: dict) -> dict:
+    """The values that change what a rep measures; a change to any of them reruns the reps."""
+    keys = ["arms", "requests_per_cell", "num_predict", "temperature", "warmup_predict"]
+    return {k: cfg[k] for k in keys} | {"request_timeout_s": cfg["request_timeout_s"]}

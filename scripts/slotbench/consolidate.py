@@ -1,0 +1,167 @@
+"""Raw rep files → requests and cells tables with explicit pyarrow schemas.
+
+Every cell keeps the path and SHA-256 of the raw file it came from, so any number downstream
+can be traced back to the raw cells that produced it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .rawfiles import RAW_SCHEMA, read_json, sha256_file
+
+SCHEMA_VERSION = "1"
+
+KEYS = [
+    pa.field("target", pa.string(), nullable=False),
+    pa.field("run", pa.string(), nullable=False),
+    pa.field("rep", pa.int64(), nullable=False),
+    pa.field("arm", pa.int64(), nullable=False),
+    pa.field("position", pa.int64(), nullable=False),
+]
+
+REQUESTS_SCHEMA = pa.schema(
+    KEYS
+    + [
+        pa.field("request", pa.int64(), nullable=False),
+        pa.field("nonce", pa.string()),
+        pa.field("prompt_tokens", pa.int64()),
+        pa.field("output_tokens", pa.int64()),
+        pa.field("t_sent_s", pa.float64()),
+        pa.field("t_first_s", pa.float64()),
+        pa.field("t_done_s", pa.float64()),
+        pa.field("gen_s", pa.float64()),
+        pa.field("done_reason", pa.string()),
+        # llama.cpp server fields (null on other backends)
+        pa.field("prompt_n", pa.int64()),
+        pa.field("prompt_ms", pa.float64()),
+        pa.field("predicted_n", pa.int64()),
+        pa.field("predicted_ms", pa.float64()),
+        pa.field("cache_n", pa.int64()),
+        pa.field("stop_type", pa.string()),
+        pa.field("raw_file", pa.string()),
+    ]
+)
+
+CELLS_SCHEMA = pa.schema(
+    KEYS
+    + [
+        pa.field("n_requests", pa.int64()),
+        pa.field("tokens_out", pa.int64()),
+        pa.field("wall_s", pa.float64()),
+        pa.field("agg_tps", pa.float64()),
+        pa.field("user_tps", pa.float64()),
+        pa.field("ttft_s", pa.float64()),
+        pa.field("t_start_s", pa.float64()),
+        pa.field("t_start_unix", pa.float64()),
+        pa.field("raw_file", pa.string()),
+        pa.field("raw_sha256", pa.string()),
+        pa.field("code_commit", pa.string()),
+        pa.field("code_dirty", pa.bool_()),
+        pa.field("server_build", pa.string()),
+    ]
+)
+
+SERVER_FIELDS = ["prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "stop_type"]
+
+
+class RawFileError(ValueError):
+    """A raw file is not a complete slotbench rep record."""
+
+
+def request_rows(raw: dict, raw_file: str) -> list[dict]:
+    rows = []
+    for cell in raw["cells"]:
+        for req in cell["requests"]:
+            server = req.get("server") or {}
+            rows.append(
+                {
+                    "target": raw["target"], "run": raw["run"], "rep": raw["rep"],
+                    "arm": cell["arm"], "position": cell["position"], "request": req["request"],
+                    "nonce": req.get("nonce"), "prompt_tokens": req.get("prompt_tokens"),
+                    "output_tokens": req.get("output_tokens"), "t_sent_s": req.get("t_sent_s"),
+                    "t_first_s": req.get("t_first_s"), "t_done_s": req.get("t_done_s"),
+                    "gen_s": req.get("gen_s"), "done_reason": req.get("done_reason"),
+                    **{k: server.get(k) for k in SERVER_FIELDS},
+                    "raw_file": raw_file,
+                }
+            )  # fmt: skip
+    return rows
+
+
+def cell_metrics(requests: pd.DataFrame) -> dict:
+    """DESIGN.md's per-cell metrics from the cell's request rows."""
+    tokens_out = int(requests["output_tokens"].sum())
+    wall_s = float(requests["t_done_s"].max() - requests["t_sent_s"].min())
+    per_user = requests["output_tokens"] / requests["gen_s"].where(requests["gen_s"] > 0)
+    ttft = requests["t_first_s"] - requests["t_sent_s"]
+    return {
+        "n_requests": int(len(requests)),
+        "tokens_out": tokens_out,
+        "wall_s": wall_s,
+        "agg_tps": tokens_out / wall_s if wall_s > 0 else np.nan,
+        "user_tps": float(per_user.median()),
+        "ttft_s": float(ttft.median()),
+        "t_start_s": float(requests["t_sent_s"].min()),
+    }
+
+
+def _check(raw: dict, path: str) -> None:
+    if raw.get("schema") != RAW_SCHEMA or "cells" not in raw:
+        raise RawFileError(f"{path} is not a {RAW_SCHEMA} rep record; delete it and rerun")
+
+
+def consolidate(raw_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    req_rows, cell_rows = [], []
+    for path in raw_paths:
+        raw = read_json(path)
+        _check(raw, path)
+        digest = sha256_file(path)
+        rows = request_rows(raw, str(path))
+        req_rows.extend(rows)
+        frame = pd.DataFrame(rows)
+        build = raw.get("server", {})
+        build_id = f"{build.get('package', build.get('backend'))} {build.get('package_version', '')}"
+        for (arm, position), grp in frame.groupby(["arm", "position"], sort=False):
+            metrics = cell_metrics(grp)
+            cell_rows.append(
+                {
+                    "target": raw["target"], "run": raw["run"], "rep": raw["rep"],
+                    "arm": arm, "position": position, **metrics,
+                    "t_start_unix": raw["origin_unix"] + metrics["t_start_s"],
+                    "raw_file": str(path), "raw_sha256": digest,
+                    "code_commit": raw.get("code", {}).get("commit"),
+                    "code_dirty": raw.get("code", {}).get("dirty"),
+                    "server_build": build_id.strip(),
+                }
+            )  # fmt: skip
+    requests = pd.DataFrame(req_rows, columns=REQUESTS_SCHEMA.names)
+    cells = pd.DataFrame(cell_rows, columns=CELLS_SCHEMA.names)
+    order = ["target", "run", "rep", "position"]
+    return (
+        requests.sort_values(order + ["request"], ignore_index=True),
+        cells.sort_values(order, ignore_index=True),
+    )
+
+
+def write_table(df: pd.DataFrame, schema: pa.Schema, path: str | Path, kind: str) -> None:
+    meta = {b"slotbench.schema_version": SCHEMA_VERSION.encode(), b"slotbench.table": kind.encode()}
+    table = pa.Table.from_pandas(df, schema=schema.with_metadata(meta), preserve_index=False)
+    pq.write_table(table, path)
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """Read a slotbench Parquet table, refusing one written by another schema version."""
+    table = pq.read_table(path)
+    version = (table.schema.metadata or {}).get(b"slotbench.schema_version", b"?").decode()
+    if version != SCHEMA_VERSION:
+        raise ValueError(
+            f"{path} has slotbench schema version {version}, this code reads {SCHEMA_VERSION}; "
+            "rerun the consolidate rule"
+        )
+    return table.to_pandas()

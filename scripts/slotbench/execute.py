@@ -1,0 +1,116 @@
+"""Run one rep: warm up, then every arm in the rep's planned order, and record every request.
+
+An arm of concurrency N sends the cell's requests with at most N in flight: a worker pool of N
+threads takes the next request as soon as one finishes, so every arm does the same work.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+from .backends import BackendError
+from .rawfiles import RAW_SCHEMA
+from .targets import Connection
+
+
+class RepError(RuntimeError):
+    """A request failed, so the rep it belongs to is not recorded."""
+
+
+def _send_all(conn: Connection, requests: list[dict], concurrency: int, num_predict: int,
+              temperature: float) -> list:
+    """Send ``requests`` with ``concurrency`` in flight; on the first failure, stop sending.
+
+    Returns a list aligned with ``requests``: RequestRecord, or (index, exception) for the
+    first failure.
+    """
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        futures = [
+            pool.submit(conn.backend.generate, r["prompt"], num_predict, temperature, r["seed"])
+            for r in requests
+        ]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [i for i, f in enumerate(futures) if f in done and f.exception() is not None]
+        if failed:
+            for f in futures:
+                f.cancel()
+            return [(failed[0], futures[failed[0]].exception())]
+        return [f.result() for f in futures]
+
+
+def _failure(ctx: dict, arm, position, request, exc: BaseException, conn: Connection) -> RepError:
+    where = f"target {ctx['target']}, run {ctx['run']}, rep {ctx['rep']}"
+    if arm is None:
+        where += ", warm-up"
+    else:
+        where += f", arm {arm} (position {position})"
+    where += f", request {request}"
+    msg = f"{where}: {exc}"
+    if conn.server is not None and not conn.server.alive():
+        msg += f"\nThe managed llama-server is no longer running; last lines of its log:\n"
+        msg += conn.server.log_tail()
+    msg += (
+        "\nThis rep was not recorded; reps already written stay valid. "
+        "Fix the cause and rerun snakemake: it resumes with this rep."
+    )
+    return RepError(msg)
+
+
+def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code: dict,
+            log=sys.stderr) -> dict:
+    """Measure one rep and return its raw record (the caller writes it atomically)."""
+    ctx = {"target": plan["target"], "run": plan["run"], "rep": rep_entry["rep"]}
+    label = f"{ctx['target']} {ctx['run']} rep {ctx['rep']}"
+    started_unix = time.time()
+
+    warm = plan["warmup"]
+    t0 = time.monotonic()
+    results = _send_all(conn, warm, len(warm), settings["warmup_predict"], settings["temperature"])
+    if isinstance(results[0], tuple):
+        i, exc = results[0]
+        raise _failure(ctx, None, None, warm[i]["request"], exc, conn)
+    print(f"[{label}] warm-up: {len(warm)} requests in {time.monotonic() - t0:.1f} s", file=log)
+
+    origin = time.monotonic()
+    origin_unix = time.time()
+    cells = []
+    for cell in rep_entry["cells"]:
+        arm, position = cell["arm"], cell["position"]
+        results = _send_all(conn, cell["requests"], arm, settings["num_predict"],
+                            settings["temperature"])
+        if isinstance(results[0], tuple):
+            i, exc = results[0]
+            raise _failure(ctx, arm, position, cell["requests"][i]["request"], exc, conn)
+        requests = [
+            {"request": r["request"], "nonce": r["nonce"], "seed": r["seed"], **rec.to_raw(origin)}
+            for r, rec in zip(cell["requests"], results, strict=True)
+        ]
+        t_start = min(r["t_sent_s"] for r in requests)
+        t_end = max(r["t_done_s"] for r in requests)
+        tokens = sum(r["output_tokens"] for r in requests)
+        cells.append({"arm": arm, "position": position, "t_start_s": t_start, "t_end_s": t_end,
+                      "requests": requests})
+        print(
+            f"[{label}] position {position}: arm {arm}: {tokens} tokens in {t_end - t_start:.2f} s"
+            f" = {tokens / (t_end - t_start):.1f} tok/s",
+            file=log,
+        )
+    return {
+        "schema": RAW_SCHEMA,
+        "target": ctx["target"],
+        "run": ctx["run"],
+        "rep": ctx["rep"],
+        "order": rep_entry["order"],
+        "started_unix": started_unix,
+        "origin_unix": origin_unix,
+        "finished_unix": time.time(),
+        "settings": settings,
+        "code": code,
+        "server": conn.describe(),
+        "cells": cells,
+    }
+
+
+__all__ = ["run_rep", "RepError", "BackendError"]

