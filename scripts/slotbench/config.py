@@ -13,7 +13,8 @@ from typing import Any
 import jsonschema
 import yaml
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
+REPO_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
+SCHEMA_PATH = REPO_CONFIG.parent / "schema.yaml"
 
 
 class ConfigError(ValueError):

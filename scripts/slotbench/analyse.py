@@ -1,0 +1,119 @@
+"""Within-rep ratios and per-arm summaries: the numbers the report quotes.
+
+Every ratio is taken against the serial arm of the *same* rep (method rule 4), so slow drift
+across reps (thermal decay, background load) cancels instead of leaking into the comparison.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from slotbench.cells import cell_labels, raw_hashes
+
+REP_KEYS = ["target", "run", "rep"]
+SERIAL_ARM = 1
+# Ratios whose median and bootstrap interval the summary quotes; efficiency is derived from
+# speedup afterwards (median speedup / arm), so it is not bootstrapped on its own.
+BOOTSTRAPPED = ["speedup", "user_ratio", "ttft_ratio", "gen_gain", "pipelining"]
+SUMMARY_COLUMNS = [
+    "target", "arm", "n_reps",
+    "agg_tps", "speedup", "speedup_lo", "speedup_hi",
+    "efficiency", "efficiency_lo", "efficiency_hi",
+    "user_tps", "user_ratio", "user_ratio_lo", "user_ratio_hi",
+    "ttft_s", "ttft_ratio", "ttft_ratio_lo", "ttft_ratio_hi",
+    "gen_gain", "gen_gain_lo", "gen_gain_hi",
+    "pipelining", "pipelining_lo", "pipelining_hi",
+    "cells", "raw_sha256",
+]  # fmt: skip
+
+
+def _serial_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """The one serial cell of every rep, or a ValueError saying which rep breaks that."""
+    serial = cells.loc[cells["arm"] == SERIAL_ARM, REP_KEYS + ["agg_tps", "user_tps", "ttft_s"]]
+    problems = []
+    dup = serial[serial.duplicated(REP_KEYS, keep="first")]
+    for target, run, rep in dup[REP_KEYS].drop_duplicates().itertuples(index=False, name=None):
+        problems.append(f"target {target!r} run {run!r} rep {rep} has more than one serial cell")
+    reps = cells[REP_KEYS].drop_duplicates()
+    missing = reps.merge(serial[REP_KEYS].drop_duplicates(), how="left", indicator=True)
+    missing = missing[missing["_merge"] == "left_only"]
+    for target, run, rep in missing[REP_KEYS].itertuples(index=False, name=None):
+        problems.append(f"target {target!r} run {run!r} rep {rep} has no serial (arm 1) cell")
+    if problems:
+        raise ValueError(
+            "; ".join(problems) + ". Speedups are within-rep ratios against the serial arm, so "
+            "every rep needs exactly one arm-1 cell: check that arms in the config include 1, "
+            "re-run the affected rep, or drop its cells from results/cells.parquet."
+        )
+    return serial
+
+
+def cell_ratios(cells: pd.DataFrame) -> pd.DataFrame:
+    """Each cell's ratios against its own rep's serial cell (method rule 4).
+
+    gen_gain is what the generation stage delivered across the arm's streams; pipelining is the
+    part of the aggregate speedup that batching does not explain (prefill/decode overlap).
+    """
+    serial = _serial_cells(cells)
+    out = cells.merge(
+        serial, on=REP_KEYS, how="left", suffixes=("", "_serial"), validate="many_to_one"
+    )
+    arm = out["arm"].astype(float)
+    speedup = out["agg_tps"] / out["agg_tps_serial"]
+    gen_gain = out["user_tps"] * arm / out["user_tps_serial"]
+    out = out.assign(
+        speedup=speedup,
+        efficiency=speedup / arm,
+        user_ratio=out["user_tps"] / out["user_tps_serial"],
+        ttft_ratio=out["ttft_s"] / out["ttft_s_serial"],
+        gen_gain=gen_gain,
+        pipelining=speedup / gen_gain,
+    )
+    return out.drop(columns=["agg_tps_serial", "user_tps_serial", "ttft_s_serial"])
+
+
+def _median_ci(values: np.ndarray, resamples: np.ndarray, ci: float) -> tuple[float, float, float]:
+    """Median and percentile-bootstrap interval; NaNs (e.g. no server timings) are skipped."""
+    alpha = (1.0 - ci) / 2.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN metric -> NaN, not a warning
+        boot = np.nanmedian(values[resamples], axis=1)
+        lo, hi = np.nanquantile(boot, [alpha, 1.0 - alpha])
+        return float(np.nanmedian(values)), float(lo), float(hi)
+
+
+def summarise(
+    ratios: pd.DataFrame, n_boot: int = 2000, ci: float = 0.95, seed: int = 0
+) -> pd.DataFrame:
+    """One row per (target, arm): medians across reps (runs pooled) with bootstrap CIs.
+
+    Every metric of an arm is bootstrapped from the same resampled cells, and each arm starts
+    its own generator from ``seed``, so an arm's interval does not change when another target
+    or arm is added to the data.
+    """
+    rows = []
+    for (target, arm), grp in ratios.groupby(["target", "arm"], sort=True):
+        rng = np.random.default_rng(seed)
+        resamples = rng.integers(0, len(grp), size=(n_boot, len(grp)))
+        row = {
+            "target": target,
+            "arm": int(arm),
+            "n_reps": int(len(grp[["run", "rep"]].drop_duplicates())),
+            "agg_tps": float(grp["agg_tps"].median()),
+            "user_tps": float(grp["user_tps"].median()),
+            "ttft_s": float(grp["ttft_s"].median()),
+            "cells": ";".join(cell_labels(grp)),
+            "raw_sha256": ";".join(raw_hashes(grp)),
+        }
+        for metric in BOOTSTRAPPED:
+            values = grp[metric].to_numpy(dtype=float)
+            row[metric], row[f"{metric}_lo"], row[f"{metric}_hi"] = _median_ci(
+                values, resamples, ci
+            )
+        for suffix in ("", "_lo", "_hi"):
+            row[f"efficiency{suffix}"] = row[f"speedup{suffix}"] / int(arm)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)

@@ -1,0 +1,243 @@
+"""Deviance and rotation-bias checks, on the article's cases and on constructed position effects."""
+
+from __future__ import annotations
+
+import json
+import runpy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from slotbench import checks
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+ARMS = [1, 2, 4]
+BASE_TPS = {1: 50.0, 2: 60.0, 4: 68.0}
+
+
+def make_cell(target="t", run="run1", rep=0, arm=1, position=0, tokens_out=180, wall_s=2.0):
+    return {
+        "target": target, "run": run, "rep": rep, "arm": arm, "position": position,
+        "n_requests": 4, "tokens_out": tokens_out, "wall_s": wall_s,
+        "agg_tps": tokens_out / wall_s, "user_tps": 40.0, "ttft_s": 0.5,
+        "t_start_s": 10.0 * position, "t_start_unix": 1.7e9 + 10.0 * position,
+        "raw_file": f"results/raw/{target}/{run}/rep{rep}.json",
+        "raw_sha256": f"sha-{target}-{run}-{rep}",
+    }  # fmt: skip
+
+
+def rotated_cells(reps=6, target="t", run="run1", tps=None, tokens_out=180):
+    """Cyclic Latin square: arm i sits at position (i + rep) % 3. tps(arm, position, rep)."""
+    tps = tps or (lambda arm, position, rep: BASE_TPS[arm])
+    rows = []
+    for rep in range(reps):
+        for i, arm in enumerate(ARMS):
+            position = (i + rep) % len(ARMS)
+            wall_s = tokens_out / tps(arm, position, rep)
+            rows.append(make_cell(target, run, rep, arm, position, tokens_out, wall_s))
+    return pd.DataFrame(rows)
+
+
+def article_deviance_cells(odd_tokens=233, target="t"):
+    """5 reps x 3 arms of one run; rep 3's 2-way cell produced ``odd_tokens``."""
+    cells = rotated_cells(reps=5, target=target)
+    odd = (cells["rep"] == 3) & (cells["arm"] == 2)
+    cells.loc[odd, "tokens_out"] = odd_tokens
+    cells.loc[odd, "agg_tps"] = odd_tokens / cells.loc[odd, "wall_s"]
+    return cells
+
+
+# --- deviance ---------------------------------------------------------------------------------
+
+
+def test_article_deviant_cell_is_named():
+    dev = checks.deviance(article_deviance_cells(233))
+    assert list(dev.columns) == checks.DEVIANCE_COLUMNS
+    assert len(dev) == 1
+    row = dev.iloc[0]
+    assert (row["target"], row["run"], row["rep"], row["arm"]) == ("t", "run1", 3, 2)
+    assert row["cell"] == "t/run1/rep3/arm2"
+    assert row["modal_tokens"] == 180
+    assert row["tokens_out"] == 233
+    assert row["deviation"] == pytest.approx(53 / 180)
+    assert row["deviation"] == pytest.approx(0.294, abs=0.001)
+    assert row["raw_sha256"] == "sha-t-run1-3"
+    assert row["raw_file"] == "results/raw/t/run1/rep3.json"
+
+
+def test_small_deviation_is_not_named():
+    dev = checks.deviance(article_deviance_cells(185))  # 2.8% away from 180
+    assert dev.empty
+    assert list(dev.columns) == checks.DEVIANCE_COLUMNS
+
+
+def test_threshold_is_respected_in_both_directions():
+    cells = article_deviance_cells(171)  # -5.0%: not more than 5%
+    assert checks.deviance(cells, threshold=0.05).empty
+    dev = checks.deviance(cells, threshold=0.04)
+    assert list(dev["cell"]) == ["t/run1/rep3/arm2"]
+    assert dev.iloc[0]["deviation"] == pytest.approx(-0.05)
+
+
+def test_wall_and_throughput_effects_have_opposite_signs():
+    # The article's cell: more tokens, so slower by wall clock yet faster by throughput.
+    walls = [1.9, 2.0, 2.0, 2.1]  # normal 2-way cells: median wall 2.0 s, median agg 90 tok/s
+    rows = [make_cell(rep=rep, arm=2, tokens_out=180, wall_s=w) for rep, w in enumerate(walls)]
+    rows.append(make_cell(rep=4, arm=2, tokens_out=233, wall_s=2.0 * 1.13))
+    rows += [make_cell(rep=rep, arm=1, tokens_out=180, wall_s=3.5) for rep in range(5)]
+    dev = checks.deviance(pd.DataFrame(rows))
+    assert list(dev["cell"]) == ["t/run1/rep4/arm2"]
+    row = dev.iloc[0]
+    assert row["wall_effect"] == pytest.approx(0.13)  # 13% slower
+    assert row["tps_effect"] == pytest.approx((233 / 2.26) / 90.0 - 1.0)
+    assert row["tps_effect"] == pytest.approx(0.14, abs=0.01)  # ~14% faster
+
+
+def test_effect_is_nan_when_no_normal_cell_shares_the_arm():
+    rows = [make_cell(rep=rep, arm=1) for rep in range(3)]
+    rows.append(make_cell(rep=0, arm=2, tokens_out=300))
+    row = checks.deviance(pd.DataFrame(rows)).iloc[0]
+    assert row["cell"] == "t/run1/rep0/arm2"
+    assert pd.isna(row["wall_effect"]) and pd.isna(row["tps_effect"])
+
+
+def test_modal_output_is_per_run_and_ties_go_to_the_smallest():
+    rows = [make_cell(run="run1", rep=r, tokens_out=t) for r, t in enumerate([200, 180, 200, 180])]
+    rows += [make_cell(run="run2", rep=r, tokens_out=t) for r, t in enumerate([300, 300, 180])]
+    cells = pd.DataFrame(rows)
+    modal = checks.modal_tokens(cells)
+    assert modal[("t", "run1")] == 180
+    assert modal[("t", "run2")] == 300
+    dev = checks.deviance(cells)
+    assert list(dev["cell"]) == ["t/run1/rep0/arm1", "t/run1/rep2/arm1", "t/run2/rep2/arm1"]
+    assert list(dev["modal_tokens"]) == [180, 180, 300]
+
+
+# --- rotation bias ----------------------------------------------------------------------------
+
+
+def test_balanced_rotation_is_not_refused():
+    wobble = [1.0, 1.01, 0.99, 1.005, 0.995, 1.0]
+    cells = rotated_cells(reps=6, tps=lambda arm, pos, rep: BASE_TPS[arm] * wobble[rep])
+    positions, result = checks.rotation_bias(cells)
+    t = result["t"]
+    assert t["refused"] is False and t["reason"] is None
+    assert 0 <= t["rotation_bias"] < 0.03
+    assert set(t["arms"]) == {"1", "2", "4"}
+    assert all(info["positions_seen"] == [0, 1, 2] for info in t["arms"].values())
+    assert len(positions) == 9
+    assert set(positions.columns) >= {"target", "arm", "position", "median_agg_tps"}
+
+
+def test_position_effect_is_refused_with_a_reason():
+    # Arm 4 runs 20% faster whenever it goes first: 81.6 tok/s at position 0, 68 elsewhere.
+    def tps(arm, position, rep):
+        return BASE_TPS[arm] * (1.2 if arm == 4 and position == 0 else 1.0)
+
+    _, result = checks.rotation_bias(rotated_cells(reps=6, tps=tps), threshold=0.10)
+    t = result["t"]
+    assert t["refused"] is True
+    assert t["worst_arm"] == 4
+    assert t["rotation_bias"] == pytest.approx(0.2)
+    assert t["arms"]["4"]["spread"] == pytest.approx(0.2)
+    assert t["arms"]["2"]["spread"] == pytest.approx(0.0)
+    assert t["reason"].startswith(
+        "rotation bias 20.0% (arm 4: 81.6 tok/s at position 0 vs 68.0 at position 1) "
+        "exceeds the 10% threshold"
+    )
+    assert "add reps" in t["reason"]
+
+
+def spread_cells(values):
+    """Arm 2 at positions 0, 1, 2 with the given agg_tps; arm 1 flat at 50."""
+    rows = []
+    for rep, value in enumerate(values):
+        rows.append(make_cell(rep=rep, arm=2, position=rep, wall_s=180 / value))
+        rows.append(make_cell(rep=rep, arm=1, position=(rep + 1) % 3, wall_s=180 / 50.0))
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize(
+    "values, threshold, refused",
+    [
+        ([100.0, 100.0, 109.0], 0.10, False),  # 9% under a 10% threshold
+        ([100.0, 100.0, 110.0], 0.10, False),  # exactly at the threshold: not above it
+        ([100.0, 100.0, 111.0], 0.10, True),
+        ([100.0, 100.0, 109.0], 0.085, True),
+    ],
+)
+def test_threshold_is_respected(values, threshold, refused):
+    _, result = checks.rotation_bias(spread_cells(values), threshold=threshold)
+    t = result["t"]
+    assert t["rotation_bias"] == pytest.approx((max(values) - min(values)) / 100.0)
+    assert t["worst_arm"] == 2
+    assert t["refused"] is refused
+    assert (t["reason"] is not None) is refused
+    if refused:
+        assert f"exceeds the {threshold * 100:g}% threshold" in t["reason"]
+
+
+def test_arm_seen_at_one_position_contributes_no_spread():
+    rows = [make_cell(rep=rep, arm=1, position=0, wall_s=180 / (50.0 + rep)) for rep in range(4)]
+    rows += [make_cell(rep=rep, arm=2, position=1, wall_s=180 / 60.0) for rep in range(4)]
+    _, result = checks.rotation_bias(pd.DataFrame(rows))
+    arms = result["t"]["arms"]
+    assert arms["1"] == {"spread": 0.0, "positions_seen": [0]}
+    assert arms["2"] == {"spread": 0.0, "positions_seen": [1]}
+    assert result["t"]["rotation_bias"] == 0.0 and result["t"]["refused"] is False
+
+
+# --- verdict and entry point ------------------------------------------------------------------
+
+
+def plain_leaves(obj):
+    """Every leaf of a JSON-like structure, so tests can insist on plain Python types."""
+    if isinstance(obj, dict):
+        assert all(type(k) is str for k in obj)
+        return [leaf for v in obj.values() for leaf in plain_leaves(v)]
+    if isinstance(obj, list):
+        return [leaf for v in obj for leaf in plain_leaves(v)]
+    return [obj]
+
+
+def two_target_cells():
+    odd = article_deviance_cells(233, target="a")
+    clean = pd.concat([rotated_cells(reps=3, target="b", run=run, tokens_out=tokens)
+                       for run, tokens in [("run1", 200), ("run2", 190)]])  # fmt: skip
+    return pd.concat([odd, clean], ignore_index=True)
+
+
+def test_verdict_is_plain_json_with_every_target():
+    result = checks.verdict(two_target_cells(), rotation_threshold=0.1, deviance_threshold=0.05)
+    assert all(type(leaf) in (str, int, float, bool, type(None)) for leaf in plain_leaves(result))
+    assert json.loads(json.dumps(result, allow_nan=False)) == result
+    assert result["rotation_threshold"] == 0.1 and result["deviance_threshold"] == 0.05
+    a, b = result["targets"]["a"], result["targets"]["b"]
+    assert a["deviant_cells"] == 1 and b["deviant_cells"] == 0
+    assert a["modal_tokens"] == {"run1": 180}
+    assert b["modal_tokens"] == {"run1": 200, "run2": 190}
+    assert set(a) == {"rotation_bias", "worst_arm", "refused", "reason", "arms",
+                      "deviant_cells", "modal_tokens"}  # fmt: skip
+    assert b["refused"] is False and b["arms"]["4"]["positions_seen"] == [0, 1, 2]
+
+
+def test_entry_point_writes_deviance_positions_and_verdict(tmp_path):
+    cells_path = tmp_path / "cells.parquet"
+    two_target_cells().to_parquet(cells_path, index=False)
+    files = [("deviance", "csv"), ("positions", "csv"), ("verdict", "json")]
+    out = {name: str(tmp_path / f"{name}.{ext}") for name, ext in files}
+    smk = SimpleNamespace(
+        input=SimpleNamespace(cells=str(cells_path)),
+        params=SimpleNamespace(rotation_threshold=0.1, deviance_threshold=0.05),
+        log=[str(tmp_path / "checks.log")],
+        output=SimpleNamespace(**out),
+    )
+    runpy.run_path(str(SCRIPTS / "checks.py"), init_globals={"snakemake": smk})
+    assert list(pd.read_csv(out["deviance"])["cell"]) == ["a/run1/rep3/arm2"]
+    assert len(pd.read_csv(out["positions"])) == 18
+    text = Path(out["verdict"]).read_text()
+    assert json.loads(text)["targets"]["a"]["deviant_cells"] == 1
+    assert text.startswith('{\n  "deviance_threshold"')  # indent 2, sorted keys
+    assert "checks: a: rotation bias" in (tmp_path / "checks.log").read_text()

