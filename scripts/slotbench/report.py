@@ -1,0 +1,744 @@
+"""The report: operator gain vs per-user loss, batching vs pipelining, and the checks behind them.
+
+build_report assembles one neutral list of blocks (headings, paragraphs, tables, figures,
+sources) and renders it twice, as Markdown and as a self-contained HTML page, so the two never
+disagree. Every table and figure is followed by the cells and raw-file SHA-256s behind it.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from slotbench.cells import cell_label
+
+SERIAL_ARM = 1
+WAYS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 8: "eight", 16: "sixteen"}
+MINUS = "\u2212"
+DASH = "\u2014"
+
+
+def arm_name(arm) -> str:
+    """serial-1 / parallel-N: the arm names used in every table and figure."""
+    arm = int(arm)
+    return f"serial-{arm}" if arm == SERIAL_ARM else f"parallel-{arm}"
+
+
+def way(arm) -> str:
+    arm = int(arm)
+    return f"{WAYS.get(arm, str(arm))}-way"
+
+
+# --------------------------------------------------------------------------------------------
+# Neutral document structure
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Heading:
+    level: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Paragraph:
+    text: str
+    kind: str = ""  # "", "headline", "refusal", "note"
+
+
+@dataclass(frozen=True)
+class Bullets:
+    items: list[str]
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    note: str = ""
+    kind: str = ""  # "", "not-headline", "kv"
+
+
+@dataclass(frozen=True)
+class Figure:
+    fig_id: str
+    title: str
+    caption: str
+    file: str
+    path: str | None
+
+
+@dataclass(frozen=True)
+class Sources:
+    cells: list[str] = field(default_factory=list)
+    hashes: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------
+# Number formatting
+# --------------------------------------------------------------------------------------------
+
+
+def _missing(x) -> bool:
+    return x is None or (isinstance(x, float) and math.isnan(x)) or pd.isna(x)
+
+
+def _signed(text: str) -> str:
+    return text.replace("-", MINUS)
+
+
+def fmt_num(x, digits: int = 1) -> str:
+    return "n/a" if _missing(x) else _signed(f"{float(x):.{digits}f}")
+
+
+def fmt_times(x, digits: int = 2) -> str:
+    return "n/a" if _missing(x) else f"{float(x):.{digits}f}×"
+
+
+def fmt_pct(x, digits: int = 0) -> str:
+    return "n/a" if _missing(x) else _signed(f"{float(x) * 100:.{digits}f}%")
+
+
+def fmt_change(ratio, digits: int = 0) -> str:
+    """A ratio as a signed percent change: 0.35 -> −65%, 1.09 -> +9%."""
+    return "n/a" if _missing(ratio) else _signed(f"{(float(ratio) - 1) * 100:+.{digits}f}%")
+
+
+def with_ci(row, col: str, fmt) -> str:
+    lo, hi = row.get(f"{col}_lo"), row.get(f"{col}_hi")
+    if _missing(lo) or _missing(hi):
+        return fmt(row.get(col))
+    return f"{fmt(row.get(col))} [{fmt(lo)}, {fmt(hi)}]"
+
+
+def _split(value) -> list[str]:
+    if _missing(value) or value == "":
+        return []
+    return [v for v in str(value).split(";") if v]
+
+
+def _union(values) -> list[str]:
+    return sorted({item for v in values for item in _split(v)})
+
+
+# --------------------------------------------------------------------------------------------
+# Sentences
+# --------------------------------------------------------------------------------------------
+
+
+def headline_sentence(row) -> str | None:
+    """The article's headline: what the top arm buys the operator and costs each user."""
+    s, u, t = row.get("speedup"), row.get("user_ratio"), row.get("ttft_ratio")
+    if any(_missing(v) for v in (s, u, t)):
+        return None
+    gain = (s - 1) * 100
+    operator = (
+        f"buys the operator {gain:.0f}% more throughput"
+        if s >= 1
+        else f"costs the operator {-gain:.0f}% of its throughput"
+    )
+    loss = (1 - u) * 100
+    user = (
+        f"costs each user {loss:.0f}% of their generation rate"
+        if u <= 1
+        else f"gives each user {-loss:.0f}% more generation rate"
+    )
+    ttft = (
+        f"multiplies time to first token by {t:.1f}×"
+        if t >= 1
+        else f"cuts time to first token to {t:.1f}× its serial value"
+    )
+    text = f"{way(row['arm']).capitalize()} concurrency {operator}. It {user} and {ttft}."
+    lo, hi = row.get("speedup_lo"), row.get("speedup_hi")
+    if not _missing(lo) and not _missing(hi) and lo <= 1 <= hi:
+        text += (
+            f" The speedup's 95% interval ({fmt_times(lo)} to {fmt_times(hi)}) includes 1×,"
+            " so the operator's gain is not distinguishable from none."
+        )
+    return text
+
+
+def decomposition_sentence(row) -> str | None:
+    """Batching vs pipelining for one parallel arm: which stage earned the aggregate gain."""
+    s, g, p, e = (row.get(k) for k in ("speedup", "gen_gain", "pipelining", "efficiency"))
+    if any(_missing(v) for v in (s, g, p)):
+        return None
+    n, w = int(row["arm"]), way(row["arm"])
+    if g < 1:
+        text = (
+            f"At {w} the generation stage delivers {g:.2f}×: {n} streams together produce "
+            f"{(1 - g) * 100:.0f}% fewer tokens per second than one stream alone. "
+        )
+        text += (
+            f"The {(s - 1) * 100:.0f}% aggregate gain is therefore pipelining (one request's "
+            "prefill overlapping another's decode), not batching."
+            if s > 1
+            else f"Neither batching nor pipelining pays: the aggregate is {s:.2f}×."
+        )
+    elif abs(p - 1) <= 0.05:
+        text = (
+            f"At {w} the generation-side gain is {g:.2f}× and the aggregate gain {s:.2f}×: "
+            "batching is the whole story."
+        )
+    elif p > 1:
+        text = (
+            f"At {w} batching delivers {g:.2f}× and pipelining adds {p:.2f}× on top, "
+            f"for {s:.2f}× in aggregate."
+        )
+    else:
+        text = (
+            f"At {w} batching delivers {g:.2f}×, but {(1 - p) * 100:.0f}% of it is lost outside "
+            f"the generation stage (pipelining {p:.2f}×), leaving {s:.2f}× in aggregate."
+        )
+    if not _missing(e):
+        text += f" Efficiency {fmt_pct(e)}: {s:.2f}× of the {n}× that perfect scaling promises."
+    return text
+
+
+# --------------------------------------------------------------------------------------------
+# Blocks per section
+# --------------------------------------------------------------------------------------------
+
+SUMMARY_COLUMNS = [
+    "arm",
+    "reps",
+    "aggregate tok/s",
+    "speedup [95% CI]",
+    "per-user tok/s",
+    "per-user change [95% CI]",
+    "TTFT s",
+    "TTFT ratio [95% CI]",
+    "efficiency [95% CI]",
+    "gen_gain [95% CI]",
+    "pipelining [95% CI]",
+]
+
+
+def summary_row(row) -> list[str]:
+    serial = int(row["arm"]) == SERIAL_ARM
+    ratio = (lambda col, fmt: DASH) if serial else (lambda col, fmt: with_ci(row, col, fmt))
+    reps = row.get("n_reps")
+    return [
+        arm_name(row["arm"]),
+        "n/a" if _missing(reps) else str(int(reps)),
+        fmt_num(row.get("agg_tps")),
+        ratio("speedup", fmt_times),
+        fmt_num(row.get("user_tps")),
+        ratio("user_ratio", fmt_change),
+        fmt_num(row.get("ttft_s"), 2),
+        ratio("ttft_ratio", lambda x: fmt_times(x, 1)),
+        ratio("efficiency", fmt_pct),
+        ratio("gen_gain", fmt_times),
+        ratio("pipelining", fmt_times),
+    ]
+
+
+def _refusal(target: str, verdict: dict | None, thresholds: dict) -> str | None:
+    if verdict is None:
+        return f"Refused: no headline for {target}. Reason: the checks gave no verdict for it."
+    if not verdict.get("refused"):
+        return None
+    reason = verdict.get("reason") or (
+        f"rotation bias {fmt_pct(verdict.get('rotation_bias'), 1)} against a "
+        f"{fmt_pct(thresholds['rotation'])} threshold"
+    )
+    return f"Refused: no headline for {target}. Reason: {str(reason).rstrip('.')}."
+
+
+def headline_blocks(target, rows: pd.DataFrame, verdict, thresholds) -> list:
+    refusal = _refusal(target, verdict, thresholds)
+    blocks: list = []
+    records = [r for _, r in rows.sort_values("arm").iterrows()]
+    if refusal:
+        blocks.append(Paragraph(refusal, "refusal"))
+    else:
+        parallel = [
+            r for r in records if int(r["arm"]) != SERIAL_ARM and not _missing(r.get("speedup"))
+        ]
+        top = headline_sentence(parallel[-1]) if parallel else None
+        if top:
+            blocks.append(Paragraph(top, "headline"))
+            blocks.append(
+                Paragraph(
+                    "Both are true at once. The aggregate is the number that sets the "
+                    "operator's bill; the per-user rate is the number that decides whether "
+                    "anyone wants to use the server."
+                )
+            )
+        else:
+            blocks.append(Paragraph("No parallel arm has a speedup to headline.", "note"))
+        readings = [s for s in (decomposition_sentence(r) for r in parallel) if s]
+        if readings:
+            blocks.append(Heading(3, "Batching or pipelining"))
+            blocks.append(Bullets(readings))
+    title = "Per-arm results"
+    note = (
+        "Ratios are within-rep against serial-1 of the same rep; medians across reps, runs "
+        "pooled, with 95% bootstrap intervals. gen_gain = per-user rate × concurrency / serial "
+        "rate (batching in the generation stage); pipelining = speedup / gen_gain (overlap)."
+    )
+    kind = ""
+    if refusal:
+        title += f" {DASH} not a headline (refused, see above)"
+        note = "Not a headline: shown for diagnosis only. " + note
+        kind = "not-headline"
+    blocks.append(Table(title, SUMMARY_COLUMNS, [summary_row(r) for r in records], note, kind))
+    blocks.append(Sources(_union(rows.get("cells", [])), _union(rows.get("raw_sha256", []))))
+    return blocks
+
+
+def rotation_blocks(target, positions: pd.DataFrame, verdict, thresholds, hash_of) -> list:
+    blocks: list = [Heading(3, "Rotation bias")]
+    verdict = verdict or {}
+    bias, worst = verdict.get("rotation_bias"), verdict.get("worst_arm")
+    thr = thresholds["rotation"]
+    if _missing(bias):
+        blocks.append(Paragraph("No rotation bias was computed for this target.", "note"))
+    else:
+        side = "within" if bias <= thr else "above"
+        worst_txt = "" if _missing(worst) else f" (worst arm {arm_name(worst)})"
+        blocks.append(
+            Paragraph(
+                f"Rotation bias {fmt_pct(bias, 1)}{worst_txt}: the widest relative spread of an "
+                f"arm's median aggregate tok/s across the positions it occupied. That is {side} "
+                f"the {fmt_pct(thr)} threshold (above it the report refuses a headline)."
+            )
+        )
+    rows = positions[positions["target"] == target] if not positions.empty else positions
+    if rows.empty:
+        return blocks
+    slots = sorted(rows["position"].astype(int).unique())
+    arms_info = verdict.get("arms", {})
+    table_rows = []
+    for arm, grp in rows.groupby("arm", sort=True):
+        by_pos = {int(p): r for p, r in zip(grp["position"], grp.itertuples())}
+        cells = [
+            (
+                f"{fmt_num(by_pos[p].median_agg_tps)} (n={int(by_pos[p].n_cells)})"
+                if p in by_pos
+                else DASH
+            )
+            for p in slots
+        ]
+        spread = arms_info.get(str(int(arm)), {}).get("spread")
+        table_rows.append([arm_name(arm), *cells, fmt_pct(spread, 1)])
+    blocks.append(
+        Table(
+            "Median aggregate tok/s by position (n = cells)",
+            ["arm", *[f"position {p}" for p in slots], "spread"],
+            table_rows,
+        )
+    )
+    labels = _union(rows["cells"])
+    blocks.append(Sources(labels, sorted({hash_of[c] for c in labels if c in hash_of})))
+    return blocks
+
+
+def deviance_blocks(target, deviance: pd.DataFrame, threshold, target_cells, target_hashes) -> list:
+    blocks: list = [Heading(3, "Output deviance")]
+    rows = deviance[deviance["target"] == target] if not deviance.empty else deviance
+    if rows.empty:
+        blocks.append(
+            Paragraph(
+                f"No cell deviates more than {fmt_pct(threshold)} from its run's modal output."
+            )
+        )
+        blocks.append(Sources(target_cells, target_hashes))
+        return blocks
+    rows = rows.sort_values(["run", "rep", "arm"])
+    labels = [
+        (
+            r["cell"]
+            if "cell" in r and not _missing(r["cell"])
+            else cell_label(r["target"], r["run"], r["rep"], r["arm"])
+        )
+        for _, r in rows.iterrows()
+    ]
+    n = len(rows)
+    blocks.append(
+        Paragraph(
+            f"{n} cell{'s' if n != 1 else ''} deviate{'s' if n == 1 else ''} more than "
+            f"{fmt_pct(threshold)} from {'its' if n == 1 else 'their'} run's modal output. Each is "
+            "named with its wall-clock and throughput effect against the same arm's other cells. "
+            "Throughput here is tokens produced over the wall clock that produced them, so such a "
+            "cell is still measured correctly; a wall-over-wall comparison would book its extra "
+            "output as a concurrency effect."
+        )
+    )
+    items, table_rows = [], []
+    for label, (_, r) in zip(labels, rows.iterrows()):
+        wall, tps = r.get("wall_effect"), r.get("tps_effect")
+        wall_txt = (
+            "n/a"
+            if _missing(wall)
+            else f"{abs(wall) * 100:.0f}% {'slower' if wall > 0 else 'faster'}"
+        )
+        tps_txt = (
+            "n/a" if _missing(tps) else f"{abs(tps) * 100:.0f}% {'higher' if tps > 0 else 'lower'}"
+        )
+        items.append(
+            f"{label} generated {int(r['tokens_out'])} tokens against a modal "
+            f"{int(r['modal_tokens'])} ({fmt_change(1 + r['deviation'])}); by the wall clock it "
+            f"was {wall_txt} and its throughput {tps_txt}."
+        )
+        table_rows.append(
+            [
+                label,
+                str(int(r["tokens_out"])),
+                str(int(r["modal_tokens"])),
+                fmt_change(1 + r["deviation"]),
+                fmt_num(r.get("wall_s"), 2),
+                "n/a" if _missing(wall) else fmt_change(1 + wall),
+                fmt_num(r.get("agg_tps")),
+                "n/a" if _missing(tps) else fmt_change(1 + tps),
+            ]
+        )
+    blocks.append(Bullets(items))
+    blocks.append(
+        Table(
+            "Deviant cells",
+            [
+                "cell",
+                "tokens",
+                "modal",
+                "deviation",
+                "wall s",
+                "wall effect",
+                "agg tok/s",
+                "throughput effect",
+            ],
+            table_rows,
+        )
+    )
+    blocks.append(Sources(sorted(labels), _union(rows.get("raw_sha256", []))))
+    return blocks
+
+
+def flatten(obj, prefix: str = "") -> list[tuple[str, str]]:
+    """Nested dicts/lists as dotted key/value pairs, so new fingerprint keys need no code."""
+    if isinstance(obj, dict):
+        if not obj:
+            return [(prefix, "{}")] if prefix else []
+        out = []
+        for key in obj:
+            out += flatten(obj[key], f"{prefix}.{key}" if prefix else str(key))
+        return out
+    if isinstance(obj, (list, tuple)):
+        if all(not isinstance(v, (dict, list, tuple)) for v in obj):
+            return [(prefix, ", ".join("null" if v is None else str(v) for v in obj))]
+        out = []
+        for i, v in enumerate(obj):
+            out += flatten(v, f"{prefix}[{i}]")
+        return out
+    return [(prefix, "null" if obj is None else str(obj))]
+
+
+def fingerprint_blocks(fingerprints: list[dict], cells_of, hashes_of) -> list:
+    blocks: list = [Heading(2, "Fingerprints")]
+    if not fingerprints:
+        blocks.append(Paragraph("No fingerprint was recorded.", "note"))
+        return blocks
+    for fp in sorted(fingerprints, key=lambda f: (str(f.get("target")), str(f.get("run")))):
+        target, run = str(fp.get("target", "?")), str(fp.get("run", "?"))
+        pairs = [(k, v) for k, v in flatten(fp) if k not in ("target", "run")]
+        blocks.append(Heading(3, f"{target} / {run}"))
+        blocks.append(
+            Table(
+                f"Fingerprint of {target}/{run}",
+                ["key", "value"],
+                [list(p) for p in pairs],
+                kind="kv",
+            )
+        )
+        blocks.append(Sources(cells_of(target, run), hashes_of(target, run)))
+    return blocks
+
+
+def figure_blocks(figures_sources: dict, figure_paths: dict) -> list:
+    blocks: list = [Heading(2, "Figures")]
+    for fig_id, src in figures_sources.items():
+        path = figure_paths.get(fig_id)
+        blocks.append(
+            Figure(
+                fig_id,
+                src.get("title", fig_id),
+                src.get("caption", ""),
+                src.get("file", f"{fig_id}.png"),
+                None if path is None else str(path),
+            )
+        )
+        blocks.append(Sources(list(src.get("cells", [])), list(src.get("raw_sha256", []))))
+    return blocks
+
+
+def build_blocks(
+    summary, ratios, deviance, positions, verdict, fingerprints, figures_sources, figure_paths
+) -> list:
+    thresholds = {
+        "rotation": verdict.get("rotation_threshold", 0.10),
+        "deviance": verdict.get("deviance_threshold", 0.05),
+    }
+    verdicts = verdict.get("targets", {})
+    labelled = (
+        ratios.assign(
+            cell=[
+                cell_label(*k)
+                for k in ratios[["target", "run", "rep", "arm"]].itertuples(index=False)
+            ]
+        )
+        if not ratios.empty
+        else ratios.assign(cell=[])
+    )
+    hash_of = dict(zip(labelled["cell"], labelled.get("raw_sha256", [])))
+
+    def cells_of(target, run=None):
+        sel = labelled[labelled["target"] == target]
+        if run is not None:
+            sel = sel[sel["run"] == run]
+        return sorted(set(sel["cell"]))
+
+    def hashes_of(target, run=None):
+        return sorted({hash_of[c] for c in cells_of(target, run) if not _missing(hash_of[c])})
+
+    targets = sorted(
+        set(summary["target"])
+        | set(verdicts)
+        | set(labelled["target"] if not labelled.empty else [])
+    )
+    n_req = sorted(set(ratios["n_requests"].dropna().astype(int))) if "n_requests" in ratios else []
+    same = f"the same {n_req[0]} requests" if len(n_req) == 1 else "the same requests"
+    blocks: list = [
+        Heading(1, "slotbench: what concurrency does to an inference server"),
+        Paragraph(
+            f"Every arm sends {same}; arms differ only in how many are in flight at once, so "
+            "serial-1 is the queueing control. Arm order rotates by rep. Throughput is tokens "
+            "actually produced over the wall clock that produced them. Two numbers move in "
+            "opposite directions: aggregate tok/s across the server (what the operator buys) and "
+            "tok/s for each user (what each user gets). Targets: " + ", ".join(targets) + "."
+        ),
+    ]
+    for target in targets:
+        v = verdicts.get(target)
+        blocks.append(Heading(2, f"Target: {target}"))
+        blocks += headline_blocks(target, summary[summary["target"] == target], v, thresholds)
+        blocks += rotation_blocks(target, positions, v, thresholds, hash_of)
+        blocks += deviance_blocks(
+            target, deviance, thresholds["deviance"], cells_of(target), hashes_of(target)
+        )
+    blocks += figure_blocks(figures_sources, figure_paths)
+    blocks += fingerprint_blocks(fingerprints, cells_of, hashes_of)
+    return blocks
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+
+def _md(text: str) -> str:
+    """Text safe for Markdown: raw HTML in data (e.g. server props) must not become markup."""
+    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _md_cell(text: str) -> str:
+    return _md(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def render_markdown(blocks: list, image_dir: str = "figures") -> str:
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            out.append(f"{'#' * b.level} {_md(b.text)}")
+        elif isinstance(b, Paragraph):
+            text = _md(b.text)
+            out.append(
+                {"refusal": f"> **{text}**", "headline": f"**{text}**", "note": f"_{text}_"}.get(
+                    b.kind, text
+                )
+            )
+        elif isinstance(b, Bullets):
+            out.append("\n".join(f"- {_md(item)}" for item in b.items))
+        elif isinstance(b, Table):
+            title = _md(b.title.upper() if b.kind == "not-headline" else b.title)
+            title = f"**{title}**"
+            lines = [
+                title,
+                "",
+                "| " + " | ".join(map(_md_cell, b.columns)) + " |",
+                "|" + "|".join(" --- " for _ in b.columns) + "|",
+            ]
+            lines += ["| " + " | ".join(map(_md_cell, r)) + " |" for r in b.rows]
+            if b.note:
+                lines += ["", f"_{_md(b.note)}_"]
+            out.append("\n".join(lines))
+        elif isinstance(b, Figure):
+            link = f"{image_dir.rstrip('/')}/{b.file}" if image_dir else b.file
+            img = f"![{_md(b.title)}]({link})" if b.path is not None else "_(figure file missing)_"
+            out.append(f"### {_md(b.title)}\n\n{img}\n\n_{_md(b.caption)}_")
+        elif isinstance(b, Sources):
+            cells = ", ".join(f"`{c}`" for c in b.cells) or "none"
+            hashes = ", ".join(f"`{h}`" for h in b.hashes) or "none"
+            out.append(
+                f"<sub>Sources: {_count(len(b.cells), 'cell')}: {cells}. "
+                f"Raw SHA-256 ({len(b.hashes)}): {hashes}.</sub>"
+            )
+    return "\n\n".join(out) + "\n"
+
+
+STYLE = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;line-height:1.5;color:#222;
+max-width:70rem;margin:2rem auto;padding:0 1rem}
+h1{font-size:1.6rem}h2{border-bottom:1px solid #ccc;padding-bottom:.2rem;margin-top:2.2rem}
+table{border-collapse:collapse;font-size:.88rem;margin:.6rem 0}
+caption{text-align:left;font-weight:600;padding:.3rem 0}
+th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:right;vertical-align:top}
+th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}
+table.kv td{text-align:left;font-family:ui-monospace,monospace;font-size:.8rem}
+.wrap{overflow-x:auto}
+p.headline{font-size:1.1rem;font-weight:600}
+p.refusal{background:#fdecea;border-left:4px solid #c62828;padding:.6rem .8rem;font-weight:600}
+table.not-headline{opacity:.8}table.not-headline caption{color:#c62828}
+p.note{color:#555;font-size:.88rem;font-style:italic}
+figure{margin:1rem 0}figure img{max-width:100%;height:auto}figcaption{font-size:.88rem;color:#444}
+details.sources{font-size:.8rem;color:#555;margin:.3rem 0 1.2rem}
+details.sources code{word-break:break-all}
+""".strip()
+
+
+def _data_uri(path: str | None) -> str | None:
+    if path is None or not os.path.exists(path):
+        return None
+    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
+    return f"data:image/png;base64,{data}"
+
+
+def render_html(blocks: list, title: str = "slotbench report") -> str:
+    e = html.escape
+    out: list[str] = []
+    for b in blocks:
+        if isinstance(b, Heading):
+            out.append(f"<h{b.level}>{e(b.text)}</h{b.level}>")
+        elif isinstance(b, Paragraph):
+            cls = f' class="{b.kind}"' if b.kind else ""
+            out.append(f"<p{cls}>{e(b.text)}</p>")
+        elif isinstance(b, Bullets):
+            out.append("<ul>" + "".join(f"<li>{e(i)}</li>" for i in b.items) + "</ul>")
+        elif isinstance(b, Table):
+            cls = f' class="{b.kind}"' if b.kind else ""
+            head = "".join(f"<th>{e(c)}</th>" for c in b.columns)
+            body = "".join(
+                "<tr>" + "".join(f"<td>{e(v)}</td>" for v in r) + "</tr>" for r in b.rows
+            )
+            note = f'<p class="note">{e(b.note)}</p>' if b.note else ""
+            out.append(
+                f'<div class="wrap"><table{cls}><caption>{e(b.title)}</caption>'
+                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{note}"
+            )
+        elif isinstance(b, Figure):
+            uri = _data_uri(b.path)
+            img = (
+                f'<img src="{uri}" alt="{e(b.title)}">'
+                if uri
+                else '<p class="note">(figure file missing)</p>'
+            )
+            out.append(
+                f'<figure id="fig-{e(b.fig_id)}"><h3>{e(b.title)}</h3>{img}'
+                f"<figcaption>{e(b.caption)}</figcaption></figure>"
+            )
+        elif isinstance(b, Sources):
+            cells = ", ".join(f"<code>{e(c)}</code>" for c in b.cells) or "none"
+            hashes = "".join(f"<li><code>{e(h)}</code></li>" for h in b.hashes)
+            out.append(
+                f'<details class="sources"><summary>Sources: {_count(len(b.cells), "cell")}, '
+                f'{_count(len(b.hashes), "raw file")}</summary><p>Cells: {cells}</p>'
+                f"<p>Raw-file SHA-256:</p><ul>{hashes}</ul></details>"
+            )
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{e(title)}</title>\n<style>\n{STYLE}\n</style>\n</head>\n<body>\n"
+        + "\n".join(out)
+        + "\n</body>\n</html>\n"
+    )
+
+
+def build_report(
+    summary: pd.DataFrame,
+    ratios: pd.DataFrame,
+    deviance: pd.DataFrame,
+    positions: pd.DataFrame,
+    verdict: dict,
+    fingerprints: list[dict],
+    figures_sources: dict,
+    figure_paths: dict,
+    image_dir: str = "figures",
+) -> tuple[str, str]:
+    """(markdown, html) of the whole report; image_dir is the Markdown's relative figure dir."""
+    blocks = build_blocks(
+        summary, ratios, deviance, positions, verdict, fingerprints, figures_sources, figure_paths
+    )
+    return render_markdown(blocks, image_dir), render_html(blocks)
+
+
+# --------------------------------------------------------------------------------------------
+# I/O edge (used by the Snakemake entry point)
+# --------------------------------------------------------------------------------------------
+
+
+def match_figure_paths(figures_sources: dict, paths) -> dict[str, str]:
+    """Figure id -> PNG path, matched on the basename recorded in the figures' sources."""
+    by_name = {Path(p).name: str(p) for p in paths}
+    return {
+        fid: by_name[src["file"]]
+        for fid, src in figures_sources.items()
+        if src.get("file") in by_name
+    }
+
+
+def write_report(
+    *,
+    summary,
+    ratios,
+    deviance,
+    positions,
+    verdict,
+    sources,
+    figures,
+    fingerprints,
+    md_out,
+    html_out,
+) -> None:
+    """Read the pipeline's files, build the report and write both renderings."""
+    figures_sources = json.loads(Path(sources).read_text())
+    figures = [str(p) for p in figures]
+    image_dir = ""
+    if figures:
+        image_dir = os.path.relpath(Path(figures[0]).parent, Path(md_out).parent).replace(
+            os.sep, "/"
+        )
+    md, page = build_report(
+        pd.read_csv(summary),
+        pd.read_parquet(ratios),
+        pd.read_csv(deviance),
+        pd.read_csv(positions),
+        json.loads(Path(verdict).read_text()),
+        [json.loads(Path(p).read_text()) for p in fingerprints],
+        figures_sources,
+        match_figure_paths(figures_sources, figures),
+        image_dir=image_dir if image_dir != "." else "",
+    )
+    for path, text in ((md_out, md), (html_out, page)):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text, encoding="utf-8")

@@ -1,0 +1,506 @@
+"""The report says what the operator gains and each user loses, refuses when it must, and traces
+every table and figure back to cells and raw-file hashes."""
+
+import base64
+import copy
+import json
+import re
+import runpy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from slotbench import report
+from slotbench.cells import cell_label
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+PNG_BYTES = b"\x89PNG\r\n\x1a\n" + b"synthetic-figure-bytes"
+TARGET = "embedded"
+ARMS = (1, 2, 4)
+REPS = (0, 1)
+
+
+def sha(run: str, rep: int) -> str:
+    return f"{run}{rep}".encode().hex().ljust(64, "a")
+
+
+def make_ratios(targets=(TARGET,)) -> pd.DataFrame:
+    rows = []
+    for target in targets:
+        for rep in REPS:
+            for position, arm in enumerate(ARMS[rep:] + ARMS[:rep]):
+                rows.append(
+                    {
+                        "target": target,
+                        "run": "run1",
+                        "rep": rep,
+                        "arm": arm,
+                        "position": position,
+                        "n_requests": 4,
+                        "tokens_out": 180,
+                        "wall_s": 3.0,
+                        "agg_tps": 60.0,
+                        "user_tps": 20.0,
+                        "ttft_s": 0.5,
+                        "raw_file": f"raw/run1/rep{rep}.json",
+                        "raw_sha256": sha("run1", rep),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def make_summary(targets=(TARGET,)) -> pd.DataFrame:
+    rows = []
+    for target in targets:
+        cells = ";".join(cell_label(target, "run1", rep, arm) for rep in REPS for arm in ARMS)
+        hashes = ";".join(sha("run1", rep) for rep in REPS)
+        common = {"target": target, "n_reps": 10, "cells": cells, "raw_sha256": hashes}
+        rows.append(
+            {
+                **common,
+                "arm": 1,
+                "agg_tps": 47.0,
+                "speedup": 1.0,
+                "speedup_lo": 1.0,
+                "speedup_hi": 1.0,
+                "efficiency": 1.0,
+                "user_tps": 47.0,
+                "user_ratio": 1.0,
+                "ttft_s": 0.30,
+                "ttft_ratio": 1.0,
+                "gen_gain": 1.0,
+                "pipelining": 1.0,
+            }
+        )
+        rows.append(
+            {
+                **common,
+                "arm": 2,
+                "agg_tps": 51.2,
+                "speedup": 1.09,
+                "speedup_lo": 1.05,
+                "speedup_hi": 1.12,
+                "efficiency": 0.545,
+                "efficiency_lo": 0.525,
+                "efficiency_hi": 0.56,
+                "user_tps": 22.1,
+                "user_ratio": 0.47,
+                "user_ratio_lo": 0.45,
+                "user_ratio_hi": 0.49,
+                "ttft_s": 0.48,
+                "ttft_ratio": 1.6,
+                "ttft_ratio_lo": 1.5,
+                "ttft_ratio_hi": 1.7,
+                "gen_gain": 0.94,
+                "gen_gain_lo": 0.92,
+                "gen_gain_hi": 0.96,
+                "pipelining": 1.16,
+                "pipelining_lo": 1.12,
+                "pipelining_hi": 1.2,
+            }
+        )
+        rows.append(
+            {
+                **common,
+                "arm": 4,
+                "agg_tps": 65.3,
+                "speedup": 1.39,
+                "speedup_lo": 1.30,
+                "speedup_hi": 1.45,
+                "efficiency": 0.3475,
+                "efficiency_lo": 0.31,
+                "efficiency_hi": 0.38,
+                "user_tps": 16.4,
+                "user_ratio": 0.35,
+                "user_ratio_lo": 0.30,
+                "user_ratio_hi": 0.40,
+                "ttft_s": 0.87,
+                "ttft_ratio": 2.9,
+                "ttft_ratio_lo": 2.6,
+                "ttft_ratio_hi": 3.1,
+                "gen_gain": 1.39,
+                "gen_gain_lo": 1.33,
+                "gen_gain_hi": 1.44,
+                "pipelining": 1.0,
+                "pipelining_lo": 0.98,
+                "pipelining_hi": 1.03,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+DEVIANT = cell_label(TARGET, "run1", 1, 4)
+
+
+def make_deviance(rows=True) -> pd.DataFrame:
+    cols = [
+        "target",
+        "run",
+        "rep",
+        "arm",
+        "position",
+        "tokens_out",
+        "modal_tokens",
+        "deviation",
+        "wall_s",
+        "wall_effect",
+        "agg_tps",
+        "tps_effect",
+        "cell",
+        "raw_file",
+        "raw_sha256",
+    ]
+    if not rows:
+        return pd.DataFrame(columns=cols)
+    return pd.DataFrame(
+        [
+            [
+                TARGET,
+                "run1",
+                1,
+                4,
+                0,
+                233,
+                180,
+                0.2944,
+                3.41,
+                0.13,
+                68.3,
+                0.14,
+                DEVIANT,
+                "raw/run1/rep1.json",
+                sha("run1", 1),
+            ]
+        ],
+        columns=cols,
+    )
+
+
+def make_positions() -> pd.DataFrame:
+    rows = []
+    for arm in ARMS:
+        for position in (0, 1, 2):
+            rows.append(
+                {
+                    "target": TARGET,
+                    "arm": arm,
+                    "position": position,
+                    "median_agg_tps": 40.0 + arm * 5 + position * 0.5,
+                    "n_cells": 2,
+                    "cells": cell_label(TARGET, "run1", 0, arm),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def make_verdict(refused=False, bias=0.039) -> dict:
+    return {
+        "rotation_threshold": 0.1,
+        "deviance_threshold": 0.05,
+        "targets": {
+            TARGET: {
+                "rotation_bias": bias,
+                "worst_arm": 2,
+                "refused": refused,
+                "reason": ("rotation bias 14.2% exceeds the 10% threshold" if refused else None),
+                "arms": {str(a): {"spread": 0.01 * a, "positions_seen": [0, 1, 2]} for a in ARMS},
+                "deviant_cells": 1,
+                "modal_tokens": {"run1": 180},
+            }
+        },
+    }
+
+
+FINGERPRINT = {
+    "target": TARGET,
+    "run": "run1",
+    "created_utc": "2025-01-01T00:00:00Z",
+    "host": {"cpu_model": "Synthetic CPU 9000", "cores": 2, "memory_gb": 7.5, "os": "Linux"},
+    "software": {"python": "3.12.1", "packages": {"pandas": "3.1.1"}},
+    "server": {
+        "backend": "llamacpp",
+        "managed": True,
+        "flags": {"parallel": 4, "ctx_size": 4096},
+        "props": {"note": "<script>alert(1)</script>"},
+    },
+    "model": {"name": "gemma3-270m", "sha256": "f" * 64, "quantisation": "Q4_K_M"},
+    "pipeline": {"commit": "deadbeef", "dirty": False},
+    "config": {"arms": [1, 2, 4]},
+}
+
+
+@pytest.fixture
+def figure_inputs(tmp_path):
+    path = tmp_path / "figures" / "throughput.png"
+    path.parent.mkdir()
+    path.write_bytes(PNG_BYTES)
+    sources = {
+        "throughput": {
+            "title": "Operator vs user",
+            "file": "throughput.png",
+            "caption": "Points are cells.",
+            "cells": [cell_label(TARGET, "run1", 0, 2)],
+            "raw_sha256": ["c0ffee" * 10 + "beef"],
+        }
+    }
+    return sources, {"throughput": str(path)}
+
+
+def build(figure_inputs, *, verdict=None, deviance=None, fingerprints=None):
+    sources, paths = figure_inputs
+    return report.build_report(
+        make_summary(),
+        make_ratios(),
+        make_deviance() if deviance is None else deviance,
+        make_positions(),
+        verdict or make_verdict(),
+        [FINGERPRINT] if fingerprints is None else fingerprints,
+        sources,
+        paths,
+    )
+
+
+def html_text(page: str) -> str:
+    return re.sub(r"<[^>]+>", " ", page)
+
+
+def test_headline_table_has_the_right_numbers(figure_inputs):
+    md, page = build(figure_inputs)
+    expected_4 = (
+        "| parallel-4 | 10 | 65.3 | 1.39× [1.30×, 1.45×] | 16.4 | −65% [−70%, −60%] | "
+        "0.87 | 2.9× [2.6×, 3.1×] | 35% [31%, 38%] | 1.39× [1.33×, 1.44×] | "
+        "1.00× [0.98×, 1.03×] |"
+    )
+    assert expected_4 in md
+    assert "| parallel-2 | 10 | 51.2 | 1.09× [1.05×, 1.12×] | 22.1 | −53% [−55%, −51%] |" in md
+    assert "| serial-1 | 10 | 47.0 | — | 47.0 | — | 0.30 |" in md
+    for cell in (
+        "parallel-4",
+        "65.3",
+        "1.39× [1.30×, 1.45×]",
+        "−65% [−70%, −60%]",
+        "35% [31%, 38%]",
+    ):
+        assert f"<td>{cell}</td>" in page
+
+
+def test_headline_sentence_reads_like_the_article(figure_inputs):
+    md, page = build(figure_inputs)
+    sentence = (
+        "Four-way concurrency buys the operator 39% more throughput. It costs each user 65% "
+        "of their generation rate and multiplies time to first token by 2.9×."
+    )
+    assert sentence in md
+    assert sentence in page
+    assert md.index(sentence) < md.index("| parallel-4 |")
+
+
+def test_batching_vs_pipelining_reading(figure_inputs):
+    md, _ = build(figure_inputs)
+    assert "At two-way the generation stage delivers 0.94×" in md
+    assert "6% fewer tokens per second" in md
+    assert "9% aggregate gain is therefore pipelining" in md
+    assert "not batching" in md
+    assert "At four-way the generation-side gain is 1.39× and the aggregate gain 1.39×" in md
+    assert "batching is the whole story" in md
+
+
+def test_speedup_interval_including_one_is_flagged():
+    row = {
+        "arm": 2,
+        "speedup": 1.03,
+        "speedup_lo": 0.97,
+        "speedup_hi": 1.08,
+        "user_ratio": 0.5,
+        "ttft_ratio": 1.5,
+    }
+    assert "includes 1×" in report.headline_sentence(row)
+    row.update(speedup=0.9, speedup_lo=0.85, speedup_hi=0.95, user_ratio=1.1, ttft_ratio=0.8)
+    text = report.headline_sentence(row)
+    assert "costs the operator 10% of its throughput" in text
+    assert "gives each user 10% more" in text
+    assert "includes 1×" not in text
+
+
+@pytest.mark.parametrize(
+    "verdict", [make_verdict(refused=True, bias=0.142), {"rotation_threshold": 0.1, "targets": {}}]
+)
+def test_refusal_comes_first_and_table_is_not_a_headline(figure_inputs, verdict):
+    md, page = build(figure_inputs, verdict=verdict)
+    for text in (md, html_text(page)):
+        refusal = text.index("Refused: no headline for embedded")
+        table = text.index("parallel-4")
+        assert refusal < table
+        assert "not a headline" in text.lower()
+        assert text.lower().index("not a headline") < table
+        assert "buys the operator" not in text
+        assert "costs each user" not in text
+        assert "batching is the whole story" not in text
+    assert 'class="refusal"' in page
+    assert 'class="not-headline"' in page
+    if verdict["targets"]:
+        assert "rotation bias 14.2% exceeds the 10% threshold" in md
+        assert "That is above the 10% threshold" in md
+
+
+def test_rotation_section(figure_inputs):
+    md, _ = build(figure_inputs)
+    assert "Rotation bias 3.9% (worst arm parallel-2)" in md
+    assert "within the 10% threshold" in md
+    assert "| parallel-4 | 60.0 (n=2) | 60.5 (n=2) | 61.0 (n=2) | 4.0% |" in md
+
+
+def test_deviant_cells_are_named(figure_inputs):
+    md, page = build(figure_inputs)
+    line = (
+        f"{DEVIANT} generated 233 tokens against a modal 180 (+29%); by the wall clock it was "
+        "13% slower and its throughput 14% higher."
+    )
+    assert line in md
+    assert f"| {DEVIANT} | 233 | 180 | +29% | 3.41 | +13% | 68.3 | +14% |" in md
+    assert f"<td>{DEVIANT}</td>" in page
+    assert "1 cell deviates more than 5%" in md
+    assert "Sources: 1 cell: `embedded/run1/rep1/arm4`" in md
+
+
+def test_no_deviance_sentence(figure_inputs):
+    md, page = build(figure_inputs, deviance=make_deviance(rows=False))
+    assert "No cell deviates more than 5% from its run's modal output." in md
+    assert "No cell deviates more than 5% from its run&#x27;s modal output." in page
+    assert "Deviant cells" not in md
+
+
+def test_html_is_self_contained(figure_inputs):
+    md, page = build(figure_inputs)
+    assert "<link" not in page and "<script" not in page
+    assert 'src="figures/' not in page
+    srcs = re.findall(r'(?:src|href)="([^"]*)"', page)
+    assert srcs, "the figure should be embedded"
+    assert all(s.startswith("data:image/png;base64,") for s in srcs)
+    assert "data:image/png;base64," + base64.b64encode(PNG_BYTES).decode() in page
+    assert "http://" not in page and "https://" not in page
+    # Markdown links the file relatively instead
+    assert "![Operator vs user](figures/throughput.png)" in md
+    assert "data:image" not in md
+
+
+def test_fingerprint_is_flattened_and_escaped(figure_inputs):
+    md, page = build(figure_inputs)
+    for key, value in [
+        ("host.cpu_model", "Synthetic CPU 9000"),
+        ("server.flags.parallel", "4"),
+        ("model.sha256", "f" * 64),
+        ("software.packages.pandas", "3.1.1"),
+        ("config.arms", "1, 2, 4"),
+        ("pipeline.dirty", "False"),
+    ]:
+        assert f"| {key} | {value} |" in md
+        assert f"<td>{key}</td><td>{value}</td>" in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "| server.props.note | &lt;script&gt;alert(1)&lt;/script&gt; |" in md
+    assert "<script" not in md
+
+
+def test_fingerprint_survives_new_keys(figure_inputs):
+    fp = copy.deepcopy(FINGERPRINT)
+    fp["gpu"] = {"devices": [{"name": "Imaginary GPU", "vram_gb": 8}], "driver": None}
+    md, _ = build(figure_inputs, fingerprints=[fp])
+    assert "| gpu.devices[0].name | Imaginary GPU |" in md
+    assert "| gpu.driver | null |" in md
+
+
+def test_every_table_and_figure_is_followed_by_sources(figure_inputs):
+    sources, paths = figure_inputs
+    blocks = report.build_blocks(
+        make_summary(),
+        make_ratios(),
+        make_deviance(),
+        make_positions(),
+        make_verdict(),
+        [FINGERPRINT],
+        sources,
+        paths,
+    )
+    kinds = [type(b).__name__ for b in blocks]
+    assert kinds.count("Table") == 4 and kinds.count("Figure") == 1
+    for i, block in enumerate(blocks):
+        if isinstance(block, (report.Table, report.Figure)):
+            assert isinstance(blocks[i + 1], report.Sources), f"{block} has no sources"
+            assert blocks[i + 1].cells and blocks[i + 1].hashes
+    md, page = report.render_markdown(blocks), report.render_html(blocks)
+    n_sources = kinds.count("Sources")
+    assert md.count("Sources:") == n_sources
+    assert page.count('<details class="sources">') == n_sources
+
+
+def test_sources_name_cells_and_hashes(figure_inputs):
+    md, page = build(figure_inputs)
+    table_end = md.index("| parallel-4 |")
+    summary_sources = md[table_end : md.index("### Rotation bias")]
+    for rep in REPS:
+        assert f"`{cell_label(TARGET, 'run1', rep, 4)}`" in summary_sources
+        assert sha("run1", rep) in summary_sources
+        assert f"<code>{sha('run1', rep)}</code>" in page
+    assert "c0ffee" * 10 + "beef" in md  # the figure's own sources
+
+
+def test_two_targets_get_their_own_sections(figure_inputs):
+    sources, paths = figure_inputs
+    verdict = make_verdict()
+    verdict["targets"]["ollama"] = {
+        **verdict["targets"][TARGET],
+        "refused": True,
+        "reason": "too few positions",
+    }
+    md, _ = report.build_report(
+        make_summary((TARGET, "ollama")),
+        make_ratios((TARGET, "ollama")),
+        make_deviance(),
+        make_positions(),
+        verdict,
+        [FINGERPRINT],
+        sources,
+        paths,
+    )
+    embedded = md[md.index("## Target: embedded") : md.index("## Target: ollama")]
+    ollama = md[md.index("## Target: ollama") : md.index("## Figures")]
+    assert "Four-way concurrency buys the operator" in embedded
+    assert "Refused: no headline for ollama. Reason: too few positions" in ollama
+    assert "buys the operator" not in ollama
+    assert DEVIANT in embedded and DEVIANT not in ollama
+
+
+def test_entry_point_writes_both_files(tmp_path, figure_inputs):
+    sources, paths = figure_inputs
+    res = tmp_path / "results"
+    (res / "analysis").mkdir(parents=True)
+    (res / "checks").mkdir()
+    make_summary().to_csv(res / "analysis/summary.csv", index=False)
+    make_ratios().to_parquet(res / "analysis/ratios.parquet")
+    make_deviance(rows=False).to_csv(res / "checks/deviance.csv", index=False)
+    make_positions().to_csv(res / "checks/positions.csv", index=False)
+    (res / "checks/verdict.json").write_text(json.dumps(make_verdict()))
+    (res / "figures.json").write_text(json.dumps(sources))
+    (res / "fp.json").write_text(json.dumps(FINGERPRINT))
+    snakemake = SimpleNamespace(
+        input=SimpleNamespace(
+            summary=str(res / "analysis/summary.csv"),
+            ratios=str(res / "analysis/ratios.parquet"),
+            deviance=str(res / "checks/deviance.csv"),
+            positions=str(res / "checks/positions.csv"),
+            verdict=str(res / "checks/verdict.json"),
+            sources=str(res / "figures.json"),
+            figures=[paths["throughput"]],
+            fingerprints=[str(res / "fp.json")],
+        ),
+        output=SimpleNamespace(md=str(res / "report.md"), html=str(res / "report.html")),
+    )
+    runpy.run_path(str(SCRIPTS / "report.py"))["main"](snakemake)
+    md = (res / "report.md").read_text()
+    page = (res / "report.html").read_text()
+    # figures live in tmp_path/figures, the report in tmp_path/results
+    assert "](../figures/throughput.png)" in md
+    assert base64.b64encode(PNG_BYTES).decode() in page
+    assert "Four-way concurrency buys the operator 39% more throughput." in page
