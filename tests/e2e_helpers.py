@@ -1,0 +1,64 @@
+"""Run the real pipeline in a throw-away copy of this repository."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def copy_repo(dest: Path) -> Path:
+    """Copy what git would ship (tracked and new, not ignored files): no results, no .venv."""
+    files = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        capture_output=True, check=True,
+    ).stdout.decode().split("\0")  # fmt: skip
+    for rel in filter(None, files):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+def snakemake(workdir: Path, *args: str, cache: Path, timeout: float = 900
+              ) -> subprocess.CompletedProcess:
+    """Run snakemake in ``workdir``; ``cache`` holds the model, so its path marks our servers."""
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args]
+    env = os.environ | {"PYTHONUNBUFFERED": "1", "SLOTBENCH_CACHE": str(cache)}
+    return subprocess.run(
+        cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+def jobs_run(proc: subprocess.CompletedProcess) -> list[str]:
+    """Names of the rules Snakemake executed, from its log lines ("localrule rep:")."""
+    out = proc.stdout + proc.stderr
+    return [line.split()[1].rstrip(":") for line in out.splitlines()
+            if line.startswith(("localrule ", "rule ")) and line.rstrip().endswith(":")]
+
+
+def file_states(paths: list[Path]) -> dict[str, tuple[str, int]]:
+    return {
+        str(p): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns) for p in paths
+    }
+
+
+def llama_servers_under(cache_marker: str) -> list[int]:
+    """PIDs of llama-server processes whose command line mentions ``cache_marker``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "llama-server" in cmdline and cache_marker in cmdline:
+            pids.append(int(proc.name))
+    return pids

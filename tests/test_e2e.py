@@ -1,0 +1,166 @@
+"""End to end: the real pipeline, on the real embedded llama-server, with config/smoke.yaml.
+
+These tests send real requests to a real llama-server running Gemma 3 270M; nothing is mocked.
+They share one smoke run (module fixture) and then probe reruns on top of it.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from e2e_helpers import copy_repo, file_states, jobs_run, llama_servers_under, snakemake
+
+pytestmark = pytest.mark.e2e
+
+SMOKE = ["--configfile", "config/smoke.yaml"]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("slotbench-cache")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, cache):
+    work = copy_repo(tmp_path_factory.mktemp("smoke"))
+    started = time.monotonic()
+    proc = snakemake(work, *SMOKE, cache=cache)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return work, proc, elapsed
+
+
+def test_smoke_run_produces_every_output_quickly(smoke, cache):
+    work, proc, elapsed = smoke
+    for rel in ["results/report.md", "results/report.html", "results/cells.parquet",
+                "results/requests.parquet", "results/checks/verdict.json",
+                "results/analysis/summary.csv", "results/fingerprint/embedded/run1.json",
+                "results/raw/embedded/run1/rep1.json", "results/raw/embedded/run1/rep2.json"]:
+        assert (work / rel).stat().st_size > 0, rel
+    assert elapsed < 180, f"smoke run took {elapsed:.0f} s, the budget is 3 minutes"
+    assert llama_servers_under(str(cache)) == [], "a managed llama-server outlived the run"
+
+
+def test_smoke_numbers_are_sane(smoke):
+    work, _, _ = smoke
+    cells = pd.read_parquet(work / "results/cells.parquet")
+    requests = pd.read_parquet(work / "results/requests.parquet")
+    assert len(cells) == 2 * 3 and len(requests) == 2 * 3 * 4
+    assert (cells["agg_tps"] > 0).all() and (cells["user_tps"] > 0).all()
+    assert (requests["output_tokens"] > 0).all() and (requests["output_tokens"] <= 32).all()
+    # every prompt has the same token length, by the server's own count (method rule 2)
+    assert requests["prompt_tokens"].nunique() == 1
+    assert (requests["cache_n"] == 0).all(), "a measured request reused cached prompt tokens"
+    by_arm = cells.groupby("arm")[["agg_tps", "ttft_s"]].median()
+    assert by_arm.loc[4, "agg_tps"] > by_arm.loc[1, "agg_tps"], by_arm
+    assert by_arm.loc[4, "ttft_s"] > by_arm.loc[1, "ttft_s"], by_arm
+    # the rotation put every arm in a different position in the two reps
+    assert cells.groupby("arm")["position"].nunique().eq(2).all()
+
+
+def test_report_shows_headline_verdict_deviance_and_fingerprint(smoke):
+    work, _, _ = smoke
+    md = (work / "results/report.md").read_text()
+    html = (work / "results/report.html").read_text()
+    for needle in ["parallel-4", "serial-1", "otation", "eviance", "11434.0.0"]:
+        assert needle in md, needle
+        assert needle in html, needle
+    sha = json.loads((work / "results/checks/verdict.json").read_text())
+    assert "embedded" in sha["targets"]
+    raw_hash = pd.read_parquet(work / "results/cells.parquet")["raw_sha256"].iloc[0]
+    assert raw_hash in md and raw_hash in html
+
+
+def test_second_run_does_nothing(smoke, cache):
+    work, _, _ = smoke
+    proc = snakemake(work, *SMOKE, cache=cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert jobs_run(proc) == [], jobs_run(proc)
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+
+
+def test_threshold_change_reruns_only_checks_and_report(smoke, cache):
+    work, _, _ = smoke
+    raws = sorted((work / "results/raw").rglob("*.json"))
+    before = file_states(raws)
+    report_before = (work / "results/report.md").read_text()
+    override = work / "threshold.yaml"
+    override.write_text(yaml.safe_dump({"checks": {"rotation_threshold": 0.0001}}))
+    proc = snakemake(work, *SMOKE, str(override), cache=cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ran = set(jobs_run(proc))
+    assert ran <= {"checks", "analyse", "report", "all"}, ran
+    assert {"checks", "report"} <= ran, ran
+    assert file_states(raws) == before, "a raw rep file was touched"
+    assert not ran & {"rep", "plan", "fingerprint"}, "a request was sent"
+    report_after = (work / "results/report.md").read_text()
+    assert report_after != report_before
+    assert "not a headline" in report_after.lower()  # a 0.01% threshold must refuse
+
+
+def test_bad_config_fails_before_any_request(tmp_path, cache):
+    work = copy_repo(tmp_path / "bad")
+    bad = work / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"reps": 0, "arms": [2, 4]}))
+    proc = snakemake(work, *SMOKE, str(bad), cache=cache)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "`reps`" in out and "`arms`" in out, out[-2000:]
+    assert "Traceback" not in out, out[-2000:]
+    assert not (work / "results/raw").exists()
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cache):
+    work = copy_repo(tmp_path / "kill")
+    config = work / "kill.yaml"
+    config.write_text(yaml.safe_dump({"reps": 3, "num_predict": 48}))
+    args = [*SMOKE, str(config)]
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args]
+    env = {**__import__("os").environ, "SLOTBENCH_CACHE": str(cache)}
+    proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    rep1 = work / "results/raw/embedded/run1/rep1.json"
+    rep2_log = work / "results/logs/rep/embedded/run1/rep2.log"
+    try:
+        _wait_for(rep1.exists, 240, "rep 1 to finish")
+        _wait_for(lambda: rep2_log.exists() and "position 0" in rep2_log.read_text(), 120,
+                  "rep 2 to finish its first cell")
+        pids = _wait_for(lambda: llama_servers_under(str(cache)), 10, "the rep 2 server")
+        for pid in pids:
+            __import__("os").kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0
+    assert "target embedded, run run1, rep 2, arm" in out, out[-3000:]
+    assert "request" in out
+    assert not (work / "results/raw/embedded/run1/rep2.json").exists()
+    assert not list((work / "results/raw/embedded/run1").glob(".*tmp")), "a partial raw file"
+    assert llama_servers_under(str(cache)) == []
+    kept = file_states([rep1])
+
+    again = snakemake(work, *args, cache=cache)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert file_states([rep1]) == kept, "a completed rep was redone"
+    assert jobs_run(again).count("rep") == 2  # rep 2 (failed) and rep 3 (never started)
+    assert (work / "results/raw/embedded/run1/rep3.json").exists()
