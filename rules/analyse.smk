@@ -5,11 +5,13 @@ rule analyse:
     output:
         ratios="results/analysis/ratios.parquet",
         summary="results/analysis/summary.csv",
+    log:
+        "results/logs/analyse.log",
+    conda:
+        "../envs/analyse.yaml"
     params:
         n_boot=CFG["analysis"]["bootstrap"],
         ci=CFG["analysis"]["ci"],
         seed=CFG["seed"],
-    log:
-        "results/logs/analyse.log",
     script:
         "../scripts/analyse.py"

@@ -6,10 +6,12 @@ rule checks:
         deviance="results/checks/deviance.csv",
         positions="results/checks/positions.csv",
         verdict="results/checks/verdict.json",
+    log:
+        "results/logs/checks.log",
+    conda:
+        "../envs/analyse.yaml"
     params:
         rotation_threshold=CFG["checks"]["rotation_threshold"],
         deviance_threshold=CFG["checks"]["deviance_threshold"],
-    log:
-        "results/logs/checks.log",
     script:
         "../scripts/checks.py"

@@ -7,5 +7,7 @@ rule consolidate:
         cells="results/cells.parquet",
     log:
         "results/logs/consolidate.log",
+    conda:
+        "../envs/analyse.yaml"
     script:
         "../scripts/consolidate.py"

@@ -11,5 +11,7 @@ rule figures:
         sources="results/figures/sources.json",
     log:
         "results/logs/figures.log",
+    conda:
+        "../envs/report.yaml"
     script:
         "../scripts/figures.py"

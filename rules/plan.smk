@@ -2,6 +2,13 @@ rule plan:
     """Rotated arm order per rep and equal-token-length prompts, deterministic from the seed."""
     output:
         "results/plan/{target}/{run}.json",
+    log:
+        progress="results/logs/plan/{target}/{run}.log",
+        server="results/logs/plan/{target}/{run}.server.log",
+    conda:
+        "../envs/measure.yaml"
+    resources:
+        llm_server=1,
     params:
         target=target_cfg,
         arms=CFG["arms"],
@@ -9,10 +16,5 @@ rule plan:
         requests_per_cell=CFG["requests_per_cell"],
         seed=CFG["seed"],
         prompt=CFG["prompt"],
-    log:
-        progress="results/logs/plan/{target}/{run}.log",
-        server="results/logs/plan/{target}/{run}.server.log",
-    resources:
-        llm_server=1,
     script:
         "../scripts/plan.py"

@@ -4,13 +4,15 @@ rule rep:
         plan="results/plan/{target}/{run}.json",
     output:
         raw="results/raw/{target}/{run}/rep{rep}.json",
-    params:
-        target=target_cfg,
-        settings=sbconfig.measurement_settings(CFG),
     log:
         progress="results/logs/rep/{target}/{run}/rep{rep}.log",
         server="results/logs/rep/{target}/{run}/rep{rep}.server.log",
+    conda:
+        "../envs/measure.yaml"
     resources:
         llm_server=1,
+    params:
+        target=target_cfg,
+        settings=sbconfig.measurement_settings(CFG),
     script:
         "../scripts/rep.py"

@@ -14,5 +14,7 @@ rule report:
         html="results/report.html",
     log:
         "results/logs/report.log",
+    conda:
+        "../envs/report.yaml"
     script:
         "../scripts/report.py"
