@@ -123,61 +123,60 @@ def _targets(df: pd.DataFrame) -> list[str]:
     return sorted(df["target"].dropna().unique().tolist()) if not df.empty else []
 
 
-def plot_throughput(cells: pd.DataFrame, path: Path) -> None:
-    targets = _targets(cells)
+def _strips(ax, frame, arms, series, colours, spacing, rng) -> None:
+    """Several metrics side by side per arm, centred on the arm's tick."""
+    centre = (len(series) - 1) / 2
+    for k, ((col, label, marker), colour) in enumerate(zip(series, colours)):
+        _strip_with_median(
+            ax, frame, col, arms, offset=(k - centre) * spacing, colour=colour, label=label,
+            marker=marker, rng=rng,
+        )  # fmt: skip
+
+
+def _per_target(df: pd.DataFrame, path: Path, empty_what: str, draw) -> None:
+    """One panel per target; ``draw(ax, frame, arms)`` fills a panel with that target's rows."""
+    targets = _targets(df)
     fig, axes = _facets(targets)
-    series = [("agg_tps", "operator (aggregate)", "o", 0), ("user_tps", "per user", "s", 3)]
-    colours = sns.color_palette("dark", 4)
-    rng = np.random.default_rng(0)
     for ax, target in zip(axes, targets or [None]):
         if target is None:
-            _no_data(ax, "cells")
+            _no_data(ax, empty_what)
             continue
-        frame = cells[cells["target"] == target]
-        arms = sorted(frame["arm"].astype(int).unique())
-        for k, (col, label, marker, colour_idx) in enumerate(series):
-            _strip_with_median(
-                ax,
-                frame,
-                col,
-                arms,
-                offset=(k - 0.5) * 0.25,
-                colour=colours[colour_idx],
-                label=label,
-                marker=marker,
-                rng=rng,
-            )
+        frame = df[df["target"] == target]
+        draw(ax, frame, sorted(frame["arm"].astype(int).unique()))
         ax.set_title(target)
+    _save(fig, path)
+
+
+def plot_throughput(cells: pd.DataFrame, path: Path) -> None:
+    series = [("agg_tps", "operator (aggregate)", "o"), ("user_tps", "per user", "s")]
+    colours = sns.color_palette("dark", 4)
+    rng = np.random.default_rng(0)
+
+    def draw(ax, frame, arms):
+        _strips(ax, frame, arms, series, [colours[0], colours[3]], 0.25, rng)
         ax.set_ylabel("tokens / s")
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8, loc="best")
-    _save(fig, path)
+
+    _per_target(cells, path, "cells", draw)
 
 
 def plot_ttft(cells: pd.DataFrame, path: Path) -> None:
-    targets = _targets(cells)
-    fig, axes = _facets(targets)
     rng = np.random.default_rng(1)
     colour = sns.color_palette("dark", 4)[1]
-    for ax, target in zip(axes, targets or [None]):
-        if target is None:
-            _no_data(ax, "cells")
-            continue
-        frame = cells[cells["target"] == target]
-        arms = sorted(frame["arm"].astype(int).unique())
+
+    def draw(ax, frame, arms):
         _strip_with_median(
             ax, frame, "ttft_s", arms, offset=0.0, colour=colour, label="median TTFT", rng=rng
         )
-        ax.set_title(target)
         ax.set_ylabel("time to first token (s)")
         ax.set_ylim(bottom=0)
-    _save(fig, path)
+
+    _per_target(cells, path, "cells", draw)
 
 
 def plot_decomposition(ratios: pd.DataFrame, path: Path) -> None:
     parallel = ratios[ratios["arm"] > 1] if not ratios.empty else ratios
-    targets = _targets(parallel)
-    fig, axes = _facets(targets)
     series = [
         ("speedup", "speedup (aggregate)", "o"),
         ("gen_gain", "gen_gain (batching)", "s"),
@@ -185,57 +184,32 @@ def plot_decomposition(ratios: pd.DataFrame, path: Path) -> None:
     ]
     colours = sns.color_palette("colorblind", 3)
     rng = np.random.default_rng(2)
-    for ax, target in zip(axes, targets or [None]):
-        if target is None:
-            _no_data(ax, "parallel arms")
-            continue
-        frame = parallel[parallel["target"] == target]
-        arms = sorted(frame["arm"].astype(int).unique())
-        for k, (col, label, marker) in enumerate(series):
-            _strip_with_median(
-                ax,
-                frame,
-                col,
-                arms,
-                offset=(k - 1) * 0.22,
-                colour=colours[k],
-                label=label,
-                marker=marker,
-                rng=rng,
-            )
+
+    def draw(ax, frame, arms):
+        _strips(ax, frame, arms, series, colours, 0.22, rng)
         ax.axhline(1.0, color="0.3", linestyle="--", linewidth=1)
-        ax.set_title(target)
         ax.set_ylabel("ratio vs serial-1 (same rep)")
         ax.legend(fontsize=8, loc="best")
-    _save(fig, path)
+
+    _per_target(parallel, path, "parallel arms", draw)
 
 
 def plot_positions(cells: pd.DataFrame, path: Path) -> None:
     medians = position_medians(cells) if not cells.empty else pd.DataFrame()
-    targets = _targets(medians)
     palette = arm_palette(medians["arm"]) if not medians.empty else {}
-    fig, axes = _facets(targets)
-    for ax, target in zip(axes, targets or [None]):
-        if target is None:
-            _no_data(ax, "cells")
-            continue
-        frame = medians[medians["target"] == target]
+
+    def draw(ax, frame, arms):
         for arm, grp in frame.groupby("arm", sort=True):
             grp = grp.sort_values("position")
-            ax.plot(
-                grp["position"],
-                grp["median_agg_tps"],
-                marker="o",
-                color=palette[int(arm)],
-                label=arm_name(arm),
-            )
+            ax.plot(grp["position"], grp["median_agg_tps"], marker="o",
+                    color=palette[int(arm)], label=arm_name(arm))  # fmt: skip
         ax.set_xticks(sorted(frame["position"].unique()))
         ax.set_xlabel("position in rep order")
         ax.set_ylabel("median aggregate tok/s")
-        ax.set_title(target)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8, loc="best")
-    _save(fig, path)
+
+    _per_target(medians, path, "cells", draw)
 
 
 def _elapsed(seconds: pd.Series) -> tuple[pd.Series, str]:
@@ -249,36 +223,23 @@ def _elapsed(seconds: pd.Series) -> tuple[pd.Series, str]:
 
 
 def plot_timeline(cells: pd.DataFrame, path: Path) -> None:
-    targets = _targets(cells)
     palette = arm_palette(cells["arm"]) if not cells.empty else {}
     names = {arm_name(a): c for a, c in palette.items()}
-    fig, axes = _facets(targets)
-    for ax, target in zip(axes, targets or [None]):
-        if target is None:
-            _no_data(ax, "cells")
-            continue
-        frame = cells[cells["target"] == target].copy()
+
+    def draw(ax, frame, arms):
+        frame = frame.copy()
         elapsed, unit = _elapsed(frame["t_start_unix"] - frame["t_start_unix"].min())
         frame["elapsed"] = elapsed
-        hue_order = [arm_name(a) for a in sorted(frame["arm"].astype(int).unique())]
         frame["arm"] = frame["arm"].map(arm_name)  # legend reads "arm", values serial-1 …
-        sns.scatterplot(
-            data=frame,
-            x="elapsed",
-            y="agg_tps",
-            hue="arm",
-            hue_order=hue_order,
-            palette=names,
-            style="run",
-            ax=ax,
-            s=28,
-        )
+        sns.scatterplot(data=frame, x="elapsed", y="agg_tps", hue="arm",
+                        hue_order=[arm_name(a) for a in arms], palette=names, style="run",
+                        ax=ax, s=28)  # fmt: skip
         ax.set_xlabel(f"time since first cell ({unit})")
         ax.set_ylabel("aggregate tok/s")
-        ax.set_title(target)
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=7, loc="best")
-    _save(fig, path)
+
+    _per_target(cells, path, "cells", draw)
 
 
 PLOTTERS = {
