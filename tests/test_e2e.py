@@ -88,6 +88,17 @@ def test_second_run_does_nothing(smoke, cache):
     assert "Nothing to be done" in proc.stdout + proc.stderr
 
 
+def test_a_fresh_checkout_reruns_nothing(smoke, cache):
+    """New mtimes on every code and config file (as a re-checkout gives) must not redo reps."""
+    work, _, _ = smoke
+    for path in [work / "Snakefile", *work.glob("rules/*"), *work.glob("scripts/**/*.py"),
+                 *work.glob("config/*")]:
+        path.touch()
+    proc = snakemake(work, *SMOKE, "--dry-run", cache=cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-3000:]
+
+
 def test_threshold_change_reruns_only_checks_and_report(smoke, cache):
     work, _, _ = smoke
     raws = sorted((work / "results/raw").rglob("*.json"))
