@@ -17,7 +17,7 @@ def main(sm) -> None:
                 plan = make_plan(
                     target, run, list(p.arms), p.reps, p.requests_per_cell, p.seed,
                     p.prompt["template"], p.prompt["nonce_digits"],
-                    count_tokens=conn.backend.count_tokens,
+                    count_tokens=conn.backend.tokenizer(),
                 )
         except (ServerError, BackendError) as exc:
             fail(f"target {target}, run {run}, plan: {exc}", log)

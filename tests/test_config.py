@@ -60,3 +60,29 @@ def test_smoke_config_is_small():
     smoke = yaml.safe_load((REPO_CONFIG.parent / "smoke.yaml").read_text())
     cfg = resolve(base() | smoke)
     assert cfg["runs"] == 1 and cfg["reps"] == 2 and cfg["num_predict"] <= 64
+
+
+def test_key_order_does_not_change_the_resolved_target():
+    a = {"targets": [{"name": "x", "backend": "llamacpp", "managed": True,
+                      "server": {"threads": 2, "parallel": 4}}]}
+    b = {"targets": [{"server": {"parallel": 4, "threads": 2}, "managed": True,
+                      "backend": "llamacpp", "name": "x"}]}
+    assert repr(resolve(a)["targets"]) == repr(resolve(b)["targets"])
+
+
+def test_backend_specific_defaults_and_refusals():
+    ollama = resolve({"targets": [{"name": "o", "backend": "ollama", "managed": True,
+                                   "model": "gemma3:270m"}]})["targets"][0]
+    assert ollama["num_ctx"] == 4096 and ollama["server"]["kv_cache_type"] == "f16"
+    assert "threads" not in ollama["server"]
+    external = resolve({"targets": [{"name": "o", "backend": "ollama",
+                                     "url": "http://127.0.0.1:11434"}]})["targets"][0]
+    assert "server" not in external
+    for bad, key in [
+        ({"backend": "ollama", "url": "http://h", "ignore_eos": True}, "ignore_eos"),
+        ({"backend": "llamacpp", "url": "http://h", "num_ctx": 2048}, "num_ctx"),
+        ({"backend": "openai", "managed": True}, "managed"),
+        ({"backend": "ollama", "url": "http://h", "server": {"parallel": 2}}, "server"),
+    ]:
+        with pytest.raises(ConfigError, match=f"targets\\[0\\].{key}"):
+            resolve({"targets": [{"name": "t", **bad}]})

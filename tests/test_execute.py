@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from slotbench.backends import BackendError, RequestRecord
+from slotbench.backends import Backend, BackendError, RequestRecord
 from slotbench.consolidate import consolidate
 from slotbench.execute import RepError, run_rep
 from slotbench.plan import make_plan
@@ -15,10 +15,11 @@ SETTINGS = {"arms": [1, 2, 4], "requests_per_cell": 4, "num_predict": 5, "temper
             "warmup_predict": 2, "request_timeout_s": 5}
 
 
-class CountingBackend:
+class CountingBackend(Backend):
     """Records how many requests are in flight; every request 'generates' num_predict tokens."""
 
     def __init__(self, fail_on=None):
+        super().__init__("http://127.0.0.1:9")
         self.lock = threading.Lock()
         self.in_flight = 0
         self.peaks = []

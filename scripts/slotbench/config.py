@@ -63,6 +63,34 @@ def _describe(error: jsonschema.ValidationError) -> str:
     return f"config key `{key}`: {msg}" + (f" ({hint})" if hint else "")
 
 
+# Defaults that only make sense for one backend, so that a target records only what applies to it.
+BACKEND_DEFAULTS = {
+    "llamacpp": {"managed_server": {"threads": 2}},
+    "ollama": {
+        "target": {"num_ctx": 4096, "keep_alive": "30m"},
+        "managed_server": {"flash_attention": False, "kv_cache_type": "f16", "keep_alive": "30m"},
+    },
+    "openai": {"target": {"endpoint": "completions"}},
+}
+SERVER_DEFAULTS = {"parallel": 4, "ctx_size": 4096, "startup_timeout_s": 120}
+# Keys a backend does not understand: a clear error beats a silently ignored setting.
+BACKEND_ONLY = {
+    "num_ctx": {"ollama"}, "keep_alive": {"ollama"}, "ollama_env": {"ollama"},
+    "ignore_eos": {"llamacpp", "openai"}, "api_key_env": {"openai"}, "endpoint": {"openai"},
+}  # fmt: skip
+SERVER_ONLY = {"threads": {"llamacpp"}, "flash_attention": {"ollama"},
+               "kv_cache_type": {"ollama"}, "keep_alive": {"ollama"}}  # fmt: skip
+MANAGEABLE = {"llamacpp", "ollama"}
+
+
+def _apply_backend_defaults(target: dict) -> dict:
+    defaults = BACKEND_DEFAULTS.get(target.get("backend"), {})
+    out = defaults.get("target", {}) | target
+    if out.get("managed"):
+        out["server"] = SERVER_DEFAULTS | defaults.get("managed_server", {}) | out.get("server", {})
+    return out
+
+
 def resolve(config: dict, schema: dict | None = None) -> dict:
     """Fill defaults, validate, and apply the rules a schema cannot express.
 
@@ -70,6 +98,10 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
     """
     schema = schema if schema is not None else load_schema()
     cfg = _fill_defaults(copy.deepcopy(dict(config)), schema)
+    if isinstance(cfg.get("targets"), list):
+        cfg["targets"] = [
+            _apply_backend_defaults(t) if isinstance(t, dict) else t for t in cfg["targets"]
+        ]
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path)))
     problems = [_describe(e) for e in errors]
@@ -81,7 +113,16 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
             + "\n  - ".join(problems)
         )
     cfg["arms"] = sorted(cfg["arms"])
+    cfg["targets"] = [_canonical(t) for t in cfg["targets"]]
     return cfg
+
+
+def _canonical(value):
+    """Sorted keys all the way down: Snakemake compares params by repr, so key order in a YAML
+    file must not look like a change and rerun measurement."""
+    if isinstance(value, dict):
+        return {k: _canonical(value[k]) for k in sorted(value)}
+    return value
 
 
 def _semantic_problems(cfg: dict) -> list[str]:
@@ -99,6 +140,31 @@ def _semantic_problems(cfg: dict) -> list[str]:
             problems.append(
                 f"config key `targets[{i}].url`: target {target['name']!r} is managed (the "
                 "pipeline starts the server on a free port); drop url or set managed: false"
+            )
+    for i, target in enumerate(cfg["targets"]):
+        backend = target["backend"]
+        for key, allowed in BACKEND_ONLY.items():
+            if key in target and backend not in allowed:
+                problems.append(
+                    f"config key `targets[{i}].{key}`: applies only to backend "
+                    f"{' or '.join(sorted(allowed))}, not {backend}"
+                    + ("; Ollama does not honour ignore_eos" if key == "ignore_eos" else "")
+                )
+        for key, allowed in SERVER_ONLY.items():
+            if key in target.get("server", {}) and backend not in allowed:
+                problems.append(
+                    f"config key `targets[{i}].server.{key}`: applies only to a managed "
+                    f"{' or '.join(sorted(allowed))} server, not {backend}"
+                )
+        if target["managed"] and backend not in MANAGEABLE:
+            problems.append(
+                f"config key `targets[{i}].managed`: the pipeline can manage llamacpp and ollama "
+                f"servers, not {backend}; set managed: false and give the url"
+            )
+        if "server" in target and not target["managed"]:
+            problems.append(
+                f"config key `targets[{i}].server`: server settings apply only to a managed "
+                "server; an external server keeps its own (state Ollama's in ollama_env)"
             )
     biggest = max(cfg["arms"])
     if cfg["requests_per_cell"] < biggest:

@@ -46,7 +46,7 @@ def _failure(ctx: dict, arm, position, request, exc: BaseException, conn: Connec
         where += ", warm-up"
     else:
         where += f", arm {arm} (position {position})"
-    where += f", request {request}"
+    where += f", request {request}" if request is not None else " (model load)"
     msg = f"{where}: {exc}"
     if conn.server is not None and not conn.server.alive():
         msg += f"\nThe managed llama-server is no longer running; last lines of its log:\n"
@@ -67,6 +67,10 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
 
     warm = plan["warmup"]
     t0 = time.monotonic()
+    try:
+        conn.backend.load()
+    except Exception as exc:  # noqa: BLE001 - any failure here fails the rep, named
+        raise _failure(ctx, None, None, None, exc, conn) from exc
     results = _send_all(conn, warm, len(warm), settings["warmup_predict"], settings["temperature"])
     if isinstance(results[0], tuple):
         i, exc = results[0]

@@ -23,6 +23,9 @@ class RequestRecord:
     done_reason: str | None = None
     server: dict = field(default_factory=dict)
     chunks: int = 0
+    # "server" when gen_s/output_tokens come from the server's own timings, "client" when they
+    # were derived from token arrival times on this side (e.g. an OpenAI server without timings)
+    timing_source: str = "server"
 
     def to_raw(self, origin: float) -> dict:
         """Times relative to ``origin`` (the rep's start), as stored in raw files."""
@@ -46,8 +49,19 @@ class Backend:
     def generate(self, prompt: str, num_predict: int, temperature: float, seed: int) -> RequestRecord:
         raise NotImplementedError
 
-    def count_tokens(self, text: str) -> int:
-        raise NotImplementedError
+    def tokenizer(self):
+        """A callable text → token count, or None when the server cannot tokenize.
+
+        Without one the plan cannot equalise prompt lengths up front; the checks still verify
+        equality from the server-reported prompt token counts.
+        """
+        return None
+
+    def load(self) -> None:
+        """Bring the model into memory with the measured requests' load-time options.
+
+        Called before the warm-up generations; a no-op where the server has nothing to load.
+        """
 
     def describe(self) -> dict:
         """Server facts for the fingerprint (version, settings, slots)."""

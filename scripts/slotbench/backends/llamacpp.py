@@ -44,6 +44,9 @@ class LlamaCppBackend(Backend):
             raise BackendError(f"GET {path}: HTTP {resp.status_code}: {_error_text(resp)}")
         return resp.json()
 
+    def tokenizer(self):
+        return self.count_tokens
+
     def count_tokens(self, text: str) -> int:
         try:
             resp = self.session.post(
