@@ -44,6 +44,16 @@ REQUESTS_SCHEMA = pa.schema(
         pa.field("predicted_ms", pa.float64()),
         pa.field("cache_n", pa.int64()),
         pa.field("stop_type", pa.string()),
+        # Ollama final-chunk fields, nanoseconds as sent (null when Ollama omitted a zero)
+        pa.field("eval_count", pa.int64()),
+        pa.field("eval_duration_ns", pa.int64()),
+        pa.field("prompt_eval_count", pa.int64()),
+        pa.field("prompt_eval_duration_ns", pa.int64()),
+        pa.field("load_duration_ns", pa.int64()),
+        pa.field("total_duration_ns", pa.int64()),
+        # OpenAI-compatible servers
+        pa.field("finish_reason", pa.string()),
+        pa.field("timing_source", pa.string()),
         pa.field("raw_file", pa.string()),
     ]
 )
@@ -67,7 +77,11 @@ CELLS_SCHEMA = pa.schema(
     ]
 )
 
-SERVER_FIELDS = ["prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "stop_type"]
+SERVER_FIELDS = [
+    "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "stop_type",
+    "eval_count", "eval_duration_ns", "prompt_eval_count", "prompt_eval_duration_ns",
+    "load_duration_ns", "total_duration_ns", "finish_reason",
+]  # fmt: skip
 
 
 class RawFileError(ValueError):
@@ -88,6 +102,7 @@ def request_rows(raw: dict, raw_file: str) -> list[dict]:
                     "t_first_s": req.get("t_first_s"), "t_done_s": req.get("t_done_s"),
                     "gen_s": req.get("gen_s"), "done_reason": req.get("done_reason"),
                     **{k: server.get(k) for k in SERVER_FIELDS},
+                    "timing_source": req.get("timing_source", "server"),
                     "raw_file": raw_file,
                 }
             )  # fmt: skip
