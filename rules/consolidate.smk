@@ -5,6 +5,7 @@ rule consolidate:
     output:
         requests="results/requests.parquet",
         cells="results/cells.parquet",
+        servers="results/servers.json",
     log:
         "results/logs/consolidate.log",
     conda:

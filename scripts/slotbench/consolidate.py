@@ -164,6 +164,16 @@ def consolidate(raw_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
     )
 
 
+def server_states(raw_paths: list[str]) -> list[dict]:
+    """What each rep saw of its server when it finished (e.g. Ollama's /api/ps after the rep)."""
+    states = []
+    for path in raw_paths:
+        raw = read_json(path)
+        states.append({"target": raw["target"], "run": raw["run"], "rep": raw["rep"],
+                       "raw_file": str(path), "server": raw.get("server", {})})  # fmt: skip
+    return sorted(states, key=lambda s: (s["target"], s["run"], s["rep"]))
+
+
 def write_table(df: pd.DataFrame, schema: pa.Schema, path: str | Path, kind: str) -> None:
     meta = {b"slotbench.schema_version": SCHEMA_VERSION.encode(), b"slotbench.table": kind.encode()}
     table = pa.Table.from_pandas(df, schema=schema.with_metadata(meta), preserve_index=False)

@@ -72,12 +72,11 @@ def pipeline_version(repo: Path = REPO) -> dict:
 
 
 def model_facts(conn, server: dict) -> dict:
-    """Model file, SHA-256 and quantisation (as the server reports it)."""
-    props = server.get("props", {})
-    facts = {"name": conn.target.get("model"), "quantisation": props.get("model_ftype")}
-    if conn.server is None:
-        return facts | {"file": props.get("model_path")}
-    path = conn.server.model_path
+    """Model name, quantisation and the backend's own facts; file and SHA-256 when managed."""
+    facts = {"name": conn.target.get("model")} | conn.backend.model_facts(server)
+    path = getattr(conn.server, "model_path", None)
+    if path is None:
+        return facts
     digest = sha256_file(path)
     if digest != conn.server.model_sha256:
         raise RuntimeError(

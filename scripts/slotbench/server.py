@@ -172,6 +172,11 @@ class ManagedServer:
             f"llama-server did not report healthy within {timeout_s:.0f} s; see {self.log_path}"
         )
 
+    def describe(self) -> dict:
+        """What was started: build, flags and command line (without the machine's paths)."""
+        flags = {k: self.settings[k] for k in ("parallel", "ctx_size", "threads")}
+        return server_build() | {"flags": flags, "command": self.command[1:]}
+
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 

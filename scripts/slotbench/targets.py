@@ -11,6 +11,9 @@ from typing import Iterator
 from .backends import Backend, make_backend
 from .server import ManagedServer
 
+# backend → the class that starts and stops a managed server of that kind
+MANAGED = {"llamacpp": ManagedServer}
+
 
 @dataclass
 class Connection:
@@ -22,17 +25,10 @@ class Connection:
         """Server facts for the fingerprint and raw files."""
         info = {"backend": self.target["backend"], "managed": self.target["managed"]}
         if self.server is not None:
-            from .server import server_build
-
-            info |= server_build()
-            info["flags"] = {
-                k: self.target["server"][k] for k in ("parallel", "ctx_size", "threads")
-            }
-            info["command"] = self.server.command[1:]  # the binary path is machine-specific
+            info |= self.server.describe()
         else:
             info["url"] = self.target["url"]
-        info |= self.backend.describe()
-        return info
+        return info | self.backend.describe()
 
 
 def _sigterm_as_exit(signum, frame):  # so that `finally` stops the server on SIGTERM too
@@ -44,7 +40,7 @@ def connect(target: dict, log_path: str | Path, timeout_s: float) -> Iterator[Co
     previous = signal.signal(signal.SIGTERM, _sigterm_as_exit)
     try:
         if target["managed"]:
-            with ManagedServer(target["server"], log_path) as server:
+            with MANAGED[target["backend"]](target["server"], log_path) as server:
                 yield Connection(target, make_backend(target, server.url, timeout_s), server)
         else:
             yield Connection(target, make_backend(target, target["url"], timeout_s), None)

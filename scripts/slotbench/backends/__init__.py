@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
-from .base import Backend, BackendError, RequestRecord
-from .llamacpp import LlamaCppBackend
+from importlib import import_module
 
-BACKENDS = {"llamacpp": LlamaCppBackend}
+from .base import Backend, BackendError, RequestRecord
+
+# backend name → (module, class); imported on use so one backend's needs never block another
+BACKENDS = {
+    "llamacpp": ("llamacpp", "LlamaCppBackend"),
+    "ollama": ("ollama", "OllamaBackend"),
+    "openai": ("openai", "OpenAIBackend"),
+}
 
 
 def make_backend(target: dict, base_url: str, timeout_s: float) -> Backend:
-    return BACKENDS[target["backend"]](base_url, model=target.get("model"), timeout_s=timeout_s)
+    module, cls = BACKENDS[target["backend"]]
+    backend_cls = getattr(import_module(f"{__name__}.{module}"), cls)
+    return backend_cls(base_url, target=target, timeout_s=timeout_s)
 
 
 __all__ = ["Backend", "BackendError", "RequestRecord", "make_backend", "BACKENDS"]

@@ -41,9 +41,10 @@ class Backend:
 
     name = "base"
 
-    def __init__(self, base_url: str, model: str | None = None, timeout_s: float = 300):
+    def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
         self.base_url = base_url.rstrip("/")
-        self.model = model
+        self.target = target or {}
+        self.model = self.target.get("model")
         self.timeout_s = timeout_s
 
     def generate(self, prompt: str, num_predict: int, temperature: float, seed: int) -> RequestRecord:
@@ -64,8 +65,12 @@ class Backend:
         """
 
     def describe(self) -> dict:
-        """Server facts for the fingerprint (version, settings, slots)."""
+        """Server facts for the fingerprint and for every raw rep file (version, slots, …)."""
         raise NotImplementedError
+
+    def model_facts(self, described: dict) -> dict:
+        """Model facts (quantisation, digest, size …) from what describe() returned."""
+        return {}
 
     @staticmethod
     def now() -> float:

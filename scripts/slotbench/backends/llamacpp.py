@@ -31,8 +31,8 @@ def _error_text(resp: requests.Response) -> str:
 class LlamaCppBackend(Backend):
     name = "llamacpp"
 
-    def __init__(self, base_url: str, model: str | None = None, timeout_s: float = 300):
-        super().__init__(base_url, model, timeout_s)
+    def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
+        super().__init__(base_url, target, timeout_s)
         self.session = requests.Session()
 
     def _get(self, path: str) -> dict | list:
@@ -76,6 +76,10 @@ class LlamaCppBackend(Backend):
             },
             "slots": len(slots) if isinstance(slots, list) else slots,
         }
+
+    def model_facts(self, described: dict) -> dict:
+        props = described.get("props", {})
+        return {"quantisation": props.get("model_ftype"), "file": props.get("model_path")}
 
     def payload(self, prompt: str, num_predict: int, temperature: float, seed: int) -> dict:
         return {
