@@ -1,10 +1,12 @@
 rule checks:
-    """Deviance (cells far from their run's modal output) and rotation bias (refusal)."""
+    """Deviance, rotation bias (refusal) and serialisation (a parallel arm served one at a time)."""
     input:
         cells="results/cells.parquet",
+        requests="results/requests.parquet",
     output:
         deviance="results/checks/deviance.csv",
         positions="results/checks/positions.csv",
+        serialisation="results/checks/serialisation.csv",
         verdict="results/checks/verdict.json",
     log:
         "results/logs/checks.log",

@@ -14,6 +14,9 @@ def main(snakemake) -> None:
         sources=inp.sources,
         figures=list(inp.figures),
         fingerprints=list(inp.fingerprints),
+        requests=inp.requests,
+        servers=inp.servers,
+        serialisation=inp.serialisation,
         md_out=snakemake.output.md,
         html_out=snakemake.output.html,
     )

@@ -1,8 +1,11 @@
-"""Deviance and rotation-bias checks, on the article's cases and on constructed position effects."""
+"""Deviance, rotation-bias and serialisation checks, on the article's cases and on constructed
+position effects and server timings."""
 
 from __future__ import annotations
 
+import heapq
 import json
+import math
 import runpy
 from pathlib import Path
 from types import SimpleNamespace
@@ -223,13 +226,19 @@ def test_verdict_is_plain_json_with_every_target():
     assert b["refused"] is False and b["arms"]["4"]["positions_seen"] == [0, 1, 2]
 
 
-def test_entry_point_writes_deviance_positions_and_verdict(tmp_path):
-    cells_path = tmp_path / "cells.parquet"
+def test_entry_point_writes_deviance_positions_serialisation_and_verdict(tmp_path):
+    cells_path, requests_path = tmp_path / "cells.parquet", tmp_path / "requests.parquet"
     two_target_cells().to_parquet(cells_path, index=False)
-    files = [("deviance", "csv"), ("positions", "csv"), ("verdict", "json")]
+    pd.concat([served(target="a", slots=1), served(target="b", slots=4)]).to_parquet(requests_path)
+    files = [
+        ("deviance", "csv"),
+        ("positions", "csv"),
+        ("serialisation", "csv"),
+        ("verdict", "json"),
+    ]
     out = {name: str(tmp_path / f"{name}.{ext}") for name, ext in files}
     smk = SimpleNamespace(
-        input=SimpleNamespace(cells=str(cells_path)),
+        input=SimpleNamespace(cells=str(cells_path), requests=str(requests_path)),
         params=SimpleNamespace(rotation_threshold=0.1, deviance_threshold=0.05),
         log=[str(tmp_path / "checks.log")],
         output=SimpleNamespace(**out),
@@ -240,4 +249,152 @@ def test_entry_point_writes_deviance_positions_and_verdict(tmp_path):
     text = Path(out["verdict"]).read_text()
     assert json.loads(text)["targets"]["a"]["deviant_cells"] == 1
     assert text.startswith('{\n  "deviance_threshold"')  # indent 2, sorted keys
-    assert "checks: a: rotation bias" in (tmp_path / "checks.log").read_text()
+    log = (tmp_path / "checks.log").read_text()
+    assert "checks: a: rotation bias" in log
+    assert "checks: a: arm 4 SERIALISED: the server served one request at a time" in log
+    assert "checks: b: arm 4 SERIALISED" not in log
+    ser = pd.read_csv(out["serialisation"])
+    assert list(ser.columns) == checks.SERIALISATION_COLUMNS
+    assert ser.set_index(["target", "arm"])["serialised"].to_dict() == {
+        ("a", 2): True, ("a", 4): True, ("b", 2): False, ("b", 4): False,
+    }  # fmt: skip
+    assert json.loads(text)["targets"]["a"]["serialisation"]["4"]["serialised"] is True
+
+
+# --- serialisation ----------------------------------------------------------------------------
+
+PREFILL_S, GEN_S = 0.1, 1.0
+
+
+def served(target="t", run="run1", reps=3, slots=1, n_requests=4, ollama=True, shift=0.0):
+    """Request timings of a server with ``slots`` slots, simulated FIFO, arms 1, 2 and 4.
+
+    The client keeps ``arm`` requests in flight; each request takes PREFILL_S then GEN_S once it
+    has a slot. Ollama's total_duration counts from the request's arrival, so the time it waited
+    for a slot is total - load - prompt_eval - eval. With ``shift``, a queued request's first
+    token is read ``shift`` s *before* the previous request's last chunk (as two client threads
+    can read them), instead of one prefill after it.
+    """
+    rows = []
+    for rep in range(reps):
+        for position, arm in enumerate(ARMS[rep % 3 :] + ARMS[: rep % 3]):
+            t0 = 100.0 * position
+            client, server = [t0] * arm, [t0] * slots
+            for request in range(n_requests):
+                t_sent = heapq.heappop(client)
+                slot = min(range(slots), key=server.__getitem__)
+                start = max(t_sent, server[slot])
+                t_first = start - shift if shift and start > t_sent else start + PREFILL_S
+                t_done = start + PREFILL_S + GEN_S
+                server[slot] = t_done
+                heapq.heappush(client, t_done)
+                row = {
+                    "target": target, "run": run, "rep": rep, "arm": arm, "position": position,
+                    "request": request, "output_tokens": 50, "t_sent_s": t_sent,
+                    "t_first_s": t_first, "t_done_s": t_done, "gen_s": GEN_S,
+                }  # fmt: skip
+                if ollama:
+                    row |= {
+                        "total_duration_ns": round((t_done - t_sent) * 1e9),
+                        "load_duration_ns": None,  # Ollama omits zero-valued durations
+                        "prompt_eval_duration_ns": round(PREFILL_S * 1e9),
+                        "eval_duration_ns": round(GEN_S * 1e9),
+                    }
+                rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def by_arm(table):
+    return {int(r["arm"]): r for _, r in table.iterrows()}
+
+
+def test_one_slot_server_is_serialised_with_a_growing_queue_gap():
+    table = checks.serialisation(served(slots=1))
+    assert list(table.columns) == checks.SERIALISATION_COLUMNS
+    assert sorted(table["arm"]) == [2, 4]  # the serial arm is the control, not a suspect
+    four = by_arm(table)[4]
+    assert four["serialised"] and four["n_cells"] == 3 and four["serialised_cells"] == 3
+    assert four["max_overlap_median"] == 1 and four["in_flight_median"] == 4
+    # four sent at once, served one by one: waits of 0, 1.1, 2.2, 3.3 s
+    assert four["queue_gap_slope_s"] == pytest.approx(PREFILL_S + GEN_S)
+    assert four["queue_gap_trend"] == pytest.approx(1.0)
+    assert four["wait_slope_s"] == pytest.approx(PREFILL_S + GEN_S)
+    assert "OLLAMA_NUM_PARALLEL=1" in four["cause"] and "--parallel 1" in four["cause"]
+    assert "not a property of the engine" in four["cause"]
+    assert four["cells"].split(";") == [f"t/run1/rep{rep}/arm4" for rep in range(3)]
+    two = by_arm(table)[2]
+    assert two["serialised"] and two["max_overlap_median"] == 1 and two["in_flight_median"] == 2
+    assert two["queue_gap_slope_s"] > 0 and two["queue_gap_trend"] > 0.5
+
+
+def test_four_slot_server_overlaps_and_stays_quiet():
+    table = checks.serialisation(served(slots=4))
+    for arm, row in by_arm(table).items():
+        assert not row["serialised"] and row["cause"] is None
+        assert row["serialised_cells"] == 0
+        assert row["max_overlap_median"] == arm
+        assert row["queue_gap_slope_s"] == pytest.approx(0.0, abs=1e-9)
+    assert by_arm(table)[4]["wait_slope_s"] == pytest.approx(0.0, abs=1e-9)
+
+
+def test_two_slots_under_four_in_flight_is_capped_not_serialised():
+    four = by_arm(checks.serialisation(served(slots=2)))[4]
+    assert not four["serialised"] and four["max_overlap_median"] == 2
+
+
+@pytest.mark.parametrize("drop_columns", [False, True])
+def test_serialisation_without_ollama_fields(drop_columns):
+    requests = served(slots=1, ollama=False)
+    if not drop_columns:  # llama.cpp rows: the Ollama columns exist but are all null
+        for col in ["total_duration_ns", "load_duration_ns", "prompt_eval_duration_ns",
+                    "eval_duration_ns"]:  # fmt: skip
+            requests[col] = None
+    four = by_arm(checks.serialisation(requests))[4]
+    assert four["serialised"]
+    assert math.isnan(four["queue_gap_slope_s"]) and math.isnan(four["queue_gap_trend"])
+    # client-side proxy: TTFT over the serial arm's median grows 1.1 s per place served
+    assert four["wait_slope_s"] == pytest.approx(PREFILL_S + GEN_S)
+    assert four["wait_trend"] == pytest.approx(1.0)
+    assert not by_arm(checks.serialisation(served(slots=4, ollama=False)))[4]["serialised"]
+
+
+def test_back_to_back_windows_within_tolerance_do_not_count_as_overlap():
+    # The next first token read 3 ms before the previous request's last chunk: still one slot.
+    assert by_arm(checks.serialisation(served(slots=1, shift=0.003)))[4]["serialised"]
+    # 30 ms of real overlap is beyond the 5 ms tolerance.
+    row = by_arm(checks.serialisation(served(slots=1, shift=0.03)))[4]
+    assert not row["serialised"] and row["max_overlap_median"] == 2
+
+
+def test_nearly_all_cells_must_be_serialised():
+    one, four = served(slots=1, reps=5), served(slots=4, reps=5)
+    for n_overlapping, expected in [(1, True), (2, False)]:
+        mixed = pd.concat([one[one["rep"] >= n_overlapping], four[four["rep"] < n_overlapping]])
+        row = by_arm(checks.serialisation(mixed))[4]
+        assert row["serialised_cells"] == 5 - n_overlapping
+        assert row["serialised"] is expected
+
+
+def test_client_that_never_had_two_in_flight_is_not_blamed_on_the_server():
+    # the serial cells relabelled as arm 2: one in flight at a time, windows back to back
+    serial = served(slots=1).query("arm == 1")
+    row = by_arm(checks.serialisation(pd.concat([serial, serial.assign(arm=2)])))[2]
+    assert row["in_flight_median"] == 1 and row["max_overlap_median"] == 1
+    assert not row["serialised"] and row["cause"] is None
+
+
+def test_verdict_carries_serialisation_per_arm_as_plain_json():
+    cells = two_target_cells()
+    requests = pd.concat([served(target="a", slots=1), served(target="b", slots=4, ollama=False)])
+    result = checks.verdict(cells, 0.1, 0.05, requests=requests)
+    assert all(type(leaf) in (str, int, float, bool, type(None)) for leaf in plain_leaves(result))
+    assert json.loads(json.dumps(result, allow_nan=False)) == result
+    a, b = result["targets"]["a"]["serialisation"], result["targets"]["b"]["serialisation"]
+    assert set(a) == set(b) == {"2", "4"}
+    assert a["4"]["serialised"] is True and a["4"]["max_overlap_median"] == 1.0
+    assert a["4"]["queue_gap_slope_s"] == pytest.approx(1.1)
+    assert a["4"]["cause"] == checks.SERIALISED_CAUSE
+    assert b["4"] == {"serialised": False, "max_overlap_median": 4.0,
+                      "queue_gap_slope_s": None, "cause": None}  # fmt: skip
+    # the old call still works and adds nothing
+    assert "serialisation" not in checks.verdict(cells, 0.1, 0.05)["targets"]["a"]

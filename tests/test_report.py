@@ -3,6 +3,7 @@ every table and figure back to cells and raw-file hashes."""
 
 import base64
 import copy
+import html
 import json
 import re
 import runpy
@@ -12,7 +13,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from slotbench import report
+from slotbench import checks, report
 from slotbench.cells import cell_label
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -263,7 +264,7 @@ def build(figure_inputs, *, verdict=None, deviance=None, fingerprints=None):
 
 
 def html_text(page: str) -> str:
-    return re.sub(r"<[^>]+>", " ", page)
+    return html.unescape(re.sub(r"<[^>]+>", " ", page))
 
 
 def test_headline_table_has_the_right_numbers(figure_inputs):
@@ -481,19 +482,25 @@ def test_entry_point_writes_both_files(tmp_path, figure_inputs):
     make_ratios().to_parquet(res / "analysis/ratios.parquet")
     make_deviance(rows=False).to_csv(res / "checks/deviance.csv", index=False)
     make_positions().to_csv(res / "checks/positions.csv", index=False)
+    make_serialisation({TARGET: {4}}).to_csv(res / "checks/serialisation.csv", index=False)
     (res / "checks/verdict.json").write_text(json.dumps(make_verdict()))
     (res / "figures.json").write_text(json.dumps(sources))
     (res / "fp.json").write_text(json.dumps(FINGERPRINT))
+    make_requests().to_parquet(res / "requests.parquet")
+    (res / "servers.json").write_text(json.dumps([]))
     snakemake = SimpleNamespace(
         input=SimpleNamespace(
             summary=str(res / "analysis/summary.csv"),
             ratios=str(res / "analysis/ratios.parquet"),
             deviance=str(res / "checks/deviance.csv"),
             positions=str(res / "checks/positions.csv"),
+            serialisation=str(res / "checks/serialisation.csv"),
             verdict=str(res / "checks/verdict.json"),
             sources=str(res / "figures.json"),
             figures=[paths["throughput"]],
             fingerprints=[str(res / "fp.json")],
+            requests=str(res / "requests.parquet"),
+            servers=str(res / "servers.json"),
         ),
         output=SimpleNamespace(md=str(res / "report.md"), html=str(res / "report.html")),
     )
@@ -504,3 +511,355 @@ def test_entry_point_writes_both_files(tmp_path, figure_inputs):
     assert "](../figures/throughput.png)" in md
     assert base64.b64encode(PNG_BYTES).decode() in page
     assert "Four-way concurrency buys the operator 39% more throughput." in page
+    assert "Warning: parallel-4 was served one request at a time." in md
+    assert "Timing source: server, for all 24 requests" in md
+
+
+# --- serialisation, Ollama, timing source, pinned output length ---------------------------------
+
+
+def make_requests(targets=(TARGET,), source=lambda target, arm: "server") -> pd.DataFrame:
+    rows = [
+        {"target": target, "run": "run1", "rep": rep, "arm": arm, "request": request,
+         "timing_source": source(target, arm)}
+        for target in targets for rep in REPS for arm in ARMS for request in range(4)
+    ]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def make_serialisation(serialised: dict) -> pd.DataFrame:
+    """Rows of checks.serialisation for arms 2 and 4; ``serialised`` = {target: {arms}}."""
+    rows = []
+    for target, arms in serialised.items():
+        for arm in (2, 4):
+            yes = arm in arms
+            rows.append(
+                {
+                    "target": target, "arm": arm, "n_cells": 2,
+                    "in_flight_median": float(arm), "max_overlap_median": 1.0 if yes else arm,
+                    "serialised_cells": 2 if yes else 0,
+                    "queue_gap_slope_s": 1.1 if yes else 0.0, "queue_gap_trend": 1.0,
+                    "wait_slope_s": 1.05 if yes else 0.01, "wait_trend": 1.0, "serialised": yes,
+                    "cause": checks.SERIALISED_CAUSE if yes else None,
+                    "cells": ";".join(cell_label(target, "run1", rep, arm) for rep in REPS),
+                }
+            )  # fmt: skip
+    return pd.DataFrame(rows, columns=checks.SERIALISATION_COLUMNS)
+
+
+def serialised_verdict(target=TARGET, arms=(4,)) -> dict:
+    verdict = make_verdict()
+    verdict["targets"][target] = {
+        **verdict["targets"][TARGET],
+        "serialisation": {
+            str(a): {
+                "serialised": a in arms,
+                "max_overlap_median": 1.0 if a in arms else float(a),
+                "queue_gap_slope_s": 1.1 if a in arms else 0.0,
+                "cause": checks.SERIALISED_CAUSE if a in arms else None,
+            }
+            for a in (2, 4)
+        },
+    }
+    return verdict
+
+
+def build_full(figure_inputs, targets=(TARGET,), **kwargs):
+    sources, paths = figure_inputs
+    args = {
+        "summary": make_summary(targets),
+        "ratios": make_ratios(targets),
+        "deviance": make_deviance(),
+        "positions": make_positions(),
+        "verdict": make_verdict(),
+        "fingerprints": [FINGERPRINT],
+        "figures_sources": sources,
+        "figure_paths": paths,
+    } | kwargs
+    return report.build_report(**args)
+
+
+def section(md: str, target: str) -> str:
+    start = md.index(f"## Target: {target}")
+    nxt = md.find("## Target: ", start + 1)
+    return md[start : nxt if nxt != -1 else md.index("## Figures")]
+
+
+def test_serialised_arm_is_warned_before_the_table_and_not_read_as_the_engine(figure_inputs):
+    md, page = build_full(
+        figure_inputs,
+        verdict=serialised_verdict(),
+        serialisation=make_serialisation({TARGET: {4}}),
+        fingerprints=[OLLAMA_FP | {"target": TARGET}],
+    )
+    warning = (
+        "Warning: parallel-4 was served one request at a time. In 2 of 2 cells no two of its "
+        "requests were generating at once, although the client had 4 in flight; Ollama's own "
+        "queue wait grew by 1.10 s for each place a request stood in the order of service."
+    )
+    for text in (md, html_text(page)):
+        assert warning in text
+        assert "Likely cause: OLLAMA_NUM_PARALLEL=1 (or a model architecture" in text
+        assert "--parallel 1 on llama-server" in text and "not a property of the engine" in text
+        assert "The stated setting is OLLAMA_NUM_PARALLEL=4" in text
+        assert text.index(warning) < text.index("Four-way concurrency buys")
+        assert text.index(warning) < text.index("parallel-4 | 10" if text is md else "Per-arm")
+    assert "parallel-2 was served" not in md
+    assert 'class="warning"' in page and "> ⚠ **Warning: parallel-4" in md
+    # the four-way reading says why there is no batching instead of blaming the engine
+    readings = md[md.index("### Batching or pipelining") : md.index("**Per-arm results**")]
+    assert "batching is the whole story" not in readings
+    four = next(line for line in readings.splitlines() if "At four-way" in line)
+    assert "ran one request at a time" in four and "not what this engine's batching can do" in four
+    assert "not batching" not in four and "Neither batching" not in four
+    assert "At two-way the generation stage delivers 0.94×" in readings  # untouched
+    assert "see the warning above): this is what that server setting costs" in md
+    # the evidence table, with its sources
+    assert "| parallel-4 | 2 | 4.0 | 1.0 | 2 | 1.100 | 1.050 | yes |" in md
+    assert "| parallel-2 | 2 | 2.0 | 2.0 | 0 | 0.000 | 0.010 | no |" in md
+
+
+def test_serialisation_warning_from_the_verdict_alone(figure_inputs):
+    md, _ = build_full(figure_inputs, verdict=serialised_verdict())
+    head = section(md, TARGET)
+    assert "Warning: parallel-4 was served one request at a time." in head
+    assert head.index("Warning: parallel-4") < head.index("| parallel-4 |")
+    assert "Requests generating at once" not in md  # no detail without serialisation.csv
+
+
+def test_no_warning_when_nothing_is_serialised(figure_inputs):
+    md, page = build_full(
+        figure_inputs, serialisation=make_serialisation({TARGET: set()}), verdict=make_verdict()
+    )
+    assert "Warning" not in md and 'class="warning"' not in page
+    assert "| parallel-4 | 2 | 4.0 | 4.0 | 0 | 0.000 | 0.010 | no |" in md
+
+
+def test_capped_slots_are_noted():
+    rows = [
+        {"arm": 4, "n_cells": 3, "in_flight_median": 4.0, "max_overlap_median": 2.0,
+         "serialised_cells": 0, "serialised": False, "cells": "t/run1/rep0/arm4"}
+    ]  # fmt: skip
+    blocks = report.serialisation_blocks("t", rows, {"t/run1/rep0/arm4": "ab" * 32})
+    assert "at most 2.0 requests were generating at once" in blocks[-1].items[0]
+
+
+OLLAMA = "ollama"
+PS_ENTRY = {
+    "name": "gemma3:270m",
+    "model": "gemma3:270m",
+    "size": 1_000_000_000,
+    "size_vram": 600_000_000,
+    "context_length": 4096,
+    "expires_at": "2025-01-01T00:30:00Z",
+}
+OLLAMA_FP = {
+    "target": OLLAMA,
+    "run": "run1",
+    "host": {"cpu_model": "Synthetic GPU box"},
+    "server": {
+        "backend": "ollama",
+        "managed": True,
+        "version": "0.12.3",
+        "model_tag": {"name": "gemma3:270m", "digest": "d" * 64, "size": 291_554_930},
+        "show": {"details": {"quantization_level": "Q8_0", "parameter_size": "268.10M",
+                             "family": "gemma3"}},  # fmt: skip
+        "ps": [PS_ENTRY],
+        "requested_num_ctx": 4096,
+        "ollama_env": {"OLLAMA_NUM_PARALLEL": "4", "OLLAMA_CONTEXT_LENGTH": "4096"},
+        "server_config_line": 'time=... level=INFO msg="server config" env="map[OLLAMA_NUM_PARALLEL:4]"',
+    },
+    "model": {"name": "gemma3:270m", "digest": "d" * 64, "size_bytes": 291_554_930,
+              "quantisation": "Q8_0"},  # fmt: skip
+    "config": {
+        "target": {"name": OLLAMA, "backend": "ollama", "model": "gemma3:270m", "num_ctx": 4096},
+        "measurement": {"num_predict": 256},
+    },
+}
+LLAMA_FP = copy.deepcopy(FINGERPRINT) | {
+    "config": {
+        "target": {"name": TARGET, "backend": "llamacpp", "ignore_eos": True},
+        "measurement": {"num_predict": 256},
+    }
+}
+
+
+def server_state(rep, ps, target=OLLAMA):
+    return {
+        "target": target,
+        "run": "run1",
+        "rep": rep,
+        "raw_file": f"raw/run1/rep{rep}.json",
+        "server": {"backend": "ollama", "ps": ps},
+    }
+
+
+def test_ollama_section_facts_and_cpu_share_warning(figure_inputs):
+    servers = [
+        server_state(0, [PS_ENTRY]),
+        # another client's model, entirely on the CPU: shown, but not our warning
+        server_state(1, [PS_ENTRY, {**PS_ENTRY, "name": "llama3:8b", "model": "llama3:8b",
+                                    "size_vram": 0}]),  # fmt: skip
+    ]
+    md, page = build_full(
+        figure_inputs, targets=(OLLAMA,), fingerprints=[OLLAMA_FP], servers=servers
+    )
+    ours = section(md, OLLAMA)
+    sec = ours[ours.index("### Ollama server") : ours.index("### Rotation bias")]
+    for row in [
+        "| version | 0.12.3 |",
+        f"| digest | {'d' * 64} |",
+        "| size | 291.6 MB (291554930 bytes) |",
+        "| quantization_level | Q8_0 |",
+        "| parameter_size | 268.10M |",
+        "| family | gemma3 |",
+        "| requested num_ctx | 4096 |",
+        "| stated OLLAMA_NUM_PARALLEL | 4 |",
+        "| stated OLLAMA_CONTEXT_LENGTH | 4096 |",
+    ]:
+        assert row in sec, row
+    assert "server config line (managed server's log)" in sec and "server config" in sec
+    assert (
+        "| before run1 | gemma3:270m | 1.0 GB | 600.0 MB | 40% | 4096 | 2025-01-01T00:30:00Z |"
+        in sec
+    )
+    assert "| after run1/rep0 | gemma3:270m |" in sec
+    assert "| after run1/rep1 | llama3:8b | 1.0 GB | 0 B | 100% |" in sec
+    warning = (
+        "Warning: gemma3:270m was partly on the CPU: 40% of its 1.0 GB was in system memory, "
+        "not VRAM (ollama ps: before run1, after run1/rep0, after run1/rep1)."
+    )
+    assert warning in sec
+    assert sec.index(warning) < sec.index("| version |")
+    assert "llama3:8b ran entirely on the CPU" not in md
+    assert "context length of" not in md
+    assert "<td>gemma3:270m</td>" in page
+
+
+def test_ollama_entirely_on_cpu_and_context_mismatch(figure_inputs):
+    fp = copy.deepcopy(OLLAMA_FP)
+    fp["server"]["ps"] = [{**PS_ENTRY, "size_vram": 0}]
+    servers = [server_state(0, [{**PS_ENTRY, "size_vram": 0, "context_length": 16384}])]
+    md, page = build_full(figure_inputs, targets=(OLLAMA,), fingerprints=[fp], servers=servers)
+    sec = section(md, OLLAMA)
+    assert (
+        "gemma3:270m ran entirely on the CPU: ollama ps reports none of its 1.0 GB in VRAM "
+        "(before run1, after run1/rep0). These are CPU numbers."
+    ) in sec
+    assert "partly on the CPU" not in sec
+    ctx = (
+        "Warning: ollama ps reports a context length of 16384 for gemma3:270m (after run1/rep0), "
+        "but the pipeline requested num_ctx 4096."
+    )
+    assert ctx in sec and "16384 is 4× 4096" in sec
+    assert html_text(page).count("Warning: ollama ps reports a context length") == 1
+
+
+def test_timing_source_lines(figure_inputs):
+    md, _ = build_full(figure_inputs, requests=make_requests())
+    assert (
+        "Timing source: server, for all 24 requests: every per-user number (per-user tok/s, its "
+        "change, gen_gain, pipelining) comes from the server's own generation timings."
+    ) in md
+    client = build_full(figure_inputs, requests=make_requests(source=lambda t, a: "client"))[0]
+    assert "Timing source: client, for all 24 requests" in client
+    assert (
+        "comes from token arrival times measured on the client, because the server sent no timings"
+        in client
+    )
+    mixed = build_full(
+        figure_inputs,
+        requests=make_requests(source=lambda t, a: "client" if a == 4 else "server"),
+    )[0]
+    assert (
+        "Timing source (per-user numbers per arm): serial-1: server; parallel-2: server; "
+        "parallel-4: client (client = derived from token arrival times"
+    ) in mixed
+    # the line sits with the per-arm table, inside the target's section
+    head = section(mixed, TARGET)
+    assert head.index("| parallel-4 |") < head.index("Timing source") < head.index("### Rotation")
+
+
+def test_pinned_output_length_lines(figure_inputs):
+    md, _ = build_full(figure_inputs, fingerprints=[LLAMA_FP])
+    assert (
+        "Output length pinned: yes. ignore_eos is set, so every request generates up to "
+        "num_predict (256 tokens)"
+    ) in md
+    md, _ = build_full(figure_inputs)  # the plain fingerprint records no ignore_eos
+    assert "Output length pinned: no (ignore_eos is not set)." in md
+    md, _ = build_full(figure_inputs, targets=(OLLAMA,), fingerprints=[OLLAMA_FP])
+    assert "Output length pinned: no. Ollama ignores ignore_eos, so output length cannot be" in md
+    md, _ = build_full(figure_inputs, fingerprints=[])
+    assert f"Output length pinned: unknown (no fingerprint recorded for {TARGET})." in md
+
+
+def test_two_targets_with_different_backends_keep_their_own_facts(figure_inputs):
+    sources, paths = figure_inputs
+    verdict = serialised_verdict(OLLAMA, arms=(2, 4))
+    verdict["targets"][TARGET] = make_verdict()["targets"][TARGET]
+    md, page = build_full(
+        figure_inputs,
+        targets=(TARGET, OLLAMA),
+        verdict=verdict,
+        fingerprints=[LLAMA_FP, OLLAMA_FP],
+        servers=[server_state(0, [PS_ENTRY])],
+        requests=make_requests(
+            (TARGET, OLLAMA), lambda t, a: "client" if t == OLLAMA else "server"
+        ),
+        serialisation=pd.concat(
+            [make_serialisation({TARGET: set()}), make_serialisation({OLLAMA: {2, 4}})]
+        ),
+    )
+    embedded, ollama = section(md, TARGET), section(md, OLLAMA)
+    # llama.cpp target: pinned, server timings, no Ollama section, no warnings
+    assert "Output length pinned: yes." in embedded
+    assert "Timing source: server, for all 24 requests" in embedded
+    assert "### Ollama server" not in embedded and "Warning" not in embedded
+    assert "Four-way concurrency buys the operator 39% more throughput." in embedded
+    assert "batching is the whole story" in embedded
+    assert "| parallel-4 | 2 | 4.0 | 4.0 | 0 |" in embedded
+    # Ollama target: its own facts, warnings and readings
+    assert "Output length pinned: no. Ollama ignores ignore_eos" in ollama
+    assert "Timing source: client, for all 24 requests" in ollama
+    assert "### Ollama server" in ollama and "| version | 0.12.3 |" in ollama
+    assert "Warning: gemma3:270m was partly on the CPU: 40%" in ollama
+    for arm in ("parallel-2", "parallel-4"):
+        warning = f"Warning: {arm} was served one request at a time."
+        assert warning in ollama and ollama.index(warning) < ollama.index("| serial-1 |")
+    assert "batching is the whole story" not in ollama
+    assert "| parallel-4 | 2 | 4.0 | 1.0 | 2 | 1.100 | 1.050 | yes |" in ollama
+    # the ps snapshot after rep0 belongs to the Ollama target only
+    assert "after run1/rep0" in ollama and "after run1/rep0" not in embedded
+    assert html_text(page).count("Warning: parallel-4 was served one request at a time.") == 1
+
+
+def test_every_new_table_lists_its_sources(figure_inputs):
+    sources, paths = figure_inputs
+    blocks = report.build_blocks(
+        make_summary((TARGET, OLLAMA)),
+        make_ratios((TARGET, OLLAMA)),
+        make_deviance(),
+        make_positions(),
+        serialised_verdict(OLLAMA),
+        [LLAMA_FP, OLLAMA_FP],
+        sources,
+        paths,
+        requests=make_requests((TARGET, OLLAMA)),
+        servers=[server_state(0, [PS_ENTRY]), server_state(1, [])],
+        serialisation=pd.concat(
+            [make_serialisation({TARGET: set()}), make_serialisation({OLLAMA: {4}})]
+        ),
+    )
+    titles = [b.title for b in blocks if isinstance(b, report.Table)]
+    assert "Requests generating at once" in titles
+    assert "Ollama facts of ollama/run1" in titles
+    assert "Loaded models (ollama ps) before each run and after each rep" in titles
+    for i, block in enumerate(blocks):
+        if isinstance(block, (report.Table, report.Figure)):
+            assert isinstance(blocks[i + 1], report.Sources), f"{block.title} has no sources"
+            assert blocks[i + 1].cells and blocks[i + 1].hashes, block.title
+    at = next(i for i, b in enumerate(blocks) if getattr(b, "title", "").startswith("Loaded"))
+    ps_sources = blocks[at + 1]
+    assert cell_label(OLLAMA, "run1", 1, 4) in ps_sources.cells
+    assert all(c.startswith(f"{OLLAMA}/") for c in ps_sources.cells)

@@ -50,7 +50,7 @@ class Heading:
 @dataclass(frozen=True)
 class Paragraph:
     text: str
-    kind: str = ""  # "", "headline", "refusal", "note"
+    kind: str = ""  # "", "headline", "refusal", "warning", "note"
 
 
 @dataclass(frozen=True)
@@ -166,12 +166,23 @@ def headline_sentence(row) -> str | None:
     return text
 
 
-def decomposition_sentence(row) -> str | None:
-    """Batching vs pipelining for one parallel arm: which stage earned the aggregate gain."""
+def decomposition_sentence(row, serialised: bool = False) -> str | None:
+    """Batching vs pipelining for one parallel arm: which stage earned the aggregate gain.
+
+    A serialised arm (the server ran one request at a time) had nothing to batch, so its
+    reading must not present the missing gain as a property of the engine.
+    """
     s, g, p, e = (row.get(k) for k in ("speedup", "gen_gain", "pipelining", "efficiency"))
     if any(_missing(v) for v in (s, g, p)):
         return None
     n, w = int(row["arm"]), way(row["arm"])
+    if serialised:
+        return (
+            f"At {w} the server ran one request at a time (see the warning above), so no batch "
+            f"ever formed: gen_gain {g:.2f}× and pipelining {p:.2f}× (aggregate {s:.2f}×) "
+            "describe a server limited to one slot, not what this engine's batching can do. "
+            "Measure again with the server allowing parallel requests to read batching here."
+        )
     if g < 1:
         text = (
             f"At {w} the generation stage delivers {g:.2f}×: {n} streams together produce "
@@ -253,7 +264,9 @@ def _refusal(target: str, verdict: dict | None, thresholds: dict) -> str | None:
     return f"Refused: no headline for {target}. Reason: {str(reason).rstrip('.')}."
 
 
-def headline_blocks(target, rows: pd.DataFrame, verdict, thresholds) -> list:
+def headline_blocks(
+    target, rows: pd.DataFrame, verdict, thresholds, serialised: frozenset = frozenset()
+) -> list:
     refusal = _refusal(target, verdict, thresholds)
     blocks: list = []
     records = [r for _, r in rows.sort_values("arm").iterrows()]
@@ -264,6 +277,12 @@ def headline_blocks(target, rows: pd.DataFrame, verdict, thresholds) -> list:
             r for r in records if int(r["arm"]) != SERIAL_ARM and not _missing(r.get("speedup"))
         ]
         top = headline_sentence(parallel[-1]) if parallel else None
+        if top and int(parallel[-1]["arm"]) in serialised:
+            top += (
+                f" The server served {arm_name(parallel[-1]['arm'])} one request at a time "
+                "(see the warning above): this is what that server setting costs, not what "
+                "the engine can do."
+            )
         if top:
             blocks.append(Paragraph(top, "headline"))
             blocks.append(
@@ -275,7 +294,11 @@ def headline_blocks(target, rows: pd.DataFrame, verdict, thresholds) -> list:
             )
         else:
             blocks.append(Paragraph("No parallel arm has a speedup to headline.", "note"))
-        readings = [s for s in (decomposition_sentence(r) for r in parallel) if s]
+        readings = [
+            s
+            for s in (decomposition_sentence(r, int(r["arm"]) in serialised) for r in parallel)
+            if s
+        ]
         if readings:
             blocks.append(Heading(3, "Batching or pipelining"))
             blocks.append(Bullets(readings))
@@ -422,6 +445,454 @@ def deviance_blocks(target, deviance: pd.DataFrame, threshold, target_cells, tar
     return blocks
 
 
+# --------------------------------------------------------------------------------------------
+# Serialisation: a parallel arm the server served one request at a time
+# --------------------------------------------------------------------------------------------
+
+
+def _truthy(x) -> bool:
+    if isinstance(x, str):
+        return x.strip().lower() in ("true", "1", "yes")
+    return not _missing(x) and bool(x)
+
+
+def serialisation_rows(target, serialisation: pd.DataFrame | None, verdict) -> list[dict]:
+    """The target's parallel arms from serialisation.csv, else from the verdict's summary."""
+    if serialisation is not None and not serialisation.empty:
+        rows = serialisation[serialisation["target"] == target].sort_values("arm")
+        if not rows.empty:
+            return [
+                {**r, "arm": int(r["arm"]), "serialised": _truthy(r["serialised"])}
+                for r in rows.to_dict("records")
+            ]
+    arms = (verdict or {}).get("serialisation") or {}
+    return [
+        {**info, "arm": int(arm), "serialised": _truthy(info.get("serialised"))}
+        for arm, info in sorted(arms.items(), key=lambda kv: int(kv[0]))
+    ]
+
+
+def _stated_parallel(fps: list[dict]) -> tuple[str, int | None] | None:
+    """The parallel setting the target claims (stated OLLAMA_NUM_PARALLEL or -np), if any."""
+    for fp in fps:
+        server = fp.get("server") or {}
+        env = server.get("ollama_env") or {}
+        if "OLLAMA_NUM_PARALLEL" in env:
+            value = env["OLLAMA_NUM_PARALLEL"]
+            return f"OLLAMA_NUM_PARALLEL={value}", _int_or_none(value)
+        flags = server.get("flags") or {}
+        if "parallel" in flags:
+            return f"--parallel {flags['parallel']}", _int_or_none(flags["parallel"])
+    return None
+
+
+def serialisation_warning(row: dict, fps: list[dict]) -> str:
+    name = arm_name(row["arm"])
+    text = f"Warning: {name} was served one request at a time."
+    n, k = row.get("n_cells"), row.get("serialised_cells")
+    if not _missing(n) and not _missing(k):
+        flight = row.get("in_flight_median")
+        flight = row["arm"] if _missing(flight) else int(flight)
+        text += (
+            f" In {int(k)} of {_count(int(n), 'cell')} no two of its requests were generating at "
+            f"once, although the client had {flight} in flight"
+        )
+        gap, wait = row.get("queue_gap_slope_s"), row.get("wait_slope_s")
+        if not _missing(gap):
+            text += (
+                f"; Ollama's own queue wait grew by {fmt_num(gap, 2)} s for each place a "
+                "request stood in the order of service"
+            )
+        elif not _missing(wait):
+            text += (
+                f"; time to first token grew by {fmt_num(wait, 2)} s for each place a request "
+                "stood in the order of service"
+            )
+        text += "."
+    elif not _missing(row.get("max_overlap_median")):
+        text += " At most one of its requests was generating at any moment."
+    cause = row.get("cause")
+    cause = cause if isinstance(cause, str) and cause else "a server limited to one slot"
+    # the checks' wording: the sentence above already says its first half
+    lead = "the server served one request at a time: likely "
+    if cause.startswith(lead):
+        cause = cause[len(lead) :]
+    text += f" Likely cause: {cause.rstrip('.')}."
+    stated = _stated_parallel(fps)
+    if stated and (stated[1] is None or stated[1] > 1):
+        text += (
+            f" The stated setting is {stated[0]}, so the server either did not run with it or "
+            "forced this model to one slot."
+        )
+    text += (
+        f" Read {name}'s speedup, gen_gain and pipelining as the cost of a queue, not as the "
+        "engine's batching."
+    )
+    return text
+
+
+SERIALISATION_TABLE_COLUMNS = [
+    "arm",
+    "cells",
+    "in flight (client, median)",
+    "generating at once (median of cell max)",
+    "serialised cells",
+    "queue-wait slope s/place (Ollama)",
+    "TTFT-wait slope s/place (client)",
+    "served one at a time",
+]
+
+
+def serialisation_blocks(target, rows: list[dict], hash_of) -> list:
+    rows = [r for r in rows if "n_cells" in r]  # the table needs serialisation.csv's detail
+    if not rows:
+        return []
+    blocks: list = [
+        Heading(3, "Server concurrency"),
+        Paragraph(
+            "Whether the server really ran a parallel arm's requests at once, from request "
+            "timings: the most requests whose generation windows (first token to last chunk, "
+            "5 ms tolerance) overlap in each cell. A parallel arm is marked as served one at a "
+            "time when that is 1 in (nearly) all its cells although the client had more in "
+            "flight. Corroboration: Ollama's queue wait (total − load − prompt eval − eval "
+            "duration) and the client's TTFT over the serial arm's median, each as a slope in "
+            "seconds per place in the order of service."
+        ),
+    ]
+    table_rows, capped = [], []
+    for r in rows:
+        table_rows.append(
+            [
+                arm_name(r["arm"]),
+                "n/a" if _missing(r.get("n_cells")) else str(int(r["n_cells"])),
+                fmt_num(r.get("in_flight_median"), 1),
+                fmt_num(r.get("max_overlap_median"), 1),
+                "n/a" if _missing(r.get("serialised_cells")) else str(int(r["serialised_cells"])),
+                fmt_num(r.get("queue_gap_slope_s"), 3),
+                fmt_num(r.get("wait_slope_s"), 3),
+                "yes" if r["serialised"] else "no",
+            ]
+        )
+        overlap = r.get("max_overlap_median")
+        if not r["serialised"] and not _missing(overlap) and 1 < overlap < r["arm"]:
+            capped.append(
+                f"At {arm_name(r['arm'])} at most {fmt_num(overlap, 1)} requests were generating "
+                f"at once in the median cell, fewer than the {r['arm']} in flight: the server "
+                "seems to run fewer slots than this arm asks for."
+            )
+    blocks.append(Table("Requests generating at once", SERIALISATION_TABLE_COLUMNS, table_rows))
+    labels = _union(r.get("cells") for r in rows)
+    blocks.append(Sources(labels, sorted({hash_of[c] for c in labels if c in hash_of})))
+    if capped:
+        blocks.append(Bullets(capped))
+    return blocks
+
+
+# --------------------------------------------------------------------------------------------
+# How the numbers were measured: timing source, pinned output length
+# --------------------------------------------------------------------------------------------
+
+CLIENT_TIMING = (
+    "client = derived from token arrival times on the client, because the server sent no timings"
+)
+CLIENT_WHAT = "token arrival times measured on the client, because the server sent no timings"
+
+
+def timing_source_line(target, requests: pd.DataFrame | None) -> str | None:
+    """Which clock each arm's per-user numbers came from: the server's timings or the client's."""
+    if requests is None or requests.empty or "timing_source" not in requests:
+        return None
+    rows = requests[requests["target"] == target]
+    if rows.empty:
+        return None
+    source = rows["timing_source"].fillna("unknown").astype(str)
+    if source.nunique() == 1:
+        only = source.iloc[0]
+        what = {
+            "server": "the server's own generation timings",
+            "client": CLIENT_WHAT,
+        }.get(only, "an unrecorded source")
+        text = (
+            f"Timing source: {only}, for all {_count(len(rows), 'request')}: every per-user "
+            f"number (per-user tok/s, its change, gen_gain, pipelining) comes from {what}."
+        )
+        if only == "client":
+            text += " Client timings include streaming and network delays."
+        return text
+    parts = []
+    for arm, grp in rows.assign(_src=source).groupby("arm", sort=True):
+        counts = grp["_src"].value_counts().sort_index()
+        if len(counts) == 1:
+            parts.append(f"{arm_name(arm)}: {counts.index[0]}")
+        else:
+            parts.append(
+                f"{arm_name(arm)}: "
+                + ", ".join(f"{src} for {_count(int(n), 'request')}" for src, n in counts.items())
+            )
+    return "Timing source (per-user numbers per arm): " + "; ".join(parts) + f" ({CLIENT_TIMING})."
+
+
+def _backend(fp: dict) -> str | None:
+    return (fp.get("server") or {}).get("backend") or (
+        (fp.get("config") or {}).get("target") or {}
+    ).get("backend")
+
+
+def pinned_line(target, fps: list[dict]) -> str:
+    """Whether output length was pinned (ignore_eos), which Ollama cannot do."""
+    if not fps:
+        return f"Output length pinned: unknown (no fingerprint recorded for {target})."
+    answers = {}
+    for fp in fps:
+        conf = fp.get("config") or {}
+        ignore = ((conf.get("target") or {}).get("ignore_eos")) is True
+        answers[str(fp.get("run"))] = (ignore, _backend(fp), (conf.get("measurement") or {}))
+    values = {a[0] for a in answers.values()}
+    if len(values) > 1:
+        per_run = ", ".join(f"{'yes' if a[0] else 'no'} in {run}" for run, a in answers.items())
+        return f"Output length pinned: {per_run} (ignore_eos differs between runs)."
+    ignore, backend, measurement = next(iter(answers.values()))
+    predict = measurement.get("num_predict")
+    if ignore:
+        budget = f" ({predict} tokens)" if predict is not None else ""
+        return (
+            "Output length pinned: yes. ignore_eos is set, so every request generates up to "
+            f"num_predict{budget} instead of stopping at its end-of-sequence token."
+        )
+    if backend == "ollama":
+        return (
+            "Output length pinned: no. Ollama ignores ignore_eos, so output length cannot be "
+            "pinned on this target: each request stops at its end-of-sequence token or at "
+            "num_predict, and throughput counts the tokens actually produced (cells far from "
+            "their run's modal output are named under Output deviance)."
+        )
+    return (
+        "Output length pinned: no (ignore_eos is not set). Each request stops at its "
+        "end-of-sequence token or at num_predict; throughput counts the tokens actually produced "
+        "(cells far from their run's modal output are named under Output deviance)."
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Ollama: server facts, loaded models (ollama ps) before the run and after each rep
+# --------------------------------------------------------------------------------------------
+
+
+def fmt_bytes(x) -> str:
+    if _missing(x):
+        return "n/a"
+    x = float(x)
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if x >= size:
+            return f"{x / size:.1f} {unit}"
+    return f"{x:.0f} B"
+
+
+def _int_or_none(x):
+    try:
+        return None if _missing(x) else int(x)
+    except (TypeError, ValueError):
+        return None  # e.g. a stated setting written as text
+
+
+def _full_name(name) -> str:
+    name = str(name or "")
+    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+
+
+def _when_text(whens: list[str], total: int) -> str:
+    if len(whens) <= 3:
+        return ", ".join(whens)
+    return f"{len(whens)} of {total} snapshots, {whens[0]} to {whens[-1]}"
+
+
+def ollama_facts(fp: dict) -> list[list[str]]:
+    server, model = fp.get("server") or {}, fp.get("model") or {}
+    tag = server.get("model_tag") or {}
+    details = (server.get("show") or {}).get("details") or {}
+    target_conf = _target_conf(fp)
+
+    def val(*candidates):
+        return next((c for c in candidates if not _missing(c) and c != ""), None)
+
+    size = val(model.get("size_bytes"), tag.get("size"))
+    num_ctx = val(server.get("requested_num_ctx"), target_conf.get("num_ctx"))
+    rows = [
+        ["version", val(server.get("version"))],
+        ["model", val(model.get("name"), target_conf.get("model"), tag.get("name"))],
+        ["digest", val(model.get("digest"), tag.get("digest"))],
+        ["size", None if size is None else f"{fmt_bytes(size)} ({int(size)} bytes)"],
+        ["quantization_level", val(details.get("quantization_level"), model.get("quantisation"))],
+        ["parameter_size", val(details.get("parameter_size"), model.get("parameter_size"))],
+        ["family", val(details.get("family"), model.get("family"))],
+        ["requested num_ctx", num_ctx],
+    ]
+    env = server.get("ollama_env")
+    if isinstance(env, dict) and env:
+        rows += [[f"stated {k}", v] for k, v in sorted(env.items())]
+    else:
+        rows.append(["stated OLLAMA_* settings", "none stated (they are not visible over HTTP)"])
+    if server.get("server_config_line"):
+        rows.append(["server config line (managed server's log)", server["server_config_line"]])
+    return [[k, "n/a" if v is None else str(v)] for k, v in rows]
+
+
+def _target_conf(fp: dict) -> dict:
+    return (fp.get("config") or {}).get("target") or {}
+
+
+def ps_snapshots(target, fps: list[dict], servers: list[dict], cells_of) -> list[tuple]:
+    """(when, server section, cells) for each /api/ps seen: before each run, after each rep."""
+    snapshots = [
+        (f"before {fp.get('run', '?')}", fp.get("server") or {}, cells_of(target, fp.get("run")))
+        for fp in fps
+    ]
+    states = sorted(
+        (s for s in servers if s.get("target") == target),
+        key=lambda s: (str(s.get("run")), int(s.get("rep", 0))),
+    )
+    for state in states:
+        server = state.get("server") or {}
+        if server.get("backend", "ollama") != "ollama":
+            continue
+        run, rep = str(state.get("run")), int(state.get("rep", 0))
+        rep_cells = [c for c in cells_of(target, run) if c.startswith(f"{target}/{run}/rep{rep}/")]
+        snapshots.append((f"after {run}/rep{rep}", server, rep_cells))
+    return snapshots
+
+
+PS_COLUMNS = ["when", "model", "size", "in VRAM", "on CPU", "context length", "expires at"]
+
+
+def _ps_rows(when: str, server: dict) -> list[tuple[list[str], dict | None]]:
+    """Table rows of one snapshot, each with the parsed model entry (None for a placeholder)."""
+    ps = server.get("ps")
+    if not isinstance(ps, list):
+        why = ps.get("unavailable") if isinstance(ps, dict) else None
+        text = f"(unavailable: {why})" if why else "(ps not recorded)"
+        return [([when, text, *["n/a"] * 5], None)]
+    if not ps:
+        return [([when, "(no model loaded)", *["n/a"] * 5], None)]
+    rows = []
+    for m in (m for m in ps if isinstance(m, dict)):
+        size, vram = _int_or_none(m.get("size")), _int_or_none(m.get("size_vram"))
+        entry = {
+            "name": str(m.get("name") or m.get("model") or "?"),
+            "names": {_full_name(m.get("name")), _full_name(m.get("model"))},
+            "size": size,
+            "vram": vram,
+            "ctx": _int_or_none(m.get("context_length")),
+            "cpu_share": None if not size or vram is None else max(0.0, 1 - vram / size),
+        }
+        row = [
+            when,
+            entry["name"],
+            fmt_bytes(size),
+            fmt_bytes(vram),
+            "n/a" if entry["cpu_share"] is None else fmt_pct(entry["cpu_share"]),
+            "n/a" if entry["ctx"] is None else str(entry["ctx"]),
+            str(m.get("expires_at") or "n/a"),
+        ]
+        rows.append((row, entry))
+    return rows
+
+
+def ps_warnings(seen: list[tuple[str, dict]], models: set, requested: set, total: int) -> list:
+    """CPU share and context warnings for the target's own model, grouped over snapshots."""
+    partial, on_cpu, ctx_diff = {}, {}, {}
+    for when, e in seen:
+        if models and not e["names"] & models:
+            continue  # another client's model: shown in the table, not ours to warn about
+        if e["size"] and e["vram"] == 0:
+            on_cpu.setdefault((e["name"], e["size"]), []).append(when)
+        elif e["size"] and e["vram"] is not None and e["vram"] < e["size"]:
+            partial.setdefault((e["name"], round(e["cpu_share"], 3), e["size"]), []).append(when)
+        for req in requested:
+            if e["ctx"] is not None and e["ctx"] != req:
+                ctx_diff.setdefault((e["name"], e["ctx"], req), []).append(when)
+    blocks: list = []
+    for (name, share, size), whens in partial.items():
+        blocks.append(
+            Paragraph(
+                f"Warning: {name} was partly on the CPU: {fmt_pct(share)} of its "
+                f"{fmt_bytes(size)} was in system memory, not VRAM (ollama ps: "
+                f"{_when_text(whens, total)}). The CPU part sets the pace of every pass over the "
+                "weights, so these numbers describe a split model, not this GPU; a smaller "
+                "num_ctx, fewer parallel slots or a smaller model may fit it entirely.",
+                "warning",
+            )
+        )
+    for (name, size), whens in on_cpu.items():
+        blocks.append(
+            Paragraph(
+                f"{name} ran entirely on the CPU: ollama ps reports none of its {fmt_bytes(size)} "
+                f"in VRAM ({_when_text(whens, total)}). These are CPU numbers."
+            )
+        )
+    for (name, ctx, req), whens in ctx_diff.items():
+        text = (
+            f"Warning: ollama ps reports a context length of {ctx} for {name} "
+            f"({_when_text(whens, total)}), but the pipeline requested num_ctx {req}. The loaded "
+            "model does not match the measured requests' load-time options: another client may "
+            "have loaded it, or Ollama chose another context, and a request may have paid a "
+            "reload."
+        )
+        if req and ctx > req and ctx % req == 0:
+            text += (
+                f" {ctx} is {ctx // req}× {req}: some Ollama versions report the context of "
+                "all parallel slots together."
+            )
+        blocks.append(Paragraph(text, "warning"))
+    return blocks
+
+
+def ollama_blocks(target, fps: list[dict], servers: list[dict], cells_of, hashes_of, hash_of):
+    """Version, model, stated settings and every /api/ps snapshot of an Ollama target."""
+    fps = [fp for fp in fps if (fp.get("server") or {}).get("backend") == "ollama"]
+    if not fps:
+        return []
+    models = {
+        _full_name(m)
+        for fp in fps
+        for m in ((fp.get("model") or {}).get("name"), _target_conf(fp).get("model"))
+        if m
+    }
+    requested = {
+        _int_or_none(
+            (fp.get("server") or {}).get("requested_num_ctx") or _target_conf(fp).get("num_ctx")
+        )
+        for fp in fps
+    } - {None}
+    snapshots = ps_snapshots(target, fps, servers, cells_of)
+    table_rows, seen, labels = [], [], set()
+    for when, server, snap_cells in snapshots:
+        labels.update(snap_cells)
+        for row, entry in _ps_rows(when, server):
+            table_rows.append(row)
+            if entry is not None:
+                seen.append((when, entry))
+
+    blocks: list = [Heading(3, "Ollama server")]
+    blocks += ps_warnings(seen, models, requested, len(snapshots))
+    for fp in fps:
+        run = str(fp.get("run", "?"))
+        facts = ollama_facts(fp)
+        blocks.append(Table(f"Ollama facts of {target}/{run}", ["fact", "value"], facts, kind="kv"))
+        blocks.append(Sources(cells_of(target, run), hashes_of(target, run)))
+    blocks.append(
+        Table(
+            "Loaded models (ollama ps) before each run and after each rep",
+            PS_COLUMNS,
+            table_rows,
+            note="size, size_vram and context_length as /api/ps reports them; on CPU = 1 − "
+            "size_vram / size.",
+        )
+    )
+    labels = sorted(labels)
+    blocks.append(Sources(labels, sorted({hash_of[c] for c in labels if c in hash_of})))
+    return blocks
+
+
 def flatten(obj, prefix: str = "") -> list[tuple[str, str]]:
     """Nested dicts/lists as dotted key/value pairs, so new fingerprint keys need no code."""
     if isinstance(obj, dict):
@@ -480,8 +951,21 @@ def figure_blocks(figures_sources: dict, figure_paths: dict) -> list:
 
 
 def build_blocks(
-    summary, ratios, deviance, positions, verdict, fingerprints, figures_sources, figure_paths
+    summary,
+    ratios,
+    deviance,
+    positions,
+    verdict,
+    fingerprints,
+    figures_sources,
+    figure_paths,
+    *,
+    requests: pd.DataFrame | None = None,
+    servers: list[dict] | None = None,
+    serialisation: pd.DataFrame | None = None,
 ) -> list:
+    """The neutral document. requests (timing_source), servers (each rep's server state, e.g.
+    Ollama's /api/ps) and serialisation (checks) are optional so that older callers still work."""
     thresholds = {
         "rotation": verdict.get("rotation_threshold", 0.10),
         "deviance": verdict.get("deviance_threshold", 0.05),
@@ -527,8 +1011,23 @@ def build_blocks(
     ]
     for target in targets:
         v = verdicts.get(target)
+        fps = sorted(
+            (fp for fp in fingerprints if str(fp.get("target")) == target),
+            key=lambda fp: str(fp.get("run")),
+        )
+        ser_rows = serialisation_rows(target, serialisation, v)
+        serialised = frozenset(r["arm"] for r in ser_rows if r["serialised"])
         blocks.append(Heading(2, f"Target: {target}"))
-        blocks += headline_blocks(target, summary[summary["target"] == target], v, thresholds)
+        # Before anything is read as a result: a server that never ran requests together.
+        blocks += [
+            Paragraph(serialisation_warning(r, fps), "warning") for r in ser_rows if r["serialised"]
+        ]
+        rows = summary[summary["target"] == target]
+        blocks += headline_blocks(target, rows, v, thresholds, serialised)
+        measured = [timing_source_line(target, requests), pinned_line(target, fps)]
+        blocks.append(Bullets([m for m in measured if m]))
+        blocks += serialisation_blocks(target, ser_rows, hash_of)
+        blocks += ollama_blocks(target, fps, servers or [], cells_of, hashes_of, hash_of)
         blocks += rotation_blocks(target, positions, v, thresholds, hash_of)
         blocks += deviance_blocks(
             target, deviance, thresholds["deviance"], cells_of(target), hashes_of(target)
@@ -564,9 +1063,12 @@ def render_markdown(blocks: list, image_dir: str = "figures") -> str:
         elif isinstance(b, Paragraph):
             text = _md(b.text)
             out.append(
-                {"refusal": f"> **{text}**", "headline": f"**{text}**", "note": f"_{text}_"}.get(
-                    b.kind, text
-                )
+                {
+                    "refusal": f"> **{text}**",
+                    "warning": f"> ⚠ **{text}**",
+                    "headline": f"**{text}**",
+                    "note": f"_{text}_",
+                }.get(b.kind, text)
             )
         elif isinstance(b, Bullets):
             out.append("\n".join(f"- {_md(item)}" for item in b.items))
@@ -609,6 +1111,7 @@ table.kv td{text-align:left;font-family:ui-monospace,monospace;font-size:.8rem}
 .wrap{overflow-x:auto}
 p.headline{font-size:1.1rem;font-weight:600}
 p.refusal{background:#fdecea;border-left:4px solid #c62828;padding:.6rem .8rem;font-weight:600}
+p.warning{background:#fff4e5;border-left:4px solid #ef6c00;padding:.6rem .8rem;font-weight:600}
 table.not-headline{opacity:.8}table.not-headline caption{color:#c62828}
 p.note{color:#555;font-size:.88rem;font-style:italic}
 figure{margin:1rem 0}figure img{max-width:100%;height:auto}figcaption{font-size:.88rem;color:#444}
@@ -684,10 +1187,24 @@ def build_report(
     figures_sources: dict,
     figure_paths: dict,
     image_dir: str = "figures",
+    *,
+    requests: pd.DataFrame | None = None,
+    servers: list[dict] | None = None,
+    serialisation: pd.DataFrame | None = None,
 ) -> tuple[str, str]:
     """(markdown, html) of the whole report; image_dir is the Markdown's relative figure dir."""
     blocks = build_blocks(
-        summary, ratios, deviance, positions, verdict, fingerprints, figures_sources, figure_paths
+        summary,
+        ratios,
+        deviance,
+        positions,
+        verdict,
+        fingerprints,
+        figures_sources,
+        figure_paths,
+        requests=requests,
+        servers=servers,
+        serialisation=serialisation,
     )
     return render_markdown(blocks, image_dir), render_html(blocks)
 
@@ -707,6 +1224,9 @@ def match_figure_paths(figures_sources: dict, paths) -> dict[str, str]:
     }
 
 
+REQUEST_COLUMNS = ["target", "run", "rep", "arm", "request", "timing_source"]
+
+
 def write_report(
     *,
     summary,
@@ -719,6 +1239,9 @@ def write_report(
     fingerprints,
     md_out,
     html_out,
+    requests=None,
+    servers=None,
+    serialisation=None,
 ) -> None:
     """Read the pipeline's files, build the report and write both renderings."""
     figures_sources = json.loads(Path(sources).read_text())
@@ -738,6 +1261,9 @@ def write_report(
         figures_sources,
         match_figure_paths(figures_sources, figures),
         image_dir=image_dir if image_dir != "." else "",
+        requests=None if requests is None else pd.read_parquet(requests, columns=REQUEST_COLUMNS),
+        servers=None if servers is None else json.loads(Path(servers).read_text()),
+        serialisation=None if serialisation is None else pd.read_csv(serialisation),
     )
     for path, text in ((md_out, md), (html_out, page)):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
