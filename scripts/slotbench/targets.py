@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Iterator
 
 from .backends import Backend, make_backend
+from .ollama_server import ManagedOllama
 from .server import ManagedServer
 
 # backend → the class that starts and stops a managed server of that kind
-MANAGED = {"llamacpp": ManagedServer}
+MANAGED = {"llamacpp": ManagedServer, "ollama": ManagedOllama}
 
 
 @dataclass

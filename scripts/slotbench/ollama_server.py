@@ -1,0 +1,113 @@
+"""A managed Ollama: the pipeline starts ``ollama serve`` on a free loopback port, always stops it.
+
+The server's settings are Ollama's environment variables (OLLAMA_NUM_PARALLEL and friends), set
+from the target's ``server`` block; they are not visible over HTTP, so the env we set is what the
+fingerprint records. The server uses your default model store (``OLLAMA_MODELS`` if you set it,
+else ``~/.ollama/models``), so the target's model must already be pulled there with
+``ollama pull MODEL``; nothing is downloaded here. Start, health check, log and stop (by PID,
+SIGTERM then SIGKILL, dying with its parent on Linux) work as for the embedded llama-server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+
+import requests
+
+from .server import ManagedServer, ServerError, _die_with_parent, free_port
+
+NOT_INSTALLED = (
+    "ollama is not installed (no `ollama` on PATH): install it from ollama.com, or point the "
+    "target at a running server with managed: false and url"
+)
+
+
+def managed_env(settings: dict, host: str) -> dict:
+    """The OLLAMA_* variables a managed server runs with: the target's settings over any inherited.
+
+    Inherited OLLAMA_* variables (other than OLLAMA_MODELS, a local path) are kept and recorded,
+    because they change what is measured (e.g. OLLAMA_MAX_QUEUE, OLLAMA_SCHED_SPREAD).
+    """
+    env = {k: v for k, v in sorted(os.environ.items())
+           if k.startswith("OLLAMA_") and k != "OLLAMA_MODELS"}  # fmt: skip
+    env |= {
+        "OLLAMA_HOST": host,
+        "OLLAMA_NUM_PARALLEL": str(settings["parallel"]),
+        "OLLAMA_CONTEXT_LENGTH": str(settings["ctx_size"]),
+    }
+    if settings.get("flash_attention") is not None:
+        env["OLLAMA_FLASH_ATTENTION"] = "1" if settings["flash_attention"] else "0"
+    if settings.get("kv_cache_type"):
+        env["OLLAMA_KV_CACHE_TYPE"] = str(settings["kv_cache_type"])
+    if settings.get("keep_alive") is not None:
+        env["OLLAMA_KEEP_ALIVE"] = str(settings["keep_alive"])
+    return env
+
+
+class ManagedOllama(ManagedServer):
+    """Context manager like ManagedServer: start ``ollama serve``, yield, always stop."""
+
+    def __init__(self, settings: dict, log_path):
+        super().__init__(settings, log_path)
+        self.env: dict = {}
+        self._log_offset = 0
+
+    def start(self) -> None:
+        binary = shutil.which("ollama")
+        if binary is None:
+            raise ServerError(NOT_INSTALLED)
+        self.port = free_port()
+        self.env = managed_env(self.settings, f"127.0.0.1:{self.port}")
+        self.command = [binary, "serve"]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self._log = open(self.log_path, "ab")
+        settings = " ".join(f"{k}={v}" for k, v in self.env.items())
+        self._log.write(f"$ {settings} {' '.join(self.command)}\n".encode())
+        self._log.flush()
+        self.proc = subprocess.Popen(
+            self.command,
+            env=os.environ | self.env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
+        try:
+            self._wait_healthy(self.settings.get("startup_timeout_s", 120))
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_healthy(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerError(
+                    f"ollama serve exited with code {self.proc.returncode} while starting; "
+                    f"see its log {self.log_path}:\n{self.log_tail()}"
+                )
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(self.url + "/api/version", timeout=2).status_code == 200:
+                    return
+            time.sleep(0.2)
+        raise ServerError(
+            f"ollama serve did not answer /api/version within {timeout_s:.0f} s; "
+            f"see its log {self.log_path}"
+        )
+
+    def server_config_line(self) -> str | None:
+        """Ollama logs its effective settings once at start ("server config", routes.go)."""
+        with contextlib.suppress(OSError):
+            with open(self.log_path, "rb") as f:
+                f.seek(self._log_offset)
+                lines = f.read().decode(errors="replace").splitlines()
+            return next((line for line in lines if "server config" in line), None)
+        return None
+
+    def describe(self) -> dict:
+        return {"ollama_env": dict(self.env), "server_config_line": self.server_config_line()}
