@@ -126,6 +126,13 @@ def cell_metrics(requests: pd.DataFrame) -> dict:
     }
 
 
+def server_build_id(server: dict) -> str:
+    """One string naming the server build, so cells from different builds can be told apart."""
+    name = server.get("package") or server.get("backend") or "unknown"
+    version = server.get("package_version") or server.get("version") or ""
+    return f"{name} {version}".strip()
+
+
 def _check(raw: dict, path: str) -> None:
     if raw.get("schema") != RAW_SCHEMA or "cells" not in raw:
         raise RawFileError(f"{path} is not a {RAW_SCHEMA} rep record; delete it and rerun")
@@ -140,8 +147,7 @@ def consolidate(raw_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
         rows = request_rows(raw, str(path))
         req_rows.extend(rows)
         frame = pd.DataFrame(rows)
-        build = raw.get("server", {})
-        build_id = f"{build.get('package', build.get('backend'))} {build.get('package_version', '')}"
+        build_id = server_build_id(raw.get("server", {}))
         for (arm, position), grp in frame.groupby(["arm", "position"], sort=False):
             metrics = cell_metrics(grp)
             cell_rows.append(
@@ -152,7 +158,7 @@ def consolidate(raw_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
                     "raw_file": str(path), "raw_sha256": digest,
                     "code_commit": raw.get("code", {}).get("commit"),
                     "code_dirty": raw.get("code", {}).get("dirty"),
-                    "server_build": build_id.strip(),
+                    "server_build": build_id,
                 }
             )  # fmt: skip
     requests = pd.DataFrame(req_rows, columns=REQUESTS_SCHEMA.names)

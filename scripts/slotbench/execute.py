@@ -49,7 +49,7 @@ def _failure(ctx: dict, arm, position, request, exc: BaseException, conn: Connec
     where += f", request {request}" if request is not None else " (model load)"
     msg = f"{where}: {exc}"
     if conn.server is not None and not conn.server.alive():
-        msg += f"\nThe managed llama-server is no longer running; last lines of its log:\n"
+        msg += "\nThe managed server is no longer running; last lines of its log:\n"
         msg += conn.server.log_tail()
     msg += (
         "\nThis rep was not recorded; reps already written stay valid. "
