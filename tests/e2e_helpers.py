@@ -26,11 +26,14 @@ def copy_repo(dest: Path) -> Path:
     return dest
 
 
-def snakemake(workdir: Path, *args: str, cache: Path, timeout: float = 900
-              ) -> subprocess.CompletedProcess:
-    """Run snakemake in ``workdir``; ``cache`` holds the model, so its path marks our servers."""
+def snakemake(workdir: Path, *args: str, cache: Path, timeout: float = 900,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run snakemake in ``workdir``; ``cache`` holds the model, so its path marks our servers.
+
+    ``env`` adds variables (e.g. an API key the config names) to the inherited environment.
+    """
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args]
-    env = os.environ | {"PYTHONUNBUFFERED": "1", "SLOTBENCH_CACHE": str(cache)}
+    env = os.environ | {"PYTHONUNBUFFERED": "1", "SLOTBENCH_CACHE": str(cache)} | (env or {})
     return subprocess.run(
         cmd, cwd=workdir, capture_output=True, text=True, timeout=timeout, env=env
     )

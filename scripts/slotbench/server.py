@@ -110,6 +110,18 @@ def server_command(binary: Path, model: Path, port: int, settings: dict) -> list
     ]  # fmt: skip
 
 
+def server_env(settings: dict) -> dict | None:
+    """The server's environment. An API key (setting ``api_key_env``: the NAME of a variable
+    holding it) goes in as LLAMA_API_KEY, which llama-server reads like --api-key, so the key
+    never appears on the command line, in the log or in describe()."""
+    name = settings.get("api_key_env")
+    if not name:
+        return None
+    if not os.environ.get(name):
+        raise ServerError(f"api_key_env names the environment variable {name}, which is not set")
+    return os.environ | {"LLAMA_API_KEY": os.environ[name]}
+
+
 class ManagedServer:
     """Context manager: start, health-check, yield the base URL, always stop."""
 
@@ -147,6 +159,7 @@ class ManagedServer:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env=server_env(self.settings),
             preexec_fn=_die_with_parent,
         )
         try:

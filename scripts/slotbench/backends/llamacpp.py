@@ -34,6 +34,8 @@ class LlamaCppBackend(Backend):
     def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
         super().__init__(base_url, target, timeout_s)
         self.session = requests.Session()
+        # pin every output to num_predict tokens (llama-server biases the EOG tokens to -inf)
+        self.ignore_eos = bool(self.target.get("ignore_eos", False))
 
     def _get(self, path: str) -> dict | list:
         try:
@@ -75,6 +77,7 @@ class LlamaCppBackend(Backend):
                 "modalities": props.get("modalities"),
             },
             "slots": len(slots) if isinstance(slots, list) else slots,
+            "ignore_eos": self.ignore_eos,
         }
 
     def model_facts(self, described: dict) -> dict:
@@ -89,7 +92,7 @@ class LlamaCppBackend(Backend):
             "seed": seed,
             "stream": True,
             "cache_prompt": False,  # no measured request may reuse another's KV cache
-        }
+        } | ({"ignore_eos": True} if self.ignore_eos else {})
 
     def generate(self, prompt: str, num_predict: int, temperature: float, seed: int) -> RequestRecord:
         body = self.payload(prompt, num_predict, temperature, seed)
@@ -106,6 +109,7 @@ class LlamaCppBackend(Backend):
             final = self._read_stream(resp, rec)
         rec.t_done = self.now()
         self._apply_final(rec, final)
+        rec.server["ignore_eos"] = self.ignore_eos
         return rec
 
     def _read_stream(self, resp: requests.Response, rec: RequestRecord) -> dict:
