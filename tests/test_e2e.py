@@ -7,6 +7,7 @@ They share one smoke run (module fixture) and then probe reruns on top of it.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -146,32 +147,49 @@ def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cac
     config.write_text(yaml.safe_dump({"reps": 3, "num_predict": 48}))
     args = [*SMOKE, str(config)]
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args]
-    env = {**__import__("os").environ, "SLOTBENCH_CACHE": str(cache)}
+    env = {**os.environ, "SLOTBENCH_CACHE": str(cache)}
+    raw_dir = work / "results/raw/embedded/run1"
+    log_dir = work / "results/logs/rep/embedded/run1"
+
+    def victim() -> str | None:
+        """A rep that is measuring (its first cell done) while an earlier one is complete.
+
+        Snakemake may run the reps in any order, so look for whichever it is."""
+        done = {p.stem for p in raw_dir.glob("rep*.json")}
+        if not done:
+            return None
+        for log in log_dir.glob("rep*.log"):
+            rep = log.name.removesuffix(".log")
+            if rep.endswith(".server") or rep in done:
+                continue
+            if "position 0" in log.read_text():
+                return rep
+        return None
+
     proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env)
-    rep1 = work / "results/raw/embedded/run1/rep1.json"
-    rep2_log = work / "results/logs/rep/embedded/run1/rep2.log"
     try:
-        _wait_for(rep1.exists, 240, "rep 1 to finish")
-        _wait_for(lambda: rep2_log.exists() and "position 0" in rep2_log.read_text(), 120,
-                  "rep 2 to finish its first cell")
-        pids = _wait_for(lambda: llama_servers_under(str(cache)), 10, "the rep 2 server")
+        rep = _wait_for(victim, 240, "a rep to be measuring after another finished")
+        pids = _wait_for(lambda: llama_servers_under(str(cache)), 10, f"the {rep} server")
         for pid in pids:
-            __import__("os").kill(pid, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode != 0
-    assert "target embedded, run run1, rep 2, arm" in out, out[-3000:]
+    number = rep.removeprefix("rep")
+    assert f"target embedded, run run1, rep {number}, arm" in out, out[-3000:]
     assert "request" in out
-    assert not (work / "results/raw/embedded/run1/rep2.json").exists()
-    assert not list((work / "results/raw/embedded/run1").glob(".*tmp")), "a partial raw file"
+    assert not (raw_dir / f"{rep}.json").exists()
+    assert not list(raw_dir.glob(".*tmp")), "a partial raw file"
     assert llama_servers_under(str(cache)) == []
-    kept = file_states([rep1])
+    completed = sorted(raw_dir.glob("rep*.json"))
+    kept = file_states(completed)
 
     again = snakemake(work, *args, cache=cache)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert file_states([rep1]) == kept, "a completed rep was redone"
-    assert jobs_run(again).count("rep") == 2  # rep 2 (failed) and rep 3 (never started)
-    assert (work / "results/raw/embedded/run1/rep3.json").exists()
+    assert file_states(completed) == kept, "a completed rep was redone"
+    # the failed rep and the ones never started, nothing else
+    assert jobs_run(again).count("rep") == 3 - len(completed)
+    assert len(list(raw_dir.glob("rep*.json"))) == 3
