@@ -1,0 +1,219 @@
+"""The client checking itself: could slotbench's own timing have moved the numbers?
+
+Two ways the client can distort a cell without any error:
+
+- **Send lag.** An arm of concurrency N is meant to keep N requests in flight: the first N go
+  out together and each later request goes out the moment a slot frees. If the client sends
+  late (a busy GIL, a slow thread pool, a paused process), the server sits idle, wall_s grows
+  and agg_tps falls, and the arm looks worse than the server is.
+- **Client CPU.** On a small machine the client competes with the server for the same cores; a
+  client that burns a lot of CPU per streamed token slows the very generation it measures.
+
+Thresholds (defaults of :func:`verdict`, quoted in the README):
+
+- ``lag_threshold_s = 0.010``: p95 send lag above 10 ms. At the embedded default's ~20 ms per
+  token, 10 ms is half a token of idle server per late send; across a cell of four ~2–3 s
+  requests it is well under 1% of wall_s, so a client that stays below it cannot explain
+  effects of the size the report quotes (rotation threshold 10%, run-to-run noise ±15%).
+- ``cpu_share_threshold = 0.10``: client CPU time per streamed token above 10% of the cell's
+  median inter-token interval (gen_s / output_tokens of its requests). Below it the client is
+  a small fraction of the work per token; above it, on 2 cores, it is plausibly taking CPU
+  from the server. With N streams the client is busy about N times that share.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from slotbench.cells import CELL_KEYS, cell_label
+
+KEYS = CELL_KEYS + ["position"]
+LAG_COLUMNS = KEYS + ["request", "send_order", "t_sent_s", "intended_s", "lag_s", "lag_raw_s"]
+LAG_SUMMARY_COLUMNS = KEYS + [
+    "n_requests", "lag_median_s", "lag_p95_s", "lag_max_s", "n_early", "cell",
+]  # fmt: skip
+CPU_COLUMNS = KEYS + [
+    "tokens", "client_cpu_s", "cpu_per_token_s", "inter_token_s", "cpu_share", "cell",
+]  # fmt: skip
+# A request sent this much before its slot freed means more than N were in flight.
+EARLY_TOLERANCE_S = 0.001
+
+
+def _intended(sent: np.ndarray, done: np.ndarray, n: int) -> np.ndarray:
+    """Intended send times under a FIFO pool of ``n`` workers (arrays in send order)."""
+    intended = np.empty(len(sent))
+    for k in range(len(sent)):
+        if k < n:
+            intended[k] = sent[0]
+        else:
+            intended[k] = np.sort(done[:k])[k - n]  # the slot the k-th request waited for
+    return intended
+
+
+def send_lag(requests: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per request: how long after its slot freed it was actually sent; and a per-cell summary.
+
+    The first N requests of an arm of concurrency N are intended at the cell's first send;
+    request k (send order) >= N is intended at the (k-N)-th earliest completion among the
+    requests sent before it. lag_s = t_sent_s - intended, clipped at 0; lag_raw_s keeps the
+    sign, and n_early counts requests sent more than a millisecond before any slot was free
+    (more than N in flight: the arm was not what it claims).
+    """
+    rows = []
+    for key, grp in requests.groupby(KEYS, sort=True):
+        grp = grp.sort_values(["t_sent_s", "request"], kind="stable")
+        sent = grp["t_sent_s"].to_numpy(dtype=float)
+        done = grp["t_done_s"].to_numpy(dtype=float)
+        intended = _intended(sent, done, max(1, int(key[3])))
+        for order, (req, t_sent, t_int) in enumerate(
+            zip(grp["request"], sent, intended, strict=True)
+        ):
+            raw = t_sent - t_int
+            rows.append({**dict(zip(KEYS, key, strict=True)), "request": req,
+                         "send_order": order, "t_sent_s": t_sent, "intended_s": t_int,
+                         "lag_s": max(0.0, raw), "lag_raw_s": raw})  # fmt: skip
+    lags = pd.DataFrame(rows, columns=LAG_COLUMNS)
+    summary = []
+    for key, grp in lags.groupby(KEYS, sort=True):
+        lag = grp["lag_s"].to_numpy(dtype=float)
+        summary.append(
+            {
+                **dict(zip(KEYS, key, strict=True)),
+                "n_requests": len(grp),
+                "lag_median_s": float(np.median(lag)),
+                "lag_p95_s": float(np.quantile(lag, 0.95)),
+                "lag_max_s": float(lag.max()),
+                "n_early": int((grp["lag_raw_s"] < -EARLY_TOLERANCE_S).sum()),
+                "cell": cell_label(*key[:4]),
+            }
+        )
+    return lags, pd.DataFrame(summary, columns=LAG_SUMMARY_COLUMNS)
+
+
+def client_cpu_per_token(cell_cpu_s, tokens):
+    """Client CPU seconds per streamed token; NaN where no tokens were streamed."""
+    cpu = np.asarray(cell_cpu_s, dtype=float)
+    tok = np.asarray(tokens, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(tok > 0, cpu / np.where(tok > 0, tok, 1.0), np.nan)
+    if isinstance(tokens, pd.Series):
+        return pd.Series(out, index=tokens.index)
+    if isinstance(cell_cpu_s, pd.Series):
+        return pd.Series(out, index=cell_cpu_s.index)
+    return float(out) if out.ndim == 0 else out
+
+
+def cpu_shares(requests: pd.DataFrame, cell_cpu: pd.DataFrame) -> pd.DataFrame:
+    """Per cell: client CPU per token against the cell's median inter-token interval.
+
+    ``cell_cpu`` has the cell keys (target, run, rep, arm) and ``client_cpu_s``: the client
+    process's CPU time (all threads, e.g. time.process_time()) spent on that cell.
+    """
+    if "client_cpu_s" not in cell_cpu:
+        raise ValueError(
+            "cell_cpu needs a client_cpu_s column (client process CPU seconds per cell, "
+            "keyed by target, run, rep, arm); record time.process_time() around each cell"
+        )
+    req = requests.copy()
+    ok = (req["gen_s"] > 0) & (req["output_tokens"] > 0)
+    req["_itl"] = (req["gen_s"] / req["output_tokens"]).where(ok)
+    per_cell = (
+        req.groupby(KEYS, sort=True)
+        .agg(tokens=("output_tokens", "sum"), inter_token_s=("_itl", "median"))
+        .reset_index()
+    )
+    df = per_cell.merge(cell_cpu[CELL_KEYS + ["client_cpu_s"]], on=CELL_KEYS, how="inner")
+    df["cpu_per_token_s"] = client_cpu_per_token(df["client_cpu_s"], df["tokens"])
+    df["cpu_share"] = df["cpu_per_token_s"] / df["inter_token_s"]
+    df["cell"] = [cell_label(*k) for k in df[CELL_KEYS].itertuples(index=False, name=None)]
+    return df.reindex(columns=CPU_COLUMNS)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f} ms"
+
+
+def verdict(
+    requests: pd.DataFrame,
+    cell_cpu: pd.DataFrame | None = None,
+    lag_threshold_s: float = 0.010,
+    cpu_share_threshold: float = 0.10,
+) -> dict:
+    """Whether the client could have distorted the numbers, with the evidence and a sentence.
+
+    Fires when the p95 send lag over all requests exceeds ``lag_threshold_s`` (default 10 ms),
+    or when any cell's client CPU per streamed token exceeds ``cpu_share_threshold`` (default
+    0.10) times that cell's median inter-token interval. Without ``cell_cpu`` (or server
+    generation times) the CPU half is reported as not assessed rather than passed.
+    """
+    lags, lag_cells = send_lag(requests)
+    lag_values = lags["lag_s"].to_numpy(dtype=float)
+    lag_p95 = float(np.quantile(lag_values, 0.95)) if len(lag_values) else float("nan")
+    lag_max = float(lag_values.max()) if len(lag_values) else float("nan")
+    lag_fired = bool(lag_p95 > lag_threshold_s)
+    over_lag = lag_cells.loc[lag_cells["lag_p95_s"] > lag_threshold_s, "cell"].tolist()
+    early = lag_cells.loc[lag_cells["n_early"] > 0, "cell"].tolist()
+
+    cpu = None if cell_cpu is None or cell_cpu.empty else cpu_shares(requests, cell_cpu)
+    cpu = None if cpu is None or cpu["cpu_share"].notna().sum() == 0 else cpu
+    if cpu is None:
+        cpu_fired, worst, over_cpu = False, None, []
+    else:
+        worst = cpu.loc[cpu["cpu_share"].idxmax()]
+        over_cpu = cpu.loc[cpu["cpu_share"] > cpu_share_threshold, "cell"].tolist()
+        cpu_fired = bool(worst["cpu_share"] > cpu_share_threshold)
+
+    parts = []
+    if lag_fired:
+        parts.append(
+            f"requests went out late: p95 send lag {_ms(lag_p95)} (max {_ms(lag_max)}) exceeds "
+            f"{_ms(lag_threshold_s)}, leaving the server idle between requests in "
+            f"{len(over_lag)} cell(s) (e.g. {over_lag[0] if over_lag else 'pooled'})"
+        )
+    if cpu_fired:
+        parts.append(
+            f"the client used {_ms(worst['cpu_per_token_s'])} of CPU per streamed token in "
+            f"{worst['cell']}, {worst['cpu_share']:.0%} of its {_ms(worst['inter_token_s'])} "
+            f"inter-token interval (threshold {cpu_share_threshold:.0%}), so it may have taken "
+            f"CPU from the server in {len(over_cpu)} cell(s)"
+        )
+    if parts:
+        sentence = (
+            "The client may have distorted these numbers: " + "; ".join(parts) + ". Rerun "
+            "with fewer other processes on the machine, or the client on another machine."
+        )
+    else:
+        sentence = (
+            f"The client kept up: p95 send lag {_ms(lag_p95)} (threshold {_ms(lag_threshold_s)})"
+            + (
+                f", client CPU at most {worst['cpu_share']:.1%} of an inter-token interval "
+                f"(threshold {cpu_share_threshold:.0%})."
+                if cpu is not None
+                else "; client CPU per token was not assessed (no per-cell CPU times or no "
+                "server generation times)."
+            )
+        )
+    if early:
+        sentence += (
+            f" In {len(early)} cell(s) (e.g. {early[0]}) a request went out before any slot "
+            "was free: more requests were in flight than the arm's concurrency."
+        )
+    return {
+        "distorted": lag_fired or cpu_fired,
+        "lag_fired": lag_fired,
+        "lag_p95_s": lag_p95,
+        "lag_max_s": lag_max,
+        "lag_threshold_s": float(lag_threshold_s),
+        "cells_over_lag": over_lag,
+        "early_cells": early,
+        "cpu_fired": cpu_fired,
+        "cpu_assessed": cpu is not None,
+        "cpu_per_token_s": None if worst is None else float(worst["cpu_per_token_s"]),
+        "inter_token_s": None if worst is None else float(worst["inter_token_s"]),
+        "cpu_share": None if worst is None else float(worst["cpu_share"]),
+        "worst_cpu_cell": None if worst is None else str(worst["cell"]),
+        "cpu_share_threshold": float(cpu_share_threshold),
+        "cells_over_cpu": over_cpu,
+        "sentence": sentence,
+    }

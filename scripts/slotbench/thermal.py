@@ -1,0 +1,538 @@
+"""Thermal state during a run, and the serial arm's burst-to-plateau drift (method rule 8).
+
+The article lost 8.2% between burst and plateau while macOS reported thermal pressure in zero
+of 424 samples: a quiet sensor is weak evidence, so the pipeline reports both what the machine
+said (sampled here by a background thread) and what the serial arm did over time
+(:func:`burst_vs_plateau`), and lets the reader weigh them.
+
+Each source reads what its platform exposes without root and returns one dict per sensor
+reading; the sampler adds the time. Sources never see the network and cost a few file reads or
+one short subprocess per sample.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from slotbench.cells import cell_label
+
+SERIAL_ARM = 1
+READING_KEYS = ["source", "sensor", "temp_c", "freq_mhz", "throttled", "pressure", "detail"]
+THERMAL_COLUMNS = ["target", "run", "t_s", "t_unix"] + READING_KEYS
+SUMMARY_COLUMNS = [
+    "target", "run", "samples", "sources", "max_temp_c", "min_freq_mhz", "max_freq_mhz",
+    "throttle_events", "first_event_t_s", "first_event_t_unix", "errors",
+]  # fmt: skip
+EVENT_COLUMNS = THERMAL_COLUMNS
+BURST_COLUMNS = [
+    "target", "n_serial", "burst_tps", "plateau_tps", "change", "span_s",
+    "burst_cells", "plateau_cells",
+]  # fmt: skip
+NOMINAL = "nominal"
+COMMAND_TIMEOUT_S = 5.0
+
+
+def reading(
+    source: str,
+    sensor: str | None,
+    temp_c: float | None = None,
+    freq_mhz: float | None = None,
+    throttled: bool | None = None,
+    pressure: str | None = None,
+    detail: str | None = None,
+) -> dict:
+    """One sensor reading in the shape every source returns."""
+    return {"source": source, "sensor": sensor, "temp_c": temp_c, "freq_mhz": freq_mhz,
+            "throttled": throttled, "pressure": pressure, "detail": detail}  # fmt: skip
+
+
+def run_command(cmd: list[str]) -> str:
+    """Stdout of a short command; a non-zero exit raises with what the command said."""
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+                          check=False)  # fmt: skip
+    if proc.returncode != 0:
+        said = (proc.stdout + " " + proc.stderr).strip()
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {said[:300]}")
+    return proc.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# Sources
+# --------------------------------------------------------------------------------------------
+
+
+def _read_text(path: Path) -> str:
+    return path.read_text().strip()
+
+
+def _numeric_key(path: Path) -> tuple[str, int]:
+    match = re.search(r"(\d+)$", path.name)
+    return (path.name.rstrip("0123456789"), int(match.group(1)) if match else -1)
+
+
+class LinuxThermal:
+    """sysfs: thermal zones (millidegrees C), cpufreq (kHz) and Intel throttle counters.
+
+    ``*_throttle_count`` only ever grows; an increase between two samples means the CPU was
+    throttled in between. The first sample of a CPU sets the baseline (throttled None), so
+    throttling before the run is not charged to it.
+    """
+
+    name = "linux"
+
+    def __init__(self, root: str | Path = "/"):
+        self.root = Path(root)
+        self._counts: dict[tuple[str, str], int] = {}
+
+    @property
+    def thermal_dir(self) -> Path:
+        return self.root / "sys" / "class" / "thermal"
+
+    @property
+    def cpu_dir(self) -> Path:
+        return self.root / "sys" / "devices" / "system" / "cpu"
+
+    def zones(self) -> list[Path]:
+        if not self.thermal_dir.is_dir():
+            return []
+        found = [z for z in self.thermal_dir.glob("thermal_zone*") if (z / "temp").exists()]
+        return sorted(found, key=_numeric_key)
+
+    def cpus(self) -> list[Path]:
+        if not self.cpu_dir.is_dir():
+            return []
+        found = [
+            c for c in self.cpu_dir.glob("cpu*")
+            if re.fullmatch(r"cpu\d+", c.name)
+            and ((c / "cpufreq" / "scaling_cur_freq").exists()
+                 or any((c / "thermal_throttle").glob("*_throttle_count")))
+        ]  # fmt: skip
+        return sorted(found, key=_numeric_key)
+
+    def available(self) -> bool:
+        return bool(self.zones() or self.cpus())
+
+    def sample(self) -> list[dict]:
+        rows = []
+        for zone in self.zones():
+            try:
+                kind = _read_text(zone / "type")
+            except OSError:
+                kind = "unknown"
+            sensor = f"{zone.name}/{kind}"
+            try:
+                rows.append(
+                    reading(self.name, sensor, temp_c=int(_read_text(zone / "temp")) / 1000)
+                )
+            except (OSError, ValueError) as exc:  # some zones refuse reads (EINVAL, ENODATA)
+                rows.append(reading(self.name, sensor, detail=f"unreadable: {exc}"))
+        for cpu in self.cpus():
+            rows.append(self._cpu_reading(cpu))
+        return rows
+
+    def _cpu_reading(self, cpu: Path) -> dict:
+        freq, notes = None, []
+        freq_file = cpu / "cpufreq" / "scaling_cur_freq"
+        if freq_file.exists():
+            try:
+                freq = int(_read_text(freq_file)) / 1000
+            except (OSError, ValueError) as exc:
+                notes.append(f"scaling_cur_freq unreadable: {exc}")
+        throttled = None
+        counters = sorted((cpu / "thermal_throttle").glob("*_throttle_count"))
+        rises, baseline = [], False
+        for counter in counters:
+            try:
+                count = int(_read_text(counter))
+            except (OSError, ValueError) as exc:
+                notes.append(f"{counter.name} unreadable: {exc}")
+                continue
+            key = (cpu.name, counter.name)
+            before = self._counts.get(key)
+            self._counts[key] = count
+            if before is None:
+                baseline = True
+            elif count > before:
+                rises.append(f"{counter.name} +{count - before}")
+        if rises:
+            throttled = True
+            notes.append("throttled: " + ", ".join(rises))
+        elif counters and not baseline:
+            throttled = False
+        elif counters:
+            notes.append("throttle counters: baseline")
+        return reading(self.name, cpu.name, freq_mhz=freq, throttled=throttled,
+                       detail="; ".join(notes) or None)  # fmt: skip
+
+
+_LEVEL = r"\s*(?:=|:|set to)\s*(\w+)"
+_QUIET_LEVELS = {"0", "normal", "nominal"}
+
+
+def parse_pmset_therm(text: str, source: str = "macos") -> dict:
+    """One reading from ``pmset -g therm``.
+
+    Intel Macs print ``CPU_Speed_Limit = N`` (below 100: the CPU is capped). Recorded thermal or
+    performance warning levels mean pressure; "No thermal warning level has been recorded" (the
+    usual answer on Apple Silicon, even while it slows down) means nominal.
+    """
+    flat = " | ".join(line.strip() for line in text.splitlines() if line.strip())
+    problems, understood = [], False
+    speed = None
+    match = re.search(r"CPU_Speed_Limit\s*=\s*(\d+)", text)
+    if match:
+        understood = True
+        speed = int(match.group(1))
+        if speed < 100:
+            problems.append(f"CPU speed limit {speed}%")
+    for kind in ("thermal", "performance"):
+        if re.search(rf"No {kind} warning level has been recorded", text, re.IGNORECASE):
+            understood = True
+            continue
+        level = re.search(rf"{kind}[ _]?(?:warning[ _]?)?level{_LEVEL}", text, re.IGNORECASE)
+        if level:
+            understood = True
+            if level.group(1).lower() not in _QUIET_LEVELS:
+                problems.append(f"{kind} warning level {level.group(1)}")
+    if not understood:
+        return reading(source, "pmset", detail=f"pmset output not understood: {flat[:200]}")
+    pressure = "; ".join(problems) if problems else NOMINAL
+    throttled = None if speed is None else speed < 100
+    return reading(source, "pmset", throttled=throttled, pressure=pressure, detail=flat[:300])
+
+
+class MacThermal:
+    """``pmset -g therm``: the thermal and performance warning levels macOS shows without root."""
+
+    name = "macos"
+    command = ["pmset", "-g", "therm"]
+
+    def __init__(self, run: Callable[[list[str]], str] = run_command):
+        self.run = run
+
+    def sample(self) -> list[dict]:
+        return [parse_pmset_therm(self.run(self.command), self.name)]
+
+
+# NVML clocks event reasons (nvml.h, nvmlClocksEventReason*; formerly ...ThrottleReason*).
+CLOCK_REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}
+# Reasons that mean heat or power took clock away from the workload (idle, sync boost and
+# clock settings are choices, not pressure).
+THROTTLE_MASK = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+NVIDIA_FIELDS = "index,temperature.gpu,clocks.sm,clocks_event_reasons.active"
+# Drivers before the R535 rename only know the old name.
+NVIDIA_LEGACY_FIELDS = "index,temperature.gpu,clocks.sm,clocks_throttle_reasons.active"
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:  # "[N/A]", "[Not Supported]"
+        return None
+
+
+def parse_nvidia_smi(text: str, source: str = "nvidia") -> list[dict]:
+    """Readings from ``nvidia-smi --query-gpu=<NVIDIA_FIELDS> --format=csv,noheader,nounits``."""
+    rows = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 4:
+            continue
+        index, temp, clock, reasons = parts[:4]
+        throttled, detail = None, None
+        try:
+            mask = int(reasons, 0)
+        except ValueError:
+            detail = f"clock event reasons: {reasons}"
+        else:
+            active = [name for bit, name in CLOCK_REASONS.items() if mask & bit]
+            throttled = bool(mask & THROTTLE_MASK)
+            detail = f"clock event reasons {reasons}: " + (", ".join(active) or "none")
+        rows.append(reading(source, f"gpu{index}", temp_c=_number(temp), freq_mhz=_number(clock),
+                            throttled=throttled, detail=detail))  # fmt: skip
+    return rows
+
+
+class NvidiaSmi:
+    """GPU temperature, SM clock and the active clock event reasons, one reading per GPU."""
+
+    name = "nvidia"
+
+    def __init__(self, run: Callable[[list[str]], str] = run_command, binary: str = "nvidia-smi"):
+        self.run = run
+        self.binary = binary
+        self.fields = NVIDIA_FIELDS
+
+    def _command(self) -> list[str]:
+        return [self.binary, f"--query-gpu={self.fields}", "--format=csv,noheader,nounits"]
+
+    def sample(self) -> list[dict]:
+        try:
+            text = self.run(self._command())
+        except RuntimeError as exc:
+            if self.fields == NVIDIA_LEGACY_FIELDS or "field" not in str(exc).lower():
+                raise
+            self.fields = NVIDIA_LEGACY_FIELDS
+            text = self.run(self._command())
+        return parse_nvidia_smi(text, self.name)
+
+
+def available_sources(
+    root: str | Path = "/",
+    platform: str | None = None,
+    which: Callable[[str], str | None] = shutil.which,
+) -> list:
+    """The sources that can say something on this machine (root, platform, which: for tests)."""
+    platform = sys.platform if platform is None else platform
+    sources: list = []
+    linux = LinuxThermal(root)
+    if linux.available():
+        sources.append(linux)
+    if platform == "darwin" and which("pmset"):
+        sources.append(MacThermal())
+    nvidia = which("nvidia-smi")
+    if nvidia:
+        sources.append(NvidiaSmi(binary=nvidia))
+    return sources
+
+
+# --------------------------------------------------------------------------------------------
+# Sampler
+# --------------------------------------------------------------------------------------------
+
+
+class ThermalSampler:
+    """Samples every source about every ``interval_s`` on a daemon thread until stopped.
+
+    Rows carry ``t_s`` (monotonic seconds since ``origin``, the rep's clock when the caller
+    passes execute's origin) and ``t_unix``, plus any ``tags`` (e.g. target, run). A failing
+    source becomes a row with ``detail`` "error: …" and sampling carries on: a thermal probe
+    must never be the reason a rep fails.
+    """
+
+    def __init__(
+        self,
+        sources: list,
+        interval_s: float = 1.0,
+        origin: float | None = None,
+        tags: dict | None = None,
+    ):
+        if interval_s <= 0:
+            raise ValueError(f"thermal sampling interval must be positive, got {interval_s}")
+        self.sources = list(sources)
+        self.interval_s = float(interval_s)
+        self.origin = origin
+        self.tags = dict(tags or {})
+        self._rows: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> ThermalSampler:
+        if self._thread is not None:
+            raise RuntimeError("this ThermalSampler was already started; make a new one")
+        if self.origin is None:
+            self.origin = time.monotonic()
+        self._thread = threading.Thread(target=self._loop, name="slotbench-thermal", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def __enter__(self) -> ThermalSampler:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def rows(self) -> list[dict]:
+        with self._lock:
+            return list(self._rows)
+
+    def sample_once(self) -> None:
+        """One pass over the sources; every reading of the pass shares one timestamp."""
+        if self.origin is None:
+            self.origin = time.monotonic()
+        t_s = time.monotonic() - self.origin
+        t_unix = time.time()
+        batch = []
+        for source in self.sources:
+            name = getattr(source, "name", type(source).__name__)
+            try:
+                found = source.sample()
+            except Exception as exc:  # noqa: BLE001 - recorded, never raised from the thread
+                found = [reading(name, None, detail=f"error: {type(exc).__name__}: {exc}")]
+            for row in found:
+                batch.append({**self.tags, "t_s": t_s, "t_unix": t_unix, **row})
+        with self._lock:
+            self._rows.extend(batch)
+
+    def _loop(self) -> None:
+        due = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                self.sample_once()
+            except Exception as exc:  # noqa: BLE001 - a clock or tag bug must not kill the run
+                with self._lock:
+                    self._rows.append(
+                        {
+                            **self.tags,
+                            "t_s": None,
+                            "t_unix": time.time(),
+                            **reading("sampler", None, detail=f"error: {exc!r}"),
+                        }
+                    )
+            due += self.interval_s
+            now = time.monotonic()
+            if due < now:  # fell behind (slow source): skip the missed slots, do not burst
+                due = now
+            if self._stop.wait(due - now):
+                break
+
+
+def thermal_frame(rows: list[dict]) -> pd.DataFrame:
+    """Sampler rows as a DataFrame with the standard columns first (extra tags kept)."""
+    df = pd.DataFrame(rows)
+    extra = [c for c in df.columns if c not in THERMAL_COLUMNS]
+    return df.reindex(columns=THERMAL_COLUMNS + extra)
+
+
+# --------------------------------------------------------------------------------------------
+# Analysis
+# --------------------------------------------------------------------------------------------
+
+
+def _event_mask(df: pd.DataFrame) -> pd.Series:
+    """Throttled readings, or pressure other than nominal (unknown pressure is not an event)."""
+    throttled = df["throttled"].map(lambda v: isinstance(v, bool | np.bool_) and bool(v))
+    pressure = df["pressure"]
+    pressured = pressure.notna() & (pressure.astype(str).str.strip().str.lower() != NOMINAL)
+    return throttled | pressured
+
+
+def _with_keys(thermal_rows: pd.DataFrame) -> pd.DataFrame:
+    df = thermal_rows.copy()
+    for col in THERMAL_COLUMNS:
+        if col not in df:
+            df[col] = None
+    df[["target", "run"]] = df[["target", "run"]].fillna("")
+    return df
+
+
+def events(thermal_rows: pd.DataFrame) -> pd.DataFrame:
+    """Every reading that reported throttling or thermal pressure, in time order."""
+    df = _with_keys(thermal_rows)
+    out = df.loc[_event_mask(df)]
+    return out.sort_values(["target", "run", "t_unix"], ignore_index=True).reindex(
+        columns=EVENT_COLUMNS
+    )
+
+
+def thermal_summary(thermal_rows: pd.DataFrame) -> pd.DataFrame:
+    """Per target and run: how often the machine was sampled, how hot, how fast, what it said.
+
+    samples counts sampling passes (distinct timestamps), not readings; throttle_events counts
+    readings with throttled True or a pressure other than nominal.
+    """
+    df = _with_keys(thermal_rows)
+    rows = []
+    for (target, run), grp in df.groupby(["target", "run"], sort=True):
+        is_event = _event_mask(grp)
+        hits = grp.loc[is_event].sort_values("t_unix")
+        detail = grp["detail"].fillna("").astype(str)
+        temps = pd.to_numeric(grp["temp_c"], errors="coerce")
+        freqs = pd.to_numeric(grp["freq_mhz"], errors="coerce")
+        rows.append(
+            {
+                "target": target,
+                "run": run,
+                "samples": int(grp["t_unix"].nunique()),
+                "sources": ";".join(sorted(grp["source"].dropna().astype(str).unique())),
+                "max_temp_c": float(temps.max()),
+                "min_freq_mhz": float(freqs.min()),
+                "max_freq_mhz": float(freqs.max()),
+                "throttle_events": int(is_event.sum()),
+                "first_event_t_s": float(hits["t_s"].iloc[0]) if len(hits) else np.nan,
+                "first_event_t_unix": float(hits["t_unix"].iloc[0]) if len(hits) else np.nan,
+                "errors": int(detail.str.startswith("error").sum()),
+            }
+        )
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def burst_vs_plateau(
+    cells: pd.DataFrame,
+    burst_frac: float = 0.25,
+    plateau_frac: float = 0.5,
+    by: tuple[str, ...] = ("target",),
+) -> pd.DataFrame:
+    """Serial-arm throughput at the start versus the end, per target (runs pooled in time order).
+
+    burst is the median agg_tps of the first ``burst_frac`` of the serial cells, plateau the
+    median of the last ``plateau_frac`` (each at least one cell); change = plateau / burst - 1,
+    so the article's loss reads -0.082. The serial arm does the same work in every rep, so a
+    trend in it is the machine drifting, not concurrency. With fewer than two serial cells
+    there is no trend to see and change is NaN. ``by=("target", "run")`` looks within runs.
+    """
+    for name, frac in (("burst_frac", burst_frac), ("plateau_frac", plateau_frac)):
+        if not 0 < frac <= 1:
+            raise ValueError(f"{name} must be in (0, 1], got {frac}")
+    keys = list(by)
+    serial = cells.loc[(cells["arm"] == SERIAL_ARM) & cells["agg_tps"].notna()]
+    rows = []
+    for key, grp in serial.groupby(keys, sort=True):
+        grp = grp.sort_values(["t_start_unix", "run", "rep"], kind="stable")
+        n = len(grp)
+        burst = grp.iloc[: max(1, int(n * burst_frac))]
+        plateau = grp.iloc[n - max(1, int(n * plateau_frac)) :]
+        burst_tps = float(burst["agg_tps"].median())
+        plateau_tps = float(plateau["agg_tps"].median())
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "n_serial": n,
+                "burst_tps": burst_tps,
+                "plateau_tps": plateau_tps,
+                "change": plateau_tps / burst_tps - 1.0 if n >= 2 and burst_tps else np.nan,
+                "span_s": float(grp["t_start_unix"].iloc[-1] - grp["t_start_unix"].iloc[0]),
+                "burst_cells": _labels(burst),
+                "plateau_cells": _labels(plateau),
+            }
+        )
+    columns = keys + [c for c in BURST_COLUMNS if c not in keys]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _labels(frame: pd.DataFrame) -> str:
+    return ";".join(
+        cell_label(*row)
+        for row in frame[["target", "run", "rep", "arm"]].itertuples(index=False, name=None)
+    )
