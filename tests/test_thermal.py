@@ -378,3 +378,17 @@ def test_burst_vs_plateau_needs_two_serial_cells():
     assert out.iloc[0]["n_serial"] == 1 and np.isnan(out.iloc[0]["change"])
     with pytest.raises(ValueError, match="burst_frac"):
         thermal.burst_vs_plateau(cells_with([50.0, 49.0]), burst_frac=0)
+
+
+def test_proc_cpuinfo_is_the_fallback_where_sysfs_has_nothing(tmp_path):
+    from slotbench.thermal import ProcCpuinfo, available_sources
+
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/cpuinfo").write_text(
+        "processor\t: 0\ncpu MHz\t\t: 2596.1\n\nprocessor\t: 1\ncpu MHz\t\t: 1800.0\n"
+    )
+    sources = available_sources(root=tmp_path, platform="linux", which=lambda _: None)
+    assert [s.name for s in sources] == ["cpuinfo"]
+    rows = ProcCpuinfo(tmp_path).sample()
+    assert [(r["sensor"], r["freq_mhz"]) for r in rows] == [("cpu0", 2596.1), ("cpu1", 1800.0)]
+    assert available_sources(root=tmp_path / "nothing", platform="linux", which=lambda _: None) == []

@@ -12,6 +12,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 from .backends import BackendError
 from .rawfiles import RAW_SCHEMA
+from .thermal import ThermalSampler
 from .targets import Connection
 
 
@@ -58,13 +59,8 @@ def _failure(ctx: dict, arm, position, request, exc: BaseException, conn: Connec
     return RepError(msg)
 
 
-def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code: dict,
-            log=sys.stderr) -> dict:
-    """Measure one rep and return its raw record (the caller writes it atomically)."""
-    ctx = {"target": plan["target"], "run": plan["run"], "rep": rep_entry["rep"]}
-    label = f"{ctx['target']} {ctx['run']} rep {ctx['rep']}"
-    started_unix = time.time()
-
+def _warm_up(conn: Connection, plan: dict, settings: dict, ctx: dict, label: str, log) -> None:
+    """Load the model, then short generations on every slot; nothing here is measured."""
     warm = plan["warmup"]
     t0 = time.monotonic()
     try:
@@ -77,30 +73,55 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
         raise _failure(ctx, None, None, warm[i]["request"], exc, conn)
     print(f"[{label}] warm-up: {len(warm)} requests in {time.monotonic() - t0:.1f} s", file=log)
 
-    origin = time.monotonic()
-    origin_unix = time.time()
-    cells = []
-    for cell in rep_entry["cells"]:
-        arm, position = cell["arm"], cell["position"]
-        results = _send_all(conn, cell["requests"], arm, settings["num_predict"],
-                            settings["temperature"])
-        if isinstance(results[0], tuple):
-            i, exc = results[0]
-            raise _failure(ctx, arm, position, cell["requests"][i]["request"], exc, conn)
-        requests = [
-            {"request": r["request"], "nonce": r["nonce"], "seed": r["seed"], **rec.to_raw(origin)}
-            for r, rec in zip(cell["requests"], results, strict=True)
-        ]
-        t_start = min(r["t_sent_s"] for r in requests)
-        t_end = max(r["t_done_s"] for r in requests)
-        tokens = sum(r["output_tokens"] for r in requests)
-        cells.append({"arm": arm, "position": position, "t_start_s": t_start, "t_end_s": t_end,
-                      "requests": requests})
-        print(
-            f"[{label}] position {position}: arm {arm}: {tokens} tokens in {t_end - t_start:.2f} s"
-            f" = {tokens / (t_end - t_start):.1f} tok/s",
-            file=log,
-        )
+
+def _measure_cell(conn: Connection, cell: dict, settings: dict, origin: float, ctx: dict,
+                  label: str, log) -> dict:
+    """One cell: its requests with ``arm`` in flight, and the client's own CPU time meanwhile."""
+    arm, position = cell["arm"], cell["position"]
+    cpu0 = time.process_time()
+    results = _send_all(conn, cell["requests"], arm, settings["num_predict"],
+                        settings["temperature"])
+    client_cpu_s = time.process_time() - cpu0
+    if isinstance(results[0], tuple):
+        i, exc = results[0]
+        raise _failure(ctx, arm, position, cell["requests"][i]["request"], exc, conn)
+    requests = [
+        {"request": r["request"], "nonce": r["nonce"], "seed": r["seed"], **rec.to_raw(origin)}
+        for r, rec in zip(cell["requests"], results, strict=True)
+    ]
+    t_start = min(r["t_sent_s"] for r in requests)
+    t_end = max(r["t_done_s"] for r in requests)
+    tokens = sum(r["output_tokens"] for r in requests)
+    print(
+        f"[{label}] position {position}: arm {arm}: {tokens} tokens in {t_end - t_start:.2f} s"
+        f" = {tokens / (t_end - t_start):.1f} tok/s",
+        file=log,
+    )
+    return {"arm": arm, "position": position, "t_start_s": t_start, "t_end_s": t_end,
+            "client_cpu_s": client_cpu_s, "requests": requests}  # fmt: skip
+
+
+def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code: dict,
+            log=sys.stderr, thermal_sources=(), thermal_interval_s: float = 1.0) -> dict:
+    """Measure one rep and return its raw record (the caller writes it atomically).
+
+    A background sampler records the machine's thermal state from before the warm-up to the
+    end of the last cell; an optional cooldown lets the machine settle before the rep starts.
+    """
+    ctx = {"target": plan["target"], "run": plan["run"], "rep": rep_entry["rep"]}
+    label = f"{ctx['target']} {ctx['run']} rep {ctx['rep']}"
+    cooldown_s = float(settings.get("cooldown_s", 0) or 0)
+    if cooldown_s > 0:
+        print(f"[{label}] cooling down for {cooldown_s:g} s", file=log)
+        time.sleep(cooldown_s)
+    started_unix = time.time()
+    sampler = ThermalSampler(list(thermal_sources), interval_s=thermal_interval_s, tags=ctx)
+    with sampler:
+        _warm_up(conn, plan, settings, ctx, label, log)
+        origin = time.monotonic()
+        origin_unix = time.time()
+        cells = [_measure_cell(conn, cell, settings, origin, ctx, label, log)
+                 for cell in rep_entry["cells"]]  # fmt: skip
     return {
         "schema": RAW_SCHEMA,
         "target": ctx["target"],
@@ -110,9 +131,11 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
         "started_unix": started_unix,
         "origin_unix": origin_unix,
         "finished_unix": time.time(),
+        "cooldown_s": cooldown_s,
         "settings": settings,
         "code": code,
         "server": conn.describe(),
+        "thermal": {"sources": [s.name for s in thermal_sources], "rows": sampler.rows()},
         "cells": cells,
     }
 

@@ -297,6 +297,32 @@ class NvidiaSmi:
         return parse_nvidia_smi(text, self.name)
 
 
+class ProcCpuinfo:
+    """Linux without thermal zones or cpufreq (many VMs): the clock each CPU reports in
+    /proc/cpuinfo. It shows frequency drift, not temperature or throttling."""
+
+    name = "cpuinfo"
+
+    def __init__(self, root: str | Path = "/"):
+        self.path = Path(root) / "proc" / "cpuinfo"
+
+    def available(self) -> bool:
+        try:
+            return "cpu MHz" in _read_text(self.path)
+        except OSError:
+            return False
+
+    def sample(self) -> list[dict]:
+        rows, cpu = [], None
+        for line in _read_text(self.path).splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "processor":
+                cpu = value.strip()
+            elif key.strip() == "cpu MHz":
+                rows.append(reading(self.name, f"cpu{cpu}", freq_mhz=_number(value)))
+        return rows
+
+
 def available_sources(
     root: str | Path = "/",
     platform: str | None = None,
@@ -308,6 +334,8 @@ def available_sources(
     linux = LinuxThermal(root)
     if linux.available():
         sources.append(linux)
+    elif platform.startswith("linux") and ProcCpuinfo(root).available():
+        sources.append(ProcCpuinfo(root))
     if platform == "darwin" and which("pmset"):
         sources.append(MacThermal())
     nvidia = which("nvidia-smi")
