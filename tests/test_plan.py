@@ -89,3 +89,22 @@ def test_impossible_equal_length_is_a_clear_error():
 def test_rep_plan_names_a_missing_rep():
     with pytest.raises(KeyError, match="no rep 9"):
         rep_plan(_plan(), 9)
+
+
+def test_control_arm_shares_one_prompt_and_is_not_rotated():
+    plan = _plan(control_arm=True)
+    for rep in plan["reps"]:
+        *measured, control = rep["cells"]
+        assert [c["position"] for c in measured] == [0, 1, 2]
+        assert control["control"] and control["arm"] == 4 and control["position"] == 3
+        assert len({r["prompt"] for r in control["requests"]}) == 1
+        assert all(r["allow_cache"] for r in control["requests"])
+        assert not any(r.get("allow_cache") for c in measured for r in c["requests"])
+    assert _plan(control_arm=True)["reps"][0]["cells"][:3] != [], "measured cells kept"
+
+
+def test_nonces_off_gives_every_measured_request_the_same_prompt():
+    plan = _plan(nonces=False)
+    prompts = {r["prompt"] for rep in plan["reps"] for c in rep["cells"] for r in c["requests"]}
+    assert len(prompts) == 1
+    assert plan["nonces"] is False

@@ -29,9 +29,10 @@ def _send_all(conn: Connection, requests: list[dict], concurrency: int, num_pred
     """
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         futures = [
-            pool.submit(conn.backend.generate, r["prompt"], num_predict, temperature, r["seed"])
+            pool.submit(conn.backend.generate, r["prompt"], num_predict, temperature, r["seed"],
+                        **({"allow_cache": True} if r.get("allow_cache") else {}))
             for r in requests
-        ]
+        ]  # fmt: skip
         done, _ = wait(futures, return_when=FIRST_EXCEPTION)
         failed = [i for i, f in enumerate(futures) if f in done and f.exception() is not None]
         if failed:
@@ -92,13 +93,15 @@ def _measure_cell(conn: Connection, cell: dict, settings: dict, origin: float, c
     t_start = min(r["t_sent_s"] for r in requests)
     t_end = max(r["t_done_s"] for r in requests)
     tokens = sum(r["output_tokens"] for r in requests)
+    kind = "control arm (shared prompt)" if cell.get("control") else f"arm {arm}"
     print(
-        f"[{label}] position {position}: arm {arm}: {tokens} tokens in {t_end - t_start:.2f} s"
+        f"[{label}] position {position}: {kind}: {tokens} tokens in {t_end - t_start:.2f} s"
         f" = {tokens / (t_end - t_start):.1f} tok/s",
         file=log,
     )
-    return {"arm": arm, "position": position, "t_start_s": t_start, "t_end_s": t_end,
-            "client_cpu_s": client_cpu_s, "requests": requests}  # fmt: skip
+    return {"arm": arm, "position": position, "control": bool(cell.get("control")),
+            "t_start_s": t_start, "t_end_s": t_end, "client_cpu_s": client_cpu_s,
+            "requests": requests}  # fmt: skip
 
 
 def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code: dict,

@@ -94,33 +94,56 @@ def make_plan(
     nonce_digits: int,
     count_tokens: Callable[[str], int] | None = None,
     warmup_requests: int | None = None,
+    nonces: bool = True,
+    control_arm: bool = False,
 ) -> dict:
     """The whole plan of one run, as a JSON-ready dict.
 
     Every request in the run (warm-up included) carries its own nonce, so no two requests share
     a prefix beyond the words before the nonce, and no arm can reuse another arm's cache.
+
+    ``nonces=False`` gives every measured request the same prompt and lets the server cache it:
+    what a naive benchmark does, kept only so the cache-hit check can be shown to fire.
+    ``control_arm=True`` appends to every rep a control cell at the largest concurrency whose
+    requests share one prompt and may use the cache (MLPerf TEST04's idea): it measures how much
+    a shared prefix would have inflated the parallel arms. It is never part of the headline.
     """
     run_seed = derive_seed(seed, target, run)
     rng = random.Random(run_seed)
     orders = rotation(arms, reps, run_seed)
     n_warm = warmup_requests if warmup_requests is not None else max(arms)
     n_measured = reps * len(arms) * requests_per_cell
+    n_control = reps if control_arm else 0
     pairs, prompt_tokens = equal_length_prompts(
-        template, n_measured + n_warm, nonce_digits, rng, count_tokens
+        template, n_measured + n_warm + n_control, nonce_digits, rng, count_tokens
     )
     sampling = [rng.randrange(2**31) for _ in pairs]
     items = [
         {"nonce": n, "prompt": p, "seed": s} for (n, p), s in zip(pairs, sampling, strict=True)
     ]
-    warmup, measured = items[:n_warm], iter(items[n_warm:])
+    warmup = items[:n_warm]
+    measured = iter(items[n_warm : n_warm + n_measured])
+    control = iter(items[n_warm + n_measured :])
+    shared = items[n_warm]  # the one prompt every request uses when nonces are off
     plan_reps = []
     for r, order in enumerate(orders, start=1):
         cells = []
         for position, arm in enumerate(order):
-            requests = [
-                {"request": i, **next(measured)} for i in range(requests_per_cell)
-            ]
+            requests = []
+            for i in range(requests_per_cell):
+                item = next(measured)
+                if not nonces:
+                    item = {**item, "nonce": shared["nonce"], "prompt": shared["prompt"],
+                            "allow_cache": True}  # fmt: skip
+                requests.append({"request": i, **item})
             cells.append({"arm": arm, "position": position, "requests": requests})
+        if control_arm:
+            one = next(control)
+            cells.append({
+                "arm": max(arms), "position": len(order), "control": True,
+                "requests": [{"request": i, **one, "seed": sampling[i], "allow_cache": True}
+                             for i in range(requests_per_cell)],
+            })  # fmt: skip
         plan_reps.append({"rep": r, "order": order, "cells": cells})
     return {
         "schema": PLAN_SCHEMA,
@@ -132,6 +155,8 @@ def make_plan(
         "requests_per_cell": requests_per_cell,
         "prompt_tokens": prompt_tokens,
         "tokenizer": "server" if count_tokens is not None else None,
+        "nonces": nonces,
+        "control_arm": control_arm,
         "warmup": [{"request": i, **w} for i, w in enumerate(warmup)],
         "reps": plan_reps,
     }

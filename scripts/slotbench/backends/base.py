@@ -47,7 +47,10 @@ class Backend:
         self.model = self.target.get("model")
         self.timeout_s = timeout_s
 
-    def generate(self, prompt: str, num_predict: int, temperature: float, seed: int) -> RequestRecord:
+    def generate(self, prompt: str, num_predict: int, temperature: float, seed: int,
+                 allow_cache: bool = False) -> RequestRecord:  # fmt: skip
+        """One streamed generation. ``allow_cache`` lets the server reuse a cached prompt prefix
+        (only the control arm and a nonce-less plan ask for it; measured requests never do)."""
         raise NotImplementedError
 
     def tokenizer(self):

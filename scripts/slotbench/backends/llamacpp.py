@@ -94,8 +94,10 @@ class LlamaCppBackend(Backend):
             "cache_prompt": False,  # no measured request may reuse another's KV cache
         } | ({"ignore_eos": True} if self.ignore_eos else {})
 
-    def generate(self, prompt: str, num_predict: int, temperature: float, seed: int) -> RequestRecord:
+    def generate(self, prompt: str, num_predict: int, temperature: float, seed: int,
+                 allow_cache: bool = False) -> RequestRecord:  # fmt: skip
         body = self.payload(prompt, num_predict, temperature, seed)
+        body["cache_prompt"] = allow_cache
         rec = RequestRecord(t_sent=self.now())
         try:
             resp = self.session.post(

@@ -157,7 +157,8 @@ class OllamaBackend(Backend):
         })
 
     def generate(self, prompt: str, num_predict: int, temperature: float,
-                 seed: int) -> RequestRecord:  # fmt: skip
+                 seed: int, allow_cache: bool = False) -> RequestRecord:  # fmt: skip
+        # Ollama has no per-request switch: it always reuses a cached prefix when it can.
         body = self.payload(prompt, num_predict, temperature, seed)
         rec = RequestRecord(t_sent=self.now())
         url, timeout = self.base_url + "/api/generate", (10, self.timeout_s)

@@ -266,8 +266,11 @@ class OpenAIBackend(Backend):
             body["cache_prompt"] = False  # no KV reuse across requests (module docstring)
         return body
 
-    def generate(self, prompt: str, num_predict: int, temperature: float, seed: int) -> RequestRecord:
+    def generate(self, prompt: str, num_predict: int, temperature: float, seed: int,
+                 allow_cache: bool = False) -> RequestRecord:  # fmt: skip
         body = self.payload(prompt, num_predict, temperature, seed)
+        if "cache_prompt" in body:  # llama-server: its own switch (module docstring)
+            body["cache_prompt"] = allow_cache
         rec = RequestRecord(t_sent=self.now())
         try:
             resp = self.session.post(
