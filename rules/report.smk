@@ -1,5 +1,12 @@
+from slotbench.provenance import config_digest
+
+
 rule report:
-    """results/report.md and a self-contained results/report.html."""
+    """results/report.md, a self-contained results/report.html and results/provenance.json.
+
+    The resolved config is a param (the report shows it; every provenance entry records its
+    SHA-256), so any config change re-renders the report; no request is sent for that.
+    """
     input:
         summary="results/analysis/summary.csv",
         ratios="results/analysis/ratios.parquet",
@@ -8,6 +15,7 @@ rule report:
         serialisation="results/checks/serialisation.csv",
         verdict="results/checks/verdict.json",
         requests="results/requests.parquet",
+        cells="results/cells.parquet",
         servers="results/servers.json",
         sources="results/figures/sources.json",
         figures=expand("results/figures/{name}.png", name=FIGURES),
@@ -15,9 +23,13 @@ rule report:
     output:
         md="results/report.md",
         html="results/report.html",
+        provenance="results/provenance.json",
     log:
         "results/logs/report.log",
     conda:
         "../envs/report.yaml"
+    params:
+        config_sha256=config_digest(CFG),
+        resolved_config=CFG,
     script:
         "../scripts/report.py"

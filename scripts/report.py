@@ -1,4 +1,5 @@
-"""Snakemake entry point: render results/report.md and the self-contained results/report.html."""
+"""Snakemake entry point: render results/report.md, the self-contained results/report.html and
+results/provenance.json (the cells, raw files, code and config behind every table and figure)."""
 
 from slotbench import report
 
@@ -17,8 +18,12 @@ def main(snakemake) -> None:
         requests=inp.requests,
         servers=inp.servers,
         serialisation=inp.serialisation,
+        cells=inp.cells,
         md_out=snakemake.output.md,
         html_out=snakemake.output.html,
+        provenance_out=snakemake.output.provenance,
+        config_sha256=snakemake.params.config_sha256,
+        resolved_config=snakemake.params.resolved_config,
     )
 
 

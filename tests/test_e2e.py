@@ -81,6 +81,31 @@ def test_report_shows_headline_verdict_deviance_and_fingerprint(smoke):
     assert raw_hash in md and raw_hash in html
 
 
+def test_explain_traces_the_headline_speedup_to_raw_requests(smoke):
+    """`python -m slotbench explain` prints the requests behind the 4-way speedup: the
+    parallel-4 requests and the serial-1 requests of the same reps, and checks the raw files."""
+    work, _, _ = smoke
+    proc = subprocess.run(
+        [sys.executable, "-m", "slotbench", "explain", "headline/embedded/arm4/speedup"],
+        cwd=work, capture_output=True, text=True, timeout=120,
+        env=os.environ | {"PYTHONPATH": str(work / "scripts")},
+    )  # fmt: skip
+    out = proc.stdout
+    assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
+    lines = out[out.index("\nrequests (") + 1 :].splitlines()
+    header = lines[1].split()
+    rows = [line.split() for line in lines[2:] if line.startswith("  ") and line.strip()]
+    arms = pd.Series([row[header.index("arm")] for row in rows]).value_counts().to_dict()
+    assert arms == {"4": 8, "1": 8}, arms  # 2 reps x 4 requests of parallel-4 and serial-1
+    assert "requests (16: 8 of parallel-4, 8 of serial-1)" in out
+    cells = pd.read_parquet(work / "results/cells.parquet")
+    for raw_file, digest in cells[["raw_file", "raw_sha256"]].drop_duplicates().itertuples(
+        index=False
+    ):
+        assert f"OK        {digest}  {raw_file}" in out
+    assert (work / "results/provenance.json").stat().st_size > 0
+
+
 def test_second_run_does_nothing(smoke, cache):
     work, _, _ = smoke
     proc = snakemake(work, *SMOKE, cache=cache)

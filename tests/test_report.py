@@ -379,7 +379,10 @@ def test_html_is_self_contained(figure_inputs):
     assert 'src="figures/' not in page
     srcs = re.findall(r'(?:src|href)="([^"]*)"', page)
     assert srcs, "the figure should be embedded"
-    assert all(s.startswith("data:image/png;base64,") for s in srcs)
+    # nothing outside the page: embedded images, and links to anchors inside it
+    assert all(s.startswith(("data:image/png;base64,", "#")) for s in srcs)
+    ids = set(re.findall(r' id="([^"]*)"', page))
+    assert {s[1:] for s in srcs if s.startswith("#")} <= ids
     assert "data:image/png;base64," + base64.b64encode(PNG_BYTES).decode() in page
     assert "http://" not in page and "https://" not in page
     # Markdown links the file relatively instead
@@ -488,6 +491,9 @@ def test_entry_point_writes_both_files(tmp_path, figure_inputs):
     (res / "fp.json").write_text(json.dumps(FINGERPRINT))
     make_requests().to_parquet(res / "requests.parquet")
     (res / "servers.json").write_text(json.dumps([]))
+    cells = make_ratios().assign(code_commit="c0de" * 10, code_dirty=False, server_build="b 1")
+    cells.to_parquet(res / "cells.parquet")
+    config = {"reps": 2, "checks": {"rotation_threshold": 0.1}}
     snakemake = SimpleNamespace(
         input=SimpleNamespace(
             summary=str(res / "analysis/summary.csv"),
@@ -501,8 +507,14 @@ def test_entry_point_writes_both_files(tmp_path, figure_inputs):
             fingerprints=[str(res / "fp.json")],
             requests=str(res / "requests.parquet"),
             servers=str(res / "servers.json"),
+            cells=str(res / "cells.parquet"),
         ),
-        output=SimpleNamespace(md=str(res / "report.md"), html=str(res / "report.html")),
+        output=SimpleNamespace(
+            md=str(res / "report.md"),
+            html=str(res / "report.html"),
+            provenance=str(res / "provenance.json"),
+        ),
+        params=SimpleNamespace(config_sha256="f00d" * 16, resolved_config=config),
     )
     runpy.run_path(str(SCRIPTS / "report.py"))["main"](snakemake)
     md = (res / "report.md").read_text()
@@ -513,6 +525,13 @@ def test_entry_point_writes_both_files(tmp_path, figure_inputs):
     assert "Four-way concurrency buys the operator 39% more throughput." in page
     assert "Warning: parallel-4 was served one request at a time." in md
     assert "Timing source: server, for all 24 requests" in md
+    assert f"Versions: all cells: commit {'c0de' * 10} (clean), server build b 1." in md
+    assert "provenance: headline/embedded" in md and "## Resolved config" in md
+    record = json.loads((res / "provenance.json").read_text())
+    assert record["config_sha256"] == "f00d" * 16
+    assert record["entries"]["headline/embedded/arm4/speedup"]["code"] == [
+        {"commit": "c0de" * 10, "dirty": False}
+    ]
 
 
 # --- serialisation, Ollama, timing source, pinned output length ---------------------------------

@@ -2,7 +2,10 @@
 
 build_report assembles one neutral list of blocks (headings, paragraphs, tables, figures,
 sources) and renders it twice, as Markdown and as a self-contained HTML page, so the two never
-disagree. Every table and figure is followed by the cells and raw-file SHA-256s behind it.
+disagree. Every table and figure is followed by the cells and raw-file SHA-256s behind it and by
+its provenance id; each table row has one too. The same references make results/provenance.json
+(see slotbench.provenance) and the report's closing Provenance section, so a link in the report
+and an entry in the record cannot drift apart.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from slotbench import provenance as prov
 from slotbench.cells import cell_label
 
 SERIAL_ARM = 1
@@ -51,6 +55,7 @@ class Heading:
 class Paragraph:
     text: str
     kind: str = ""  # "", "headline", "refusal", "warning", "note"
+    anchor: str = ""  # HTML id, for a provenance entry shown as text rather than a table
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,8 @@ class Table:
     rows: list[list[str]]
     note: str = ""
     kind: str = ""  # "", "not-headline", "kv"
+    anchor: str = ""  # the table's provenance id (HTML id)
+    row_ids: list[str] = field(default_factory=list)  # one provenance id per row, or none
 
 
 @dataclass(frozen=True)
@@ -80,6 +87,21 @@ class Figure:
 class Sources:
     cells: list[str] = field(default_factory=list)
     hashes: list[str] = field(default_factory=list)
+    prov: str = ""  # provenance id of the table or figure above
+    refs: tuple = ()  # the provenance.Ref entries it stands for (table, rows, numbers)
+
+
+@dataclass(frozen=True)
+class Code:
+    text: str
+    lang: str = ""
+
+
+@dataclass(frozen=True)
+class ProvenanceIndex:
+    """Every provenance entry, in report order: the record's entries as the report lists them."""
+
+    entries: tuple = ()
 
 
 # --------------------------------------------------------------------------------------------
@@ -264,8 +286,73 @@ def _refusal(target: str, verdict: dict | None, thresholds: dict) -> str | None:
     return f"Refused: no headline for {target}. Reason: {str(reason).rstrip('.')}."
 
 
+# Which column of the per-arm table prints each headline number.
+METRIC_COLUMNS = {
+    "agg_tps": 2,
+    "speedup": 3,
+    "user_tps": 4,
+    "user_ratio": 5,
+    "ttft_s": 6,
+    "ttft_ratio": 7,
+    "efficiency": 8,
+    "gen_gain": 9,
+    "pipelining": 10,
+}
+
+
+def headline_refs(target, records, table_rows, index, cells, refused: bool = False) -> tuple:
+    """Provenance of the per-arm table, of each row and of each number in a row.
+
+    A within-rep ratio's cells are the arm's cells and the serial cells of the same reps.
+    """
+    table_id = prov.headline_id(target)
+    title = f"Per-arm results of {target}" + (" (not a headline: refused)" if refused else "")
+    target_cells = index.labels(target) if index else cells
+    refs = [prov.Ref(table_id, "table", title, prov.with_roles((target_cells, "source")), table_id)]
+    for r, text in zip(records, table_rows):
+        arm = int(r["arm"])
+        row_id = prov.headline_id(target, arm)
+        fallback = _split(r.get("cells"))
+        metrics = [m for m in METRIC_COLUMNS if arm != SERIAL_ARM or m in prov.ABSOLUTE]
+        refs.append(
+            prov.Ref(
+                row_id,
+                "table-row",
+                f"Per-arm results of {target}, {arm_name(arm)}",
+                prov.metric_cells(index, target, arm, metrics[-1], fallback),
+                anchor=row_id,
+                parent=table_id,
+                row=dict(zip(SUMMARY_COLUMNS, text)),
+            )
+        )
+        for m in metrics:
+            refs.append(
+                prov.Ref(
+                    prov.headline_id(target, arm, m),
+                    "table-cell",
+                    f"{target}, {arm_name(arm)}: {prov.METRIC_TITLES[m]}",
+                    prov.metric_cells(index, target, arm, m, fallback),
+                    anchor=row_id,
+                    parent=row_id,
+                    metric={
+                        "name": m,
+                        "value": r.get(m),
+                        "ci_low": r.get(f"{m}_lo"),
+                        "ci_high": r.get(f"{m}_hi"),
+                        "text": text[METRIC_COLUMNS[m]],
+                    },
+                )
+            )
+    return tuple(refs)
+
+
 def headline_blocks(
-    target, rows: pd.DataFrame, verdict, thresholds, serialised: frozenset = frozenset()
+    target,
+    rows: pd.DataFrame,
+    verdict,
+    thresholds,
+    serialised: frozenset = frozenset(),
+    index: prov.CellIndex | None = None,
 ) -> list:
     refusal = _refusal(target, verdict, thresholds)
     blocks: list = []
@@ -313,8 +400,15 @@ def headline_blocks(
         title += f" {DASH} not a headline (refused, see above)"
         note = "Not a headline: shown for diagnosis only. " + note
         kind = "not-headline"
-    blocks.append(Table(title, SUMMARY_COLUMNS, [summary_row(r) for r in records], note, kind))
-    blocks.append(Sources(_union(rows.get("cells", [])), _union(rows.get("raw_sha256", []))))
+    table_rows = [summary_row(r) for r in records]
+    table_id = prov.headline_id(target)
+    row_ids = [prov.headline_id(target, r["arm"]) for r in records]
+    blocks.append(Table(title, SUMMARY_COLUMNS, table_rows, note, kind, table_id, row_ids))
+    cells = _union(rows.get("cells", []))
+    refs = headline_refs(
+        target, records, table_rows, index or prov.CellIndex(), cells, bool(refusal)
+    )
+    blocks.append(Sources(cells, _union(rows.get("raw_sha256", [])), table_id, refs))
     return blocks
 
 
@@ -340,7 +434,24 @@ def rotation_blocks(target, positions: pd.DataFrame, verdict, thresholds, hash_o
         return blocks
     slots = sorted(rows["position"].astype(int).unique())
     arms_info = verdict.get("arms", {})
-    table_rows = []
+    columns = ["arm", *[f"position {p}" for p in slots], "spread"]
+    table_id = prov.rotation_id(target)
+    labels = _union(rows["cells"])
+    refs = [
+        prov.Ref(
+            table_id,
+            "table",
+            f"Rotation bias of {target}: median aggregate tok/s of each arm at each position",
+            prov.with_roles((labels, "source")),
+            table_id,
+            metric=(
+                None
+                if _missing(bias)
+                else {"name": "rotation_bias", "value": bias, "text": fmt_pct(bias, 1)}
+            ),
+        )
+    ]
+    table_rows, row_ids = [], []
     for arm, grp in rows.groupby("arm", sort=True):
         by_pos = {int(p): r for p, r in zip(grp["position"], grp.itertuples())}
         cells = [
@@ -353,28 +464,74 @@ def rotation_blocks(target, positions: pd.DataFrame, verdict, thresholds, hash_o
         ]
         spread = arms_info.get(str(int(arm)), {}).get("spread")
         table_rows.append([arm_name(arm), *cells, fmt_pct(spread, 1)])
+        row_id = prov.positions_id(target, arm)
+        row_ids.append(row_id)
+        refs.append(
+            prov.Ref(
+                row_id,
+                "table-row",
+                f"Rotation bias of {target}, {arm_name(arm)}: median aggregate tok/s by position",
+                prov.with_roles((_union(grp["cells"]), "arm")),
+                anchor=row_id,
+                parent=table_id,
+                metric={"name": "spread", "value": spread, "text": fmt_pct(spread, 1)},
+                row=dict(zip(columns, table_rows[-1])),
+            )
+        )
+        for p in slots:
+            if p not in by_pos:
+                continue
+            refs.append(
+                prov.Ref(
+                    prov.positions_id(target, arm, p),
+                    "table-cell",
+                    f"{target}, {arm_name(arm)} at position {p}: median aggregate tok/s",
+                    prov.with_roles((_split(by_pos[p].cells), "arm")),
+                    anchor=row_id,
+                    parent=row_id,
+                    metric={
+                        "name": "median_agg_tps",
+                        "value": by_pos[p].median_agg_tps,
+                        "text": cells[slots.index(p)],
+                    },
+                )
+            )
     blocks.append(
         Table(
             "Median aggregate tok/s by position (n = cells)",
-            ["arm", *[f"position {p}" for p in slots], "spread"],
+            columns,
             table_rows,
+            anchor=table_id,
+            row_ids=row_ids,
         )
     )
-    labels = _union(rows["cells"])
-    blocks.append(Sources(labels, sorted({hash_of[c] for c in labels if c in hash_of})))
+    hashes = sorted({hash_of[c] for c in labels if c in hash_of})
+    blocks.append(Sources(labels, hashes, table_id, tuple(refs)))
     return blocks
 
 
-def deviance_blocks(target, deviance: pd.DataFrame, threshold, target_cells, target_hashes) -> list:
+def deviance_blocks(
+    target,
+    deviance: pd.DataFrame,
+    threshold,
+    target_cells,
+    target_hashes,
+    index: prov.CellIndex | None = None,
+) -> list:
     blocks: list = [Heading(3, "Output deviance")]
     rows = deviance[deviance["target"] == target] if not deviance.empty else deviance
+    dev_id = prov.deviance_id(target)
     if rows.empty:
-        blocks.append(
-            Paragraph(
-                f"No cell deviates more than {fmt_pct(threshold)} from its run's modal output."
-            )
+        text = f"No cell deviates more than {fmt_pct(threshold)} from its run's modal output."
+        blocks.append(Paragraph(text, anchor=dev_id))
+        ref = prov.Ref(
+            dev_id,
+            "table",
+            f"Output deviance of {target}: {text}",
+            prov.with_roles((target_cells, "source")),
+            dev_id,
         )
-        blocks.append(Sources(target_cells, target_hashes))
+        blocks.append(Sources(target_cells, target_hashes, dev_id, (ref,)))
         return blocks
     rows = rows.sort_values(["run", "rep", "arm"])
     labels = [
@@ -396,7 +553,28 @@ def deviance_blocks(target, deviance: pd.DataFrame, threshold, target_cells, tar
             "output as a concurrency effect."
         )
     )
-    items, table_rows = [], []
+    index = index or prov.CellIndex()
+    columns = [
+        "cell",
+        "tokens",
+        "modal",
+        "deviation",
+        "wall s",
+        "wall effect",
+        "agg tok/s",
+        "throughput effect",
+    ]
+    refs = [
+        prov.Ref(
+            dev_id,
+            "table",
+            f"Output deviance of {target}: cells more than {fmt_pct(threshold)} from their run's "
+            "modal output",
+            prov.with_roles((labels, "deviant")),
+            dev_id,
+        )
+    ]
+    items, table_rows, row_ids = [], [], []
     for label, (_, r) in zip(labels, rows.iterrows()):
         wall, tps = r.get("wall_effect"), r.get("tps_effect")
         wall_txt = (
@@ -424,24 +602,30 @@ def deviance_blocks(target, deviance: pd.DataFrame, threshold, target_cells, tar
                 "n/a" if _missing(tps) else fmt_change(1 + tps),
             ]
         )
-    blocks.append(Bullets(items))
-    blocks.append(
-        Table(
-            "Deviant cells",
-            [
-                "cell",
-                "tokens",
-                "modal",
-                "deviation",
-                "wall s",
-                "wall effect",
-                "agg tok/s",
-                "throughput effect",
-            ],
-            table_rows,
+        row_id = prov.deviance_id(target, label)
+        row_ids.append(row_id)
+        # its effects are against the same arm's normal cells of the same run
+        comparison = [c for c in index.labels(target, r["arm"], r["run"]) if c not in set(labels)]
+        refs.append(
+            prov.Ref(
+                row_id,
+                "table-row",
+                f"Deviant cell {label}: output, wall-clock and throughput against the same "
+                "arm's other cells in its run",
+                prov.with_roles(([label], "deviant"), (comparison, "comparison")),
+                anchor=row_id,
+                parent=dev_id,
+                metric={
+                    "name": "deviation",
+                    "value": r.get("deviation"),
+                    "text": fmt_change(1 + r["deviation"]),
+                },
+                row=dict(zip(columns, table_rows[-1])),
+            )
         )
-    )
-    blocks.append(Sources(sorted(labels), _union(rows.get("raw_sha256", []))))
+    blocks.append(Bullets(items))
+    blocks.append(Table("Deviant cells", columns, table_rows, anchor=dev_id, row_ids=row_ids))
+    blocks.append(Sources(sorted(labels), _union(rows.get("raw_sha256", [])), dev_id, tuple(refs)))
     return blocks
 
 
@@ -559,7 +743,8 @@ def serialisation_blocks(target, rows: list[dict], hash_of) -> list:
             "seconds per place in the order of service."
         ),
     ]
-    table_rows, capped = [], []
+    table_id = prov.serialisation_id(target)
+    table_rows, capped, row_ids, refs = [], [], [], []
     for r in rows:
         table_rows.append(
             [
@@ -573,6 +758,20 @@ def serialisation_blocks(target, rows: list[dict], hash_of) -> list:
                 "yes" if r["serialised"] else "no",
             ]
         )
+        row_id = prov.serialisation_id(target, r["arm"])
+        row_ids.append(row_id)
+        refs.append(
+            prov.Ref(
+                row_id,
+                "table-row",
+                f"Server concurrency of {target}, {arm_name(r['arm'])}: requests generating at "
+                "once",
+                prov.with_roles((_split(r.get("cells")), "arm")),
+                anchor=row_id,
+                parent=table_id,
+                row=dict(zip(SERIALISATION_TABLE_COLUMNS, table_rows[-1])),
+            )
+        )
         overlap = r.get("max_overlap_median")
         if not r["serialised"] and not _missing(overlap) and 1 < overlap < r["arm"]:
             capped.append(
@@ -580,9 +779,25 @@ def serialisation_blocks(target, rows: list[dict], hash_of) -> list:
                 f"at once in the median cell, fewer than the {r['arm']} in flight: the server "
                 "seems to run fewer slots than this arm asks for."
             )
-    blocks.append(Table("Requests generating at once", SERIALISATION_TABLE_COLUMNS, table_rows))
+    blocks.append(
+        Table(
+            "Requests generating at once",
+            SERIALISATION_TABLE_COLUMNS,
+            table_rows,
+            anchor=table_id,
+            row_ids=row_ids,
+        )
+    )
     labels = _union(r.get("cells") for r in rows)
-    blocks.append(Sources(labels, sorted({hash_of[c] for c in labels if c in hash_of})))
+    table_ref = prov.Ref(
+        table_id,
+        "table",
+        f"Server concurrency of {target}: requests generating at once",
+        prov.with_roles((labels, "source")),
+        table_id,
+    )
+    hashes = sorted({hash_of[c] for c in labels if c in hash_of})
+    blocks.append(Sources(labels, hashes, table_id, (table_ref, *refs)))
     if capped:
         blocks.append(Bullets(capped))
     return blocks
@@ -877,19 +1092,30 @@ def ollama_blocks(target, fps: list[dict], servers: list[dict], cells_of, hashes
     for fp in fps:
         run = str(fp.get("run", "?"))
         facts = ollama_facts(fp)
-        blocks.append(Table(f"Ollama facts of {target}/{run}", ["fact", "value"], facts, kind="kv"))
-        blocks.append(Sources(cells_of(target, run), hashes_of(target, run)))
+        title, fid = f"Ollama facts of {target}/{run}", prov.ollama_id(target, run)
+        blocks.append(Table(title, ["fact", "value"], facts, kind="kv", anchor=fid))
+        cells = cells_of(target, run)
+        ref = prov.Ref(fid, "table", title, prov.with_roles((cells, "source")), fid)
+        blocks.append(Sources(cells, hashes_of(target, run), fid, (ref,)))
+    title, ps_id = "Loaded models (ollama ps) before each run and after each rep", prov.ollama_id(
+        target, "ps"
+    )
     blocks.append(
         Table(
-            "Loaded models (ollama ps) before each run and after each rep",
+            title,
             PS_COLUMNS,
             table_rows,
             note="size, size_vram and context_length as /api/ps reports them; on CPU = 1 − "
             "size_vram / size.",
+            anchor=ps_id,
         )
     )
     labels = sorted(labels)
-    blocks.append(Sources(labels, sorted({hash_of[c] for c in labels if c in hash_of})))
+    ref = prov.Ref(
+        ps_id, "table", f"{title} ({target})", prov.with_roles((labels, "source")), ps_id
+    )
+    hashes = sorted({hash_of[c] for c in labels if c in hash_of})
+    blocks.append(Sources(labels, hashes, ps_id, (ref,)))
     return blocks
 
 
@@ -921,15 +1147,13 @@ def fingerprint_blocks(fingerprints: list[dict], cells_of, hashes_of) -> list:
         target, run = str(fp.get("target", "?")), str(fp.get("run", "?"))
         pairs = [(k, v) for k, v in flatten(fp) if k not in ("target", "run")]
         blocks.append(Heading(3, f"{target} / {run}"))
+        title, fid = f"Fingerprint of {target}/{run}", prov.fingerprint_id(target, run)
         blocks.append(
-            Table(
-                f"Fingerprint of {target}/{run}",
-                ["key", "value"],
-                [list(p) for p in pairs],
-                kind="kv",
-            )
+            Table(title, ["key", "value"], [list(p) for p in pairs], kind="kv", anchor=fid)
         )
-        blocks.append(Sources(cells_of(target, run), hashes_of(target, run)))
+        cells = cells_of(target, run)
+        ref = prov.Ref(fid, "table", title, prov.with_roles((cells, "source")), fid)
+        blocks.append(Sources(cells, hashes_of(target, run), fid, (ref,)))
     return blocks
 
 
@@ -946,11 +1170,121 @@ def figure_blocks(figures_sources: dict, figure_paths: dict) -> list:
                 None if path is None else str(path),
             )
         )
-        blocks.append(Sources(list(src.get("cells", [])), list(src.get("raw_sha256", []))))
+        cells = list(src.get("cells", []))
+        fid = prov.figure_id(fig_id)
+        ref = prov.Ref(
+            fid,
+            "figure",
+            src.get("title", fig_id),
+            prov.with_roles((cells, "source")),
+            f"fig-{fig_id}",
+        )
+        blocks.append(Sources(cells, list(src.get("raw_sha256", [])), fid, (ref,)))
     return blocks
 
 
-def build_blocks(
+# --------------------------------------------------------------------------------------------
+# Versions behind the cells, resolved config, provenance
+# --------------------------------------------------------------------------------------------
+
+
+def version_blocks(target, index: prov.CellIndex) -> tuple[list, str | None]:
+    """(warning, line): a warning when the target's cells come from several pipeline code
+    versions (commit or dirty flag) or server builds, naming which runs and reps used each;
+    otherwise one line saying which single version produced all of them."""
+    if not index.labels(target):
+        return [], None
+    code, server = prov.version_groups(index, target)
+
+    def describe(groups: dict, name, plural: str, unrecorded: str) -> str:
+        if not groups:
+            return unrecorded
+        if len(groups) == 1:
+            return f"all cells: {name(next(iter(groups)))}"
+        return f"{len(groups)} {plural}: " + "; ".join(
+            f"{name(v)} for {prov.reps_text(pairs)}" for v, pairs in groups.items()
+        )
+
+    code_txt = describe(
+        code,
+        lambda cd: prov.code_text(*cd),
+        "pipeline code versions",
+        "pipeline code version not recorded",
+    )
+    server_txt = describe(server, lambda b: b, "server builds", "server build not recorded")
+    if len(code) <= 1 and len(server) <= 1:
+        code_one = prov.code_text(*next(iter(code))) if code else None
+        build_one = f"server build {next(iter(server))}" if server else None
+        if code_one and build_one:
+            return [], f"Versions: all cells: {code_one}, {build_one}."
+        known = code_one or build_one
+        missing = "server build" if code_one else "pipeline code version"
+        if known:
+            return [], f"Versions: all cells: {known}; {missing} not recorded."
+        return [], "Versions: pipeline code version and server build not recorded."
+    text = (
+        f"Warning: the cells of {target} were not all produced by the same versions. "
+        f"Pipeline code: {code_txt}. Server build: {server_txt}. Every number in this section "
+        "pools them; if a version change may have moved the numbers, compare those runs "
+        "separately or measure again with one version."
+    )
+    if any(dirty for _, dirty in code):
+        text += " A dirty work tree's changes are not recorded, so dirty cells of one commit may differ too."
+    return [Paragraph(text, "warning")], None
+
+
+def config_yaml(cfg: dict) -> str:
+    """The resolved config as YAML (sorted keys), or as JSON (which is YAML) without PyYAML."""
+    try:
+        import yaml
+    except ImportError:  # the report's conda env need not carry PyYAML
+        return json.dumps(cfg, indent=2, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+    return yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True, default_flow_style=False)
+
+
+def config_blocks(resolved_config, config_sha256) -> list:
+    if resolved_config is None:
+        return []
+    return [
+        Heading(2, "Resolved config"),
+        Paragraph(
+            "The configuration the pipeline ran with, every default filled in, as the rules "
+            f"received it. Its SHA-256 (of its JSON with sorted keys) is {config_sha256}; every "
+            "provenance entry records it."
+        ),
+        Code(config_yaml(resolved_config), "yaml"),
+    ]
+
+
+def provenance_blocks(record: dict, order: list[str]) -> list:
+    entries = record["entries"]
+    example = next(
+        (i for i in order if entries[i]["kind"] == "table-cell"), next(iter(order), "ID")
+    )
+    digest = record.get("config_sha256") or "not recorded"
+    return [
+        Heading(2, "Provenance"),
+        Paragraph(
+            "Every table, table row and figure above names its provenance id. Here is what each "
+            "id stands for: the cells (target/run/repN/armM) behind it, the SHA-256 of each raw "
+            "file they came from, the pipeline commit and dirty flag and the server build that "
+            f"produced them, and the SHA-256 of the resolved config ({digest}). Each number in "
+            "the per-arm table has its own id, its row's id and the metric (e.g. "
+            f"{example}); a within-rep ratio also names the serial cells of the same reps, its "
+            "denominators. The same record is in provenance.json next to this report; "
+            "`python -m slotbench explain ID` prints the raw request rows behind an id and "
+            "checks each raw file against its recorded SHA-256."
+        ),
+        ProvenanceIndex(tuple(entries[i] for i in order)),
+    ]
+
+
+def build_blocks(*args, **kwargs) -> list:
+    """The neutral document (see build_document)."""
+    return build_document(*args, **kwargs)[0]
+
+
+def build_document(
     summary,
     ratios,
     deviance,
@@ -963,9 +1297,16 @@ def build_blocks(
     requests: pd.DataFrame | None = None,
     servers: list[dict] | None = None,
     serialisation: pd.DataFrame | None = None,
-) -> list:
-    """The neutral document. requests (timing_source), servers (each rep's server state, e.g.
-    Ollama's /api/ps) and serialisation (checks) are optional so that older callers still work."""
+    cells: pd.DataFrame | None = None,
+    config_sha256: str | None = None,
+    resolved_config: dict | None = None,
+) -> tuple[list, dict]:
+    """(blocks, provenance record). requests (timing_source), servers (each rep's server state,
+    e.g. Ollama's /api/ps), serialisation (checks), cells (raw files, code and server versions;
+    ratios stand in for it) and the resolved config are optional so that older callers work."""
+    if config_sha256 is None and resolved_config is not None:
+        config_sha256 = prov.config_digest(resolved_config)
+    index = prov.CellIndex(cells if cells is not None else ratios)
     thresholds = {
         "rotation": verdict.get("rotation_threshold", 0.10),
         "deviance": verdict.get("deviance_threshold", 0.05),
@@ -1022,19 +1363,25 @@ def build_blocks(
         blocks += [
             Paragraph(serialisation_warning(r, fps), "warning") for r in ser_rows if r["serialised"]
         ]
+        mixed, versions = version_blocks(target, index)
+        blocks += mixed
         rows = summary[summary["target"] == target]
-        blocks += headline_blocks(target, rows, v, thresholds, serialised)
-        measured = [timing_source_line(target, requests), pinned_line(target, fps)]
+        blocks += headline_blocks(target, rows, v, thresholds, serialised, index)
+        measured = [timing_source_line(target, requests), pinned_line(target, fps), versions]
         blocks.append(Bullets([m for m in measured if m]))
         blocks += serialisation_blocks(target, ser_rows, hash_of)
         blocks += ollama_blocks(target, fps, servers or [], cells_of, hashes_of, hash_of)
         blocks += rotation_blocks(target, positions, v, thresholds, hash_of)
         blocks += deviance_blocks(
-            target, deviance, thresholds["deviance"], cells_of(target), hashes_of(target)
+            target, deviance, thresholds["deviance"], cells_of(target), hashes_of(target), index
         )
     blocks += figure_blocks(figures_sources, figure_paths)
     blocks += fingerprint_blocks(fingerprints, cells_of, hashes_of)
-    return blocks
+    refs = [ref for b in blocks if isinstance(b, Sources) for ref in b.refs]
+    record = prov.build_record(refs, index, config_sha256)
+    blocks += config_blocks(resolved_config, config_sha256)
+    blocks += provenance_blocks(record, [ref.id for ref in refs])
+    return blocks, record
 
 
 # --------------------------------------------------------------------------------------------
@@ -1075,13 +1422,14 @@ def render_markdown(blocks: list, image_dir: str = "figures") -> str:
         elif isinstance(b, Table):
             title = _md(b.title.upper() if b.kind == "not-headline" else b.title)
             title = f"**{title}**"
+            columns, rows = _with_row_ids(b)
             lines = [
                 title,
                 "",
-                "| " + " | ".join(map(_md_cell, b.columns)) + " |",
-                "|" + "|".join(" --- " for _ in b.columns) + "|",
+                "| " + " | ".join(map(_md_cell, columns)) + " |",
+                "|" + "|".join(" --- " for _ in columns) + "|",
             ]
-            lines += ["| " + " | ".join(map(_md_cell, r)) + " |" for r in b.rows]
+            lines += ["| " + " | ".join(map(_md_cell, r)) + " |" for r in rows]
             if b.note:
                 lines += ["", f"_{_md(b.note)}_"]
             out.append("\n".join(lines))
@@ -1092,11 +1440,63 @@ def render_markdown(blocks: list, image_dir: str = "figures") -> str:
         elif isinstance(b, Sources):
             cells = ", ".join(f"`{c}`" for c in b.cells) or "none"
             hashes = ", ".join(f"`{h}`" for h in b.hashes) or "none"
+            if b.prov:
+                out.append(f"provenance: {_md(b.prov)}")
             out.append(
                 f"<sub>Sources: {_count(len(b.cells), 'cell')}: {cells}. "
                 f"Raw SHA-256 ({len(b.hashes)}): {hashes}.</sub>"
             )
+        elif isinstance(b, Code):
+            fence = "`" * max(3, _longest_backtick_run(b.text) + 1)
+            out.append(f"{fence}{b.lang}\n{b.text.rstrip()}\n{fence}")
+        elif isinstance(b, ProvenanceIndex):
+            out.append("\n".join(_md_provenance_line(e) for e in b.entries) or "_(no entries)_")
     return "\n\n".join(out) + "\n"
+
+
+def _with_row_ids(table: Table) -> tuple[list[str], list[list[str]]]:
+    """Columns and rows, with a provenance column when every row has an id."""
+    if not table.row_ids or len(table.row_ids) != len(table.rows):
+        return list(table.columns), [list(r) for r in table.rows]
+    rows = [[*r, rid] for r, rid in zip(table.rows, table.row_ids)]
+    return [*table.columns, "provenance"], rows
+
+
+def _longest_backtick_run(text: str) -> int:
+    """So a fenced code block can use a longer fence than any backtick run it contains."""
+    longest = current = 0
+    for ch in text:
+        current = current + 1 if ch == "`" else 0
+        longest = max(longest, current)
+    return longest
+
+
+def _roles_text(cells: list[dict]) -> str:
+    counts: dict[str, int] = {}
+    for c in cells:
+        counts[c["role"]] = counts.get(c["role"], 0) + 1
+    if len(counts) <= 1:
+        return _count(len(cells), "cell")
+    order = sorted(
+        counts, key=lambda r: prov.ROLES.index(r) if r in prov.ROLES else len(prov.ROLES)
+    )
+    detail = ", ".join(f"{counts[role]} {role}" for role in order)
+    return f"{_count(len(cells), 'cell')} ({detail})"
+
+
+def _versions_text(entry: dict) -> str:
+    code = ", ".join(prov.code_text(c.get("commit"), c.get("dirty")) for c in entry["code"])
+    builds = ", ".join(entry["server_builds"])
+    return f"{code or 'code version not recorded'}; server build {builds or 'not recorded'}"
+
+
+def _md_provenance_line(entry: dict) -> str:
+    value = f" = {entry['metric'].get('text')}" if entry.get("metric") else ""
+    n_raw = len(entry["raw_files"])
+    return _md(
+        f"- `{entry['id']}` ({entry['kind']}): {entry['title']}{value}. "
+        f"{_roles_text(entry['cells'])}, {_count(n_raw, 'raw file')}; {_versions_text(entry)}."
+    )
 
 
 STYLE = """
@@ -1117,6 +1517,12 @@ p.note{color:#555;font-size:.88rem;font-style:italic}
 figure{margin:1rem 0}figure img{max-width:100%;height:auto}figcaption{font-size:.88rem;color:#444}
 details.sources{font-size:.8rem;color:#555;margin:.3rem 0 1.2rem}
 details.sources code{word-break:break-all}
+p.provenance{font-size:.8rem;margin:.2rem 0 0}td.provenance{font-size:.75rem;text-align:left}
+pre{background:#f6f6f6;padding:.6rem .8rem;overflow-x:auto;font-size:.8rem}
+div.prov-entry{font-size:.82rem;border-top:1px solid #eee;padding:.3rem 0}
+div.prov-entry p{margin:.15rem 0}div.prov-entry code{word-break:break-all}
+div.prov-entry details{color:#555}span.kind{color:#777}
+tr:target,div.prov-entry:target,table:target,figure:target{background:#fffbe6}
 """.strip()
 
 
@@ -1135,18 +1541,28 @@ def render_html(blocks: list, title: str = "slotbench report") -> str:
             out.append(f"<h{b.level}>{e(b.text)}</h{b.level}>")
         elif isinstance(b, Paragraph):
             cls = f' class="{b.kind}"' if b.kind else ""
-            out.append(f"<p{cls}>{e(b.text)}</p>")
+            anchor = f' id="{e(b.anchor)}"' if b.anchor else ""
+            out.append(f"<p{cls}{anchor}>{e(b.text)}</p>")
         elif isinstance(b, Bullets):
             out.append("<ul>" + "".join(f"<li>{e(i)}</li>" for i in b.items) + "</ul>")
         elif isinstance(b, Table):
             cls = f' class="{b.kind}"' if b.kind else ""
-            head = "".join(f"<th>{e(c)}</th>" for c in b.columns)
-            body = "".join(
-                "<tr>" + "".join(f"<td>{e(v)}</td>" for v in r) + "</tr>" for r in b.rows
-            )
+            anchor = f' id="{e(b.anchor)}"' if b.anchor else ""
+            with_ids = bool(b.row_ids) and len(b.row_ids) == len(b.rows)
+            columns = [*b.columns, "provenance"] if with_ids else b.columns
+            head = "".join(f"<th>{e(c)}</th>" for c in columns)
+            body = ""
+            for i, r in enumerate(b.rows):
+                tds = "".join(f"<td>{e(v)}</td>" for v in r)
+                if with_ids:
+                    rid = b.row_ids[i]
+                    tds += f'<td class="provenance"><a href="#prov-{e(rid)}">{e(rid)}</a></td>'
+                    body += f'<tr id="{e(rid)}">{tds}</tr>'
+                else:
+                    body += f"<tr>{tds}</tr>"
             note = f'<p class="note">{e(b.note)}</p>' if b.note else ""
             out.append(
-                f'<div class="wrap"><table{cls}><caption>{e(b.title)}</caption>'
+                f'<div class="wrap"><table{cls}{anchor}><caption>{e(b.title)}</caption>'
                 f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{note}"
             )
         elif isinstance(b, Figure):
@@ -1163,11 +1579,21 @@ def render_html(blocks: list, title: str = "slotbench report") -> str:
         elif isinstance(b, Sources):
             cells = ", ".join(f"<code>{e(c)}</code>" for c in b.cells) or "none"
             hashes = "".join(f"<li><code>{e(h)}</code></li>" for h in b.hashes)
+            if b.prov:
+                out.append(
+                    f'<p class="provenance"><a href="#prov-{e(b.prov)}">provenance: '
+                    f"{e(b.prov)}</a></p>"
+                )
             out.append(
                 f'<details class="sources"><summary>Sources: {_count(len(b.cells), "cell")}, '
                 f'{_count(len(b.hashes), "raw file")}</summary><p>Cells: {cells}</p>'
                 f"<p>Raw-file SHA-256:</p><ul>{hashes}</ul></details>"
             )
+        elif isinstance(b, Code):
+            lang = f' class="language-{e(b.lang)}"' if b.lang else ""
+            out.append(f"<pre><code{lang}>{e(b.text.rstrip())}</code></pre>")
+        elif isinstance(b, ProvenanceIndex):
+            out += [_html_provenance_entry(entry) for entry in b.entries]
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
@@ -1175,6 +1601,46 @@ def render_html(blocks: list, title: str = "slotbench report") -> str:
         + "\n".join(out)
         + "\n</body>\n</html>\n"
     )
+
+
+def _html_provenance_entry(entry: dict) -> str:
+    e = html.escape
+    eid = entry["id"]
+    links = []
+    if entry.get("anchor"):
+        links.append(f'<a href="#{e(entry["anchor"])}">shown in the report</a>')
+    if entry.get("parent"):
+        links.append(f'part of <a href="#prov-{e(entry["parent"])}">{e(entry["parent"])}</a>')
+    value = f" = {e(str(entry['metric'].get('text')))}" if entry.get("metric") else ""
+    head = (
+        f'<p><code>{e(eid)}</code> <span class="kind">({e(entry["kind"])})</span> '
+        f"{e(entry['title'])}{value}" + (" · " + " · ".join(links) if links else "") + "</p>"
+    )
+    kids = entry.get("children") or []
+    parts = (
+        "<p>Parts: "
+        + ", ".join(f'<a href="#prov-{e(k)}"><code>{e(k)}</code></a>' for k in kids)
+        + "</p>"
+        if kids
+        else ""
+    )
+    cells = ", ".join(
+        f"<code>{e(c['cell'])}</code>" + ("" if c["role"] == "source" else f" ({e(c['role'])})")
+        for c in entry["cells"]
+    )
+    raw = "".join(
+        f"<li><code>{e(str(r['sha256']))}</code> {e(str(r['path']))}</li>"
+        for r in entry["raw_files"]
+    )
+    n_raw = len(entry["raw_files"])
+    details = (
+        f"<details><summary>{e(_roles_text(entry['cells']))}, {_count(n_raw, 'raw file')}"
+        f"</summary><p>Cells: {cells or 'none'}</p><p>Raw-file SHA-256:</p><ul>{raw}</ul>"
+        "</details>"
+    )
+    digest = entry.get("config_sha256") or "not recorded"
+    versions = f"<p>{e(_versions_text(entry))}; config SHA-256 <code>{e(str(digest))}</code></p>"
+    return f'<div class="prov-entry" id="prov-{e(eid)}">{head}{parts}{details}{versions}</div>'
 
 
 def build_report(
@@ -1187,13 +1653,13 @@ def build_report(
     figures_sources: dict,
     figure_paths: dict,
     image_dir: str = "figures",
-    *,
-    requests: pd.DataFrame | None = None,
-    servers: list[dict] | None = None,
-    serialisation: pd.DataFrame | None = None,
+    **optional,
 ) -> tuple[str, str]:
-    """(markdown, html) of the whole report; image_dir is the Markdown's relative figure dir."""
-    blocks = build_blocks(
+    """(markdown, html) of the whole report; image_dir is the Markdown's relative figure dir.
+
+    ``optional``: requests, servers, serialisation, cells, config_sha256, resolved_config (see
+    build_document)."""
+    md, page, _ = render_report(
         summary,
         ratios,
         deviance,
@@ -1202,11 +1668,17 @@ def build_report(
         fingerprints,
         figures_sources,
         figure_paths,
-        requests=requests,
-        servers=servers,
-        serialisation=serialisation,
+        image_dir=image_dir,
+        **optional,
     )
-    return render_markdown(blocks, image_dir), render_html(blocks)
+    return md, page
+
+
+def render_report(*args, image_dir: str = "figures", **optional) -> tuple[str, str, dict]:
+    """(markdown, html, provenance record): both renderings from one set of blocks, and the
+    record those blocks link to."""
+    blocks, record = build_document(*args, **optional)
+    return render_markdown(blocks, image_dir), render_html(blocks), record
 
 
 # --------------------------------------------------------------------------------------------
@@ -1242,8 +1714,13 @@ def write_report(
     requests=None,
     servers=None,
     serialisation=None,
+    cells=None,
+    provenance_out=None,
+    config_sha256=None,
+    resolved_config=None,
 ) -> None:
-    """Read the pipeline's files, build the report and write both renderings."""
+    """Read the pipeline's files, build the report, write both renderings and (with
+    provenance_out) the provenance record they link to."""
     figures_sources = json.loads(Path(sources).read_text())
     figures = [str(p) for p in figures]
     image_dir = ""
@@ -1251,7 +1728,7 @@ def write_report(
         image_dir = os.path.relpath(Path(figures[0]).parent, Path(md_out).parent).replace(
             os.sep, "/"
         )
-    md, page = build_report(
+    md, page, record = render_report(
         pd.read_csv(summary),
         pd.read_parquet(ratios),
         pd.read_csv(deviance),
@@ -1264,7 +1741,12 @@ def write_report(
         requests=None if requests is None else pd.read_parquet(requests, columns=REQUEST_COLUMNS),
         servers=None if servers is None else json.loads(Path(servers).read_text()),
         serialisation=None if serialisation is None else pd.read_csv(serialisation),
+        cells=None if cells is None else pd.read_parquet(cells),
+        config_sha256=config_sha256,
+        resolved_config=resolved_config,
     )
     for path, text in ((md_out, md), (html_out, page)):
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text, encoding="utf-8")
+    if provenance_out is not None:
+        prov.write_record(record, provenance_out)

