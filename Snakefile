@@ -5,6 +5,9 @@
 configfile: "config/config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/fingerprint.smk"
 include: "rules/plan.smk"
@@ -14,6 +17,7 @@ include: "rules/checks.smk"
 include: "rules/analyse.smk"
 include: "rules/figures.smk"
 include: "rules/report.smk"
+include: "rules/archive.smk"
 
 
 rule all:
@@ -21,3 +25,4 @@ rule all:
     input:
         "results/report.md",
         "results/report.html",
+        "results/config.resolved.yaml",

@@ -17,7 +17,8 @@ REPS = sbconfig.rep_ids(CFG)
 
 wildcard_constraints:
     target="[A-Za-z0-9_-]+",
-    run=r"run\d+",
+    # run ids: run1, run2, ... from a count, or the ids listed in `runs`; never across a '/'
+    run="[A-Za-z0-9_-]+",
     rep=r"\d+",
 
 
@@ -27,8 +28,17 @@ def raw_files(wildcards=None):
     )
 
 
+def raw_sha256_files(wildcards=None):
+    """The SHA-256 of each raw file, recorded (sha256sum format) when it was written."""
+    return [f"{path}.sha256" for path in raw_files()]
+
+
 def fingerprint_files(wildcards=None):
     return expand("results/fingerprint/{target}/{run}.json", target=TARGETS, run=RUNS)
+
+
+def plan_files(wildcards=None):
+    return expand("results/plan/{target}/{run}.json", target=TARGETS, run=RUNS)
 
 
 def target_cfg(wildcards):

@@ -1,7 +1,11 @@
 rule consolidate:
-    """All raw rep files of all targets and runs into two Parquet tables."""
+    """All raw rep files of all targets and runs into two Parquet tables.
+
+    Each raw file is checked against the SHA-256 recorded when it was written; one that changed
+    since is refused by name."""
     input:
         raw=raw_files,
+        sha256=raw_sha256_files,
     output:
         requests="results/requests.parquet",
         cells="results/cells.parquet",

@@ -7,7 +7,14 @@ rule figures:
         cells="results/cells.parquet",
         ratios="results/analysis/ratios.parquet",
     output:
-        **{name: f"results/figures/{name}.png" for name in FIGURES},
+        **{
+            name: report(
+                f"results/figures/{name}.png",
+                caption=f"../report/{name}.rst",
+                category="Figures",
+            )
+            for name in FIGURES
+        },
         sources="results/figures/sources.json",
     log:
         "results/logs/figures.log",

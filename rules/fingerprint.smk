@@ -1,7 +1,12 @@
 rule fingerprint:
     """Machine, software, server build and settings, model digest, pipeline version."""
     output:
-        "results/fingerprint/{target}/{run}.json",
+        report(
+            "results/fingerprint/{target}/{run}.json",
+            caption="../report/fingerprint.rst",
+            category="Fingerprint",
+            labels={"target": "{target}", "run": "{run}"},
+        ),
     log:
         progress="results/logs/fingerprint/{target}/{run}.log",
         server="results/logs/fingerprint/{target}/{run}.server.log",

@@ -1,9 +1,13 @@
 rule rep:
-    """One rep: warm up, run every arm in the planned order, write the raw file atomically."""
+    """One rep: warm up, run every arm in the planned order, write the raw file atomically.
+
+    The raw file's SHA-256, computed from the bytes written, goes to rep<N>.json.sha256.
+    """
     input:
         plan="results/plan/{target}/{run}.json",
     output:
         raw="results/raw/{target}/{run}/rep{rep}.json",
+        sha256="results/raw/{target}/{run}/rep{rep}.json.sha256",
     log:
         progress="results/logs/rep/{target}/{run}/rep{rep}.log",
         server="results/logs/rep/{target}/{run}/rep{rep}.server.log",

@@ -1,4 +1,7 @@
-"""Rule consolidate: raw rep files → results/requests.parquet and results/cells.parquet."""
+"""Rule consolidate: raw rep files → results/requests.parquet and results/cells.parquet.
+
+Every raw file is first checked against the SHA-256 recorded when it was written.
+"""
 
 import json
 
@@ -7,19 +10,28 @@ from slotbench.consolidate import (
     REQUESTS_SCHEMA,
     consolidate,
     server_states,
+    verify_raw_files,
     write_table,
 )
-from slotbench.entry import progress_log
+from slotbench.entry import fail, progress_log
+from slotbench.rawfiles import RawFileChanged
 
 
 def main(sm) -> None:
+    raw = list(sm.input.raw)
     with progress_log(sm.log[0]) as log:
-        requests, cells = consolidate(list(sm.input.raw))
+        try:
+            recorded = verify_raw_files(raw, list(sm.input.sha256))
+        except RawFileChanged as exc:
+            fail(f"consolidate: {exc}", log)
+        print(f"consolidate: {len(raw)} raw files match the SHA-256 recorded when they were "
+              "written", file=log)
+        requests, cells = consolidate(raw, recorded)
         write_table(requests, REQUESTS_SCHEMA, sm.output.requests, "requests")
         write_table(cells, CELLS_SCHEMA, sm.output.cells, "cells")
         with open(sm.output.servers, "w", encoding="utf-8") as fh:
-            json.dump(server_states(list(sm.input.raw)), fh, indent=1, sort_keys=True)
-        print(f"consolidate: {len(sm.input.raw)} raw files, {len(cells)} cells, "
+            json.dump(server_states(raw), fh, indent=1, sort_keys=True)
+        print(f"consolidate: {len(raw)} raw files, {len(cells)} cells, "
               f"{len(requests)} requests", file=log)
 
 

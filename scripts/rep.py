@@ -1,11 +1,14 @@
-"""Rule rep: measure one rep against its target and write the raw file atomically."""
+"""Rule rep: measure one rep against its target, write the raw file atomically and record its
+SHA-256 (computed from the bytes written) next to it."""
+
+from pathlib import Path
 
 from slotbench.backends import BackendError
 from slotbench.entry import fail, progress_log
 from slotbench.execute import RepError, run_rep
 from slotbench.fingerprint import pipeline_version
 from slotbench.plan import rep_plan
-from slotbench.rawfiles import read_json, write_json_atomic
+from slotbench.rawfiles import read_json, write_json_atomic, write_sha256_atomic
 from slotbench.server import ServerError
 from slotbench.targets import connect
 
@@ -22,7 +25,9 @@ def main(sm) -> None:
         except (RepError, ServerError, BackendError) as exc:
             fail(str(exc) if isinstance(exc, RepError) else
                  f"target {target}, run {run}, rep {rep}: {exc}", log)
-        write_json_atomic(sm.output.raw, raw)
+        digest = write_json_atomic(sm.output.raw, raw)
+        write_sha256_atomic(sm.output.sha256, digest, Path(sm.output.raw).name)
+        print(f"[{target} {run} rep {rep}] raw file {sm.output.raw}, SHA-256 {digest}", file=log)
 
 
 main(snakemake)  # noqa: F821 - provided by Snakemake

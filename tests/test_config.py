@@ -3,7 +3,7 @@
 import pytest
 import yaml
 
-from slotbench.config import REPO_CONFIG, ConfigError, resolve, run_ids
+from slotbench.config import REPO_CONFIG, ConfigError, canonical, resolve, run_ids
 
 
 def base():
@@ -86,3 +86,44 @@ def test_backend_specific_defaults_and_refusals():
     ]:
         with pytest.raises(ConfigError, match=f"targets\\[0\\].{key}"):
             resolve({"targets": [{"name": "t", **bad}]})
+
+
+def test_runs_as_a_list_of_ids():
+    runs = yaml.safe_load("runs: [run1, run2, 2026-12-01, baseline_b]")["runs"]
+    cfg = resolve(base() | {"runs": runs})
+    # an unquoted date is what the user typed, not a datetime
+    assert run_ids(cfg) == ["run1", "run2", "2026-12-01", "baseline_b"]
+    assert run_ids(resolve(base() | {"runs": 3})) == ["run1", "run2", "run3"]
+
+
+@pytest.mark.parametrize(
+    "runs, needle",
+    [
+        (["run1", "run1"], "'run1' is listed twice"),
+        (["run1", "a/b"], "`runs[1]`"),
+        (["has space"], "`runs[0]`"),
+        ([], "`runs`"),
+        ([7], "`runs[0]`: 7 is not of type 'string'"),
+        (0, "`runs`: 0 is less than the minimum of 1"),
+        ("run1", "`runs`: 'run1' has the wrong type"),
+    ],
+)
+def test_run_id_errors_name_the_key(runs, needle):
+    with pytest.raises(ConfigError) as err:
+        resolve(base() | {"runs": runs})
+    assert needle in str(err.value)
+    assert "list of unique run ids" in str(err.value)  # the hint says what is allowed
+
+
+def test_archive_name_has_a_default_and_is_checked():
+    assert resolve(base())["archive"] == {"name": "slotbench"}
+    with pytest.raises(ConfigError) as err:
+        resolve(base() | {"archive": {"name": "../x"}})
+    assert "`archive.name`" in str(err.value)
+
+
+def test_canonical_config_ignores_key_order():
+    a = resolve({"reps": 3, "runs": ["b", "a"], "checks": {"deviance_threshold": 0.1}})
+    b = resolve({"checks": {"deviance_threshold": 0.1}, "runs": ["b", "a"], "reps": 3})
+    assert repr(canonical(a)) == repr(canonical(b))
+    assert canonical(a)["runs"] == ["b", "a"]  # lists keep their order

@@ -1,13 +1,16 @@
 """Consolidation: DESIGN.md's per-cell metrics from raw requests, explicit schemas, provenance."""
 
 import json
+import shutil
+import subprocess
 
 import pyarrow.parquet as pq
 import pytest
 
 from slotbench.consolidate import (CELLS_SCHEMA, REQUESTS_SCHEMA, RawFileError, consolidate,
-                                   read_table, write_table)
-from slotbench.rawfiles import RAW_SCHEMA, sha256_file, write_json_atomic
+                                   read_table, verify_raw_files, write_table)
+from slotbench.rawfiles import (RAW_SCHEMA, RawFileChanged, sha256_file, write_json_atomic,
+                                write_sha256_atomic)
 
 
 def req(i, sent, first, done, out, gen):
@@ -68,3 +71,57 @@ def test_atomic_write_leaves_no_partial_file(tmp_path):
     with pytest.raises(TypeError):
         write_json_atomic(path, {"bad": object()})
     assert list(tmp_path.iterdir()) == []
+
+
+def write_rep(tmp_path, rep=1):
+    path = tmp_path / f"rep{rep}.json"
+    digest = write_json_atomic(path, raw_rep(rep))
+    write_sha256_atomic(f"{path}.sha256", digest, path.name)
+    return path, digest
+
+
+def test_the_recorded_hash_is_of_the_bytes_written_in_sha256sum_format(tmp_path):
+    path, digest = write_rep(tmp_path)
+    assert digest == sha256_file(path)
+    assert (tmp_path / "rep1.json.sha256").read_text() == f"{digest}  rep1.json\n"
+    if shutil.which("sha256sum"):
+        check = subprocess.run(["sha256sum", "-c", "rep1.json.sha256"], cwd=tmp_path,
+                               capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep1.json", "rep1.json.sha256"]
+
+
+def test_cells_keep_the_recorded_hash(tmp_path):
+    paths = [write_rep(tmp_path, rep) for rep in (1, 2)]
+    raws = [str(p) for p, _ in paths]
+    recorded = verify_raw_files(raws, [f"{p}.sha256" for p in raws])
+    assert recorded == {str(p): d for p, d in paths}
+    _, cells = consolidate(raws, recorded)
+    assert cells.groupby("rep")["raw_sha256"].first().to_dict() == {1: paths[0][1], 2: paths[1][1]}
+
+
+def test_a_raw_file_changed_after_it_was_written_is_refused_by_name(tmp_path):
+    path, digest = write_rep(tmp_path)
+    text = path.read_text()
+    path.write_text(text.replace('"gen_s": 1.5', '"gen_s": 1.6', 1))  # still valid JSON
+    json.loads(path.read_text())
+    with pytest.raises(RawFileChanged) as err:
+        verify_raw_files([str(path)], [f"{path}.sha256"])
+    msg = str(err.value)
+    assert str(path) in msg and digest in msg
+    assert "changed after it was written" in msg
+    assert "restore it from an archive" in msg.lower() and "delete it and its .sha256" in msg
+
+
+@pytest.mark.parametrize("sidecar", ["", "not a hash\n", f"{'0' * 64}  rep2.json\n"])
+def test_a_missing_or_foreign_record_is_refused(tmp_path, sidecar):
+    path, _ = write_rep(tmp_path)
+    (tmp_path / "rep1.json.sha256").write_text(sidecar)
+    with pytest.raises(RawFileChanged, match="rep1.json"):
+        verify_raw_files([str(path)], [f"{path}.sha256"])
+
+
+def test_a_raw_file_without_its_record_is_refused(tmp_path):
+    path, _ = write_rep(tmp_path)
+    with pytest.raises(RawFileChanged, match="rep1.json.sha256"):
+        verify_raw_files([str(path)], [])

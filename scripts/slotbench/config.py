@@ -7,6 +7,7 @@ rules see is complete and the fingerprint can record it whole. Errors name the k
 from __future__ import annotations
 
 import copy
+import datetime
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +54,21 @@ def _key_path(error: jsonschema.ValidationError) -> str:
 def _describe(error: jsonschema.ValidationError) -> str:
     key = _key_path(error)
     hint = error.schema.get("description") if isinstance(error.schema, dict) else None
-    if error.validator == "additionalProperties":
+    if error.validator in ("oneOf", "anyOf") and error.context:
+        # Of the alternatives, the ones that fit the value's type say what is wrong with it.
+        relevant = [e for e in error.context
+                    if not (e.validator == "type" and len(e.relative_schema_path) == 2)]
+        if relevant:
+            return "; ".join(_describe(e) for e in relevant) + (f" ({hint})" if hint else "")
+        msg = f"{error.instance!r} has the wrong type"
+    elif error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         msg = f"{error.message}; allowed keys here: {', '.join(allowed)}"
     elif error.validator == "contains" and key == "arms":
         msg = "arms must include 1: the serial arm is the control every speedup is measured against"
+    elif error.validator == "uniqueItems" and isinstance(error.instance, list):
+        dups = [v for i, v in enumerate(error.instance) if v in error.instance[:i]]
+        msg = f"{dups[0]!r} is listed twice; every item must be unique"
     else:
         msg = error.message
     return f"config key `{key}`: {msg}" + (f" ({hint})" if hint else "")
@@ -98,6 +109,9 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
     """
     schema = schema if schema is not None else load_schema()
     cfg = _fill_defaults(copy.deepcopy(dict(config)), schema)
+    if isinstance(cfg.get("runs"), list):
+        # YAML reads an unquoted 2026-12-01 as a date; the run id is what the user typed.
+        cfg["runs"] = [r.isoformat() if isinstance(r, datetime.date) else r for r in cfg["runs"]]
     if isinstance(cfg.get("targets"), list):
         cfg["targets"] = [
             _apply_backend_defaults(t) if isinstance(t, dict) else t for t in cfg["targets"]
@@ -123,6 +137,19 @@ def _canonical(value):
     if isinstance(value, dict):
         return {k: _canonical(value[k]) for k in sorted(value)}
     return value
+
+
+def canonical(cfg: dict) -> dict:
+    """The resolved config with sorted keys all the way down (lists keep their order)."""
+
+    def walk(value):
+        if isinstance(value, dict):
+            return {str(k): walk(value[k]) for k in sorted(value, key=str)}
+        if isinstance(value, (list, tuple)):
+            return [walk(v) for v in value]
+        return value
+
+    return walk(cfg)
 
 
 def _semantic_problems(cfg: dict) -> list[str]:
@@ -183,7 +210,12 @@ def _semantic_problems(cfg: dict) -> list[str]:
 
 
 def run_ids(cfg: dict) -> list[str]:
-    """Run ids derive from the run count: run1, run2, ..."""
+    """Run ids: run1, run2, ... from a count, or the listed ids in their order.
+
+    A list lets runs accumulate: adding an id measures only that run, and nothing a run-level
+    job sees depends on the other runs."""
+    if isinstance(cfg["runs"], list):
+        return [str(r) for r in cfg["runs"]]
     return [f"run{i}" for i in range(1, cfg["runs"] + 1)]
 
 

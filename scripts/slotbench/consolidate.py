@@ -1,7 +1,8 @@
 """Raw rep files → requests and cells tables with explicit pyarrow schemas.
 
 Every cell keeps the path and SHA-256 of the raw file it came from, so any number downstream
-can be traced back to the raw cells that produced it.
+can be traced back to the raw cells that produced it. The SHA-256 is the one recorded when the
+raw file was written (its .sha256 sidecar); a raw file that no longer matches it is refused.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .rawfiles import RAW_SCHEMA, read_json, sha256_file
+from .rawfiles import RAW_SCHEMA, RawFileChanged, read_json, sha256_file, verify_raw_file
 
 SCHEMA_VERSION = "1"
 
@@ -138,12 +139,32 @@ def _check(raw: dict, path: str) -> None:
         raise RawFileError(f"{path} is not a {RAW_SCHEMA} rep record; delete it and rerun")
 
 
-def consolidate(raw_paths: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def verify_raw_files(raw_paths: list[str], sha256_paths: list[str]) -> dict[str, str]:
+    """Check every raw file against the SHA-256 recorded when it was written.
+
+    Returns raw path -> recorded SHA-256; raises RawFileChanged naming the first file that
+    changed (or whose record is missing or unreadable).
+    """
+    sidecars = {str(p) for p in sha256_paths}
+    recorded = {}
+    for path in map(str, raw_paths):
+        sidecar = path + ".sha256"
+        if sidecar not in sidecars:
+            raise RawFileChanged(f"raw file {path}: no recorded hash {sidecar} was given")
+        recorded[path] = verify_raw_file(path, sidecar)
+    return recorded
+
+
+def consolidate(
+    raw_paths: list[str], recorded: dict[str, str] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Requests and cells tables from raw files; ``recorded`` maps each raw path to the SHA-256
+    recorded when it was written (see verify_raw_files), else the file is hashed now."""
     req_rows, cell_rows = [], []
     for path in raw_paths:
         raw = read_json(path)
         _check(raw, path)
-        digest = sha256_file(path)
+        digest = recorded[str(path)] if recorded is not None else sha256_file(path)
         rows = request_rows(raw, str(path))
         req_rows.extend(rows)
         frame = pd.DataFrame(rows)

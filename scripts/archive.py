@@ -1,0 +1,22 @@
+"""Rule archive: results/archive/<name>.tar.gz with a SHA-256 manifest (slotbench.archive)."""
+
+from slotbench.archive import ArchiveError, build_archive
+from slotbench.entry import fail, progress_log
+
+
+def main(sm) -> None:
+    with progress_log(sm.log[0]) as log:
+        try:
+            done = build_archive(
+                sm.output.archive, sm.params.name, inputs=list(sm.input),
+                secret_envs=list(sm.params.secret_envs), exclude=[sm.log[0]],
+            )  # fmt: skip
+        except ArchiveError as exc:
+            fail(f"archive: {exc}", log)
+        print(f"archive: {done['path']}: {done['members']} members ({done['files']} result files, "
+              f"{done['metadata_records']} Snakemake metadata records), "
+              f"{done['bytes'] / 1e6:.2f} MB in {done['seconds']:.1f} s; "
+              f"check it with: python -m slotbench archive-verify {done['path']}", file=log)
+
+
+main(snakemake)  # noqa: F821 - provided by Snakemake

@@ -1,0 +1,370 @@
+"""Provenance you can audit: raw files hashed when written, runs that accumulate, an archive that
+verifies and re-renders offline, and `snakemake --report`.
+
+The unit tests build archives from small synthetic result trees. The end-to-end tests share one
+smoke run on the real embedded llama-server (module fixture) and work on copies of it.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from e2e_helpers import copy_repo, file_states, jobs_run, llama_servers_under, snakemake
+from slotbench import archive
+from slotbench.config import canonical, resolve
+from slotbench.rawfiles import write_json_atomic, write_sha256_atomic
+
+SMOKE = ["--configfile", "config/smoke.yaml"]
+SERVER_RULES = {"fingerprint", "plan", "rep"}
+
+
+# ---------------------------------------------------------------------------------------------
+# unit tests: no server
+
+
+def test_metadata_names_follow_snakemakes_file_persistence(tmp_path):
+    from snakemake.persistence.file import FilePersistence
+
+    class Probe:  # just enough of FilePersistence for its _record_path
+        _fetch_max_len = staticmethod(lambda subject: 255)
+
+    for path in ["results/cells.parquet", "results/raw/" + "x" * 300 + "/rep1.json"]:
+        expected = FilePersistence._record_path(Probe(), ".snakemake/metadata", path)
+        assert archive.metadata_record(path) == expected
+
+
+def fake_results(work: Path) -> None:
+    """A minimal result tree with one raw file, its hash, a table, a report and metadata."""
+    raw = work / "results/raw/t/run1/rep1.json"
+    digest = write_json_atomic(raw, {"schema": "slotbench.raw/1", "rep": 1, "cells": []})
+    write_sha256_atomic(f"{raw}.sha256", digest, raw.name)
+    (work / "results/analysis").mkdir(parents=True)
+    (work / "results/analysis/summary.csv").write_text("target,arm\nt,1\n")
+    (work / "results/report.md").write_text("# report\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n")
+    (work / "results/config.resolved.yaml").write_text("runs: 1\n")
+    (work / "results/logs").mkdir()
+    (work / "results/logs/archive.log").write_text("being written\n")
+    (work / "results/raw/t/run1/.rep2.json.abc.tmp").write_text("partial")
+    (work / "results/newstage").mkdir()
+    (work / "results/newstage/out.csv").write_text("a\n1\n")  # made by a rule: has metadata
+    (work / "results/snakemake-report.zip").write_bytes(b"PK")  # made by no rule
+    for rel in ["results/analysis/summary.csv", "results/newstage/out.csv"]:
+        record = work / archive.metadata_record(rel)
+        record.parent.mkdir(parents=True, exist_ok=True)
+        record.write_text('{"rule": "some rule"}')
+
+
+def build(work: Path, **kwargs) -> Path:
+    out = work / "results/archive/t.tar.gz"
+    archive.build_archive(out, "t", workdir=work, exclude=["results/logs/archive.log"], **kwargs)
+    return out
+
+
+def test_archive_members_sit_under_one_directory_with_a_manifest(tmp_path):
+    fake_results(tmp_path)
+    out = build(tmp_path)
+    prefix, data = archive.verify(out)
+    assert prefix == "t"
+    for rel in ["results/raw/t/run1/rep1.json", "results/raw/t/run1/rep1.json.sha256",
+                "results/analysis/summary.csv", "results/report.md",
+                archive.metadata_record("results/analysis/summary.csv"),
+                "software/pip-freeze.txt", "code/git.json", "ARCHIVE.json", "MANIFEST.sha256"]:
+        assert rel in data, rel
+    assert "results/newstage/out.csv" in data, "a rule's output outside the known directories"
+    assert "results/snakemake-report.zip" not in data
+    assert "results/logs/archive.log" not in data, "the archive's own log is still being written"
+    assert not any(".tmp" in rel for rel in data), "a partial atomic write was archived"
+    assert "pytest" in data["software/pip-freeze.txt"].decode()
+    assert json.loads(data["ARCHIVE.json"])["format"] == archive.FORMAT
+    listed = data["MANIFEST.sha256"].decode().splitlines()
+    assert len(listed) == len(data) - 1
+    assert not list(out.parent.glob(".*")), "a temporary archive was left behind"
+    if shutil.which("sha256sum"):  # the manifest is in sha256sum's own format
+        with tarfile.open(out) as tar:
+            tar.extractall(tmp_path / "x", filter="data")
+        check = subprocess.run(["sha256sum", "-c", "--quiet", "MANIFEST.sha256"],
+                               cwd=tmp_path / "x/t", capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
+def rewrite_member(src: Path, dest: Path, member: str, change) -> None:
+    """Copy an archive, passing one member's bytes through ``change`` (manifest untouched)."""
+    with tarfile.open(src) as tin, tarfile.open(dest, "w:gz", format=tarfile.PAX_FORMAT) as tout:
+        for info in tin.getmembers():
+            data = tin.extractfile(info).read()
+            if info.name == member:
+                data = change(data)
+                info.size = len(data)
+            tout.addfile(info, io.BytesIO(data))
+
+
+def test_verify_names_the_member_that_changed(tmp_path, capsys):
+    fake_results(tmp_path)
+    out = build(tmp_path)
+    assert archive.main_verify([str(out)]) == 0
+    assert "OK" in capsys.readouterr().out
+    bad = tmp_path / "bad.tar.gz"
+    rewrite_member(out, bad, "t/results/analysis/summary.csv", lambda b: b.replace(b"1", b"2"))
+    assert archive.main_verify([str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "t/results/analysis/summary.csv" in err and "the manifest says" in err
+    assert "Traceback" not in err
+
+
+def test_a_secret_in_any_member_refuses_the_archive(tmp_path, monkeypatch):
+    fake_results(tmp_path)
+    secret = "sk-test-" + os.urandom(8).hex()
+    monkeypatch.setenv("MY_SERVER_KEY", secret)
+    (tmp_path / "results/logs/rep.log").write_text(f"oops, the key {secret} leaked\n")
+    with pytest.raises(archive.ArchiveError) as err:
+        build(tmp_path, secret_envs=["MY_SERVER_KEY"])
+    msg = str(err.value)
+    assert "results/logs/rep.log" in msg and "$MY_SERVER_KEY" in msg
+    assert secret not in msg, "the refusal must not print the key"
+    assert not (tmp_path / "results/archive/t.tar.gz").exists()
+    assert not list((tmp_path / "results/archive").glob(".*")), "a partial archive was left"
+    # without the leak, the same variable is fine and its value is nowhere in the archive
+    (tmp_path / "results/logs/rep.log").write_text("clean\n")
+    _, data = archive.verify(build(tmp_path, secret_envs=["MY_SERVER_KEY"]))
+    assert not any(secret.encode() in blob for blob in data.values())
+
+
+def test_a_changed_raw_file_is_not_archived(tmp_path):
+    fake_results(tmp_path)
+    raw = tmp_path / "results/raw/t/run1/rep1.json"
+    raw.write_text(raw.read_text().replace('"rep": 1', '"rep": 2'))
+    with pytest.raises(archive.ArchiveError, match="rep1.json.*changed after it was written"):
+        build(tmp_path)
+
+
+def test_resolved_config_round_trips():
+    cfg = canonical(resolve({"runs": ["run1", "2026-12-01"], "reps": 3}))
+    text = archive.dump_config(cfg)
+    assert "'2026-12-01'" in text, "a date-like run id must stay a string"
+    assert canonical(resolve(yaml.safe_load(text))) == cfg
+
+
+def test_markdown_tables_are_found():
+    text = "intro\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n\ntext\n| c |\n| --- |\n"
+    assert archive.markdown_tables(text) == [
+        "| a | b |\n| --- | --- |\n| 1 | 2 |",
+        "| c |\n| --- |",
+    ]
+
+
+def test_table_comparison_names_what_differs(tmp_path):
+    archived = {"results/analysis/summary.csv": b"arm,x\n1,2\n",
+                "results/checks/deviance.csv": b"cell\n",
+                "results/report.md": b"# r\n\n| a |\n| --- |\n| 1 |\n"}
+    (tmp_path / "results/analysis").mkdir(parents=True)
+    (tmp_path / "results/analysis/summary.csv").write_bytes(b"arm,x\n1,3\n")
+    (tmp_path / "results/report.md").write_bytes(b"# other words\n\n| a |\n| --- |\n| 1 |\n")
+    rows = {what: (same, detail) for what, same, detail in
+            archive.compare_tables(archived, tmp_path)}
+    assert rows["results/analysis/summary.csv"] == (
+        False, "line 2: archived '1,2', re-rendered '1,3'")
+    assert rows["results/checks/deviance.csv"] == (False, "not re-rendered")
+    assert rows["results/report.md table 1"][0] is True  # prose may change, tables may not
+
+
+def test_render_refuses_a_directory_that_is_not_empty(tmp_path, capsys):
+    fake_results(tmp_path)
+    out = build(tmp_path)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy/file").write_text("x")
+    assert archive.main_render([str(out), "--out", str(tmp_path / "busy")]) == 1
+    assert "not empty" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# end to end: the real pipeline on the real embedded llama-server
+
+
+def jobs(proc: subprocess.CompletedProcess) -> list[tuple[str, dict[str, str]]]:
+    """(rule, wildcards) of every job Snakemake executed, from its log lines."""
+    out, found = proc.stdout + proc.stderr, []
+    for line in out.splitlines():
+        if line.startswith(("localrule ", "rule ")) and line.rstrip().endswith(":"):
+            found.append((line.split()[1].rstrip(":"), {}))
+        elif found and line.strip().startswith("wildcards:"):
+            pairs = line.split(":", 1)[1].split(",")
+            found[-1][1].update(p.strip().split("=", 1) for p in pairs)
+    return found
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("slotbench-cache")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory, cache):
+    work = copy_repo(tmp_path_factory.mktemp("archive-smoke"))
+    proc = snakemake(work, *SMOKE, cache=cache)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return work
+
+
+def copy_work(work: Path, dest: Path) -> Path:
+    """A copy of a finished work directory, results and Snakemake metadata included."""
+    shutil.copytree(work, dest, symlinks=True)
+    return dest
+
+
+@pytest.mark.e2e
+def test_raw_files_are_hashed_when_written(smoke):
+    raw_dir = smoke / "results/raw/embedded/run1"
+    cells = pd.read_parquet(smoke / "results/cells.parquet")
+    for raw in sorted(raw_dir.glob("rep*.json")):
+        digest, name = (raw_dir / f"{raw.name}.sha256").read_text().split()
+        assert name == raw.name
+        assert set(cells.loc[cells["raw_file"] == f"results/raw/embedded/run1/{raw.name}",
+                             "raw_sha256"]) == {digest}
+
+
+@pytest.mark.e2e
+def test_a_raw_file_changed_by_one_byte_is_refused_by_name(smoke, cache, tmp_path):
+    work = copy_work(smoke, tmp_path / "tampered")
+    raw = work / "results/raw/embedded/run1/rep1.json"
+    data = raw.read_bytes()
+    digit = re.search(rb'"gen_s": \d+\.(\d)', data).start(1)  # a digit of a float
+    flipped = b"1" if data[digit : digit + 1] != b"1" else b"2"
+    raw.write_bytes(data[:digit] + flipped + data[digit + 1 :])
+    json.loads(raw.read_text())  # still valid JSON: only the hash can tell
+    proc = snakemake(work, *SMOKE, cache=cache)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "ERROR: consolidate: raw file results/raw/embedded/run1/rep1.json" in out, out[-3000:]
+    assert "changed after it was written" in out
+    assert "Restore it from an archive, or delete it and its .sha256" in out
+    assert "Traceback" not in out, out[-3000:]
+    assert not set(jobs_run(proc)) & SERVER_RULES, "a request was sent"
+
+
+@pytest.mark.e2e
+def test_adding_a_run_id_measures_only_the_new_run(smoke, cache, tmp_path):
+    work = copy_work(smoke, tmp_path / "more-runs")
+    old_raws = sorted((work / "results/raw").rglob("rep*.json*"))
+    old = file_states(old_raws + [work / "results/fingerprint/embedded/run1.json",
+                                  work / "results/plan/embedded/run1.json"])
+    more = work / "more.yaml"
+    more.write_text("runs: [run1, 2026-12-01]\n")  # an unquoted date is a fine run id
+    proc = snakemake(work, *SMOKE, str(more), cache=cache)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    measured = [(rule, wc) for rule, wc in jobs(proc) if rule in SERVER_RULES]
+    assert {wc["run"] for _, wc in measured} == {"2026-12-01"}, measured
+    assert sorted(rule for rule, _ in measured) == ["fingerprint", "plan", "rep", "rep"], measured
+    assert file_states(list(map(Path, old))) == old, "an old run's file was touched"
+    cells = pd.read_parquet(work / "results/cells.parquet")
+    assert cells.groupby("run").size().to_dict() == {"2026-12-01": 6, "run1": 6}
+    summary = pd.read_csv(work / "results/analysis/summary.csv")
+    assert summary["n_reps"].max() == 4, "the analysis pools both runs"
+    assert (work / "results/raw/embedded/2026-12-01/rep2.json.sha256").is_file()
+
+
+@pytest.mark.e2e
+def test_snakemake_report_holds_figures_fingerprints_and_the_resolved_config(smoke, cache):
+    proc = snakemake(smoke, *SMOKE, "--report", "results/snakemake-report.zip", cache=cache)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    with zipfile.ZipFile(smoke / "results/snakemake-report.zip") as zf:
+        names = zf.namelist()
+        page = zf.read(next(n for n in names if n.endswith("report.html"))).decode()
+    for name in ["config.resolved.yaml", "run1.json", "throughput.png", "timeline.png"]:
+        assert any(n.endswith("/" + name) for n in names), (name, names)
+    assert "Fingerprint" in page and "Configuration" in page
+
+
+def wait_render(cmd: list[str], cwd: Path, env: dict, marker: str, timeout: float = 300):
+    """Run the re-render while watching for any llama-server started under ``marker``."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    seen, out = [], []
+    deadline = time.monotonic() + timeout
+    reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+    reader.start()
+    while proc.poll() is None and time.monotonic() < deadline:
+        seen += llama_servers_under(marker)
+        time.sleep(0.05)
+    if proc.poll() is None:
+        proc.kill()
+    reader.join(10)
+    return proc.returncode, "".join(out), seen
+
+
+@pytest.mark.e2e
+def test_archive_verifies_and_re_renders_offline_byte_identical(smoke, cache, tmp_path):
+    marker = "sb-archive-marker-" + os.urandom(6).hex()  # an env value that must not leak
+    started = time.monotonic()
+    proc = snakemake(smoke, "archive", *SMOKE, cache=cache, env={"SLOTBENCH_MARKER": marker})
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not set(jobs_run(proc)) & SERVER_RULES
+    tarball = smoke / "results/archive/slotbench.tar.gz"
+    print(f"archive: {tarball.stat().st_size} bytes in {elapsed:.1f} s (snakemake included)")
+    prefix, data = archive.verify(tarball)
+    assert prefix == "slotbench"
+    expected = [
+        "results/raw/embedded/run1/rep1.json", "results/raw/embedded/run1/rep2.json.sha256",
+        "results/requests.parquet", "results/cells.parquet", "results/servers.json",
+        "results/checks/verdict.json", "results/analysis/summary.csv",
+        "results/figures/throughput.png", "results/figures/sources.json",
+        "results/fingerprint/embedded/run1.json", "results/plan/embedded/run1.json",
+        "results/config.resolved.yaml", "results/report.md", "results/report.html",
+        "results/logs/rep/embedded/run1/rep1.log", "results/logs/rep/embedded/run1/rep1.server.log",
+        archive.metadata_record("results/raw/embedded/run1/rep1.json"),
+        archive.metadata_record("results/report.md"),
+        "software/pip-freeze.txt", "code/git.json", "ARCHIVE.json", "MANIFEST.sha256",
+    ]  # fmt: skip
+    missing = [rel for rel in expected if rel not in data]
+    assert not missing, missing
+    if (smoke / "results/provenance.json").exists():
+        assert "results/provenance.json" in data
+    code = json.loads(data["code/git.json"])
+    assert code["commit"] and isinstance(code["dirty"], bool)
+    assert ("code/git.diff" in data) == code["dirty"]
+    assert not any(marker.encode() in blob for blob in data.values()), "an env var leaked"
+
+    verified = subprocess.run([sys.executable, "-m", "slotbench", "archive-verify", str(tarball)],
+                              capture_output=True, text=True, timeout=120)
+    assert verified.returncode == 0 and verified.stdout.startswith("OK"), verified.stderr
+
+    # re-render in an empty directory, far from the work dir, with no server anywhere
+    assert llama_servers_under(str(cache)) == []
+    render_cache = tmp_path / "render-cache"  # a managed server would assemble its model here
+    render_cache.mkdir()
+    out_dir = tmp_path / "render"
+    env = os.environ | {"SLOTBENCH_CACHE": str(render_cache), "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "slotbench", "archive-render", str(tarball), "--out", str(out_dir)]
+    started = time.monotonic()
+    rc, out, servers = wait_render(cmd, tmp_path, env, str(render_cache))
+    print(f"re-render: {time.monotonic() - started:.1f} s\n" + out[-2500:])
+    assert rc == 0, out[-5000:]
+    assert servers == [], f"a llama-server ran during the re-render: {servers}"
+    assert list(render_cache.iterdir()) == [], "the re-render prepared a model"
+    ran = {line.split()[1].rstrip(":") for line in out.splitlines()
+           if line.startswith(("localrule ", "rule ")) and line.rstrip().endswith(":")}
+    assert {"consolidate", "report"} <= ran, ran
+    assert not ran & SERVER_RULES, ran
+    assert "all 0 tables" not in out and "tables are byte-identical to the archive" in out, out
+    # and check it ourselves: the tables, byte for byte
+    for rel in ["results/analysis/summary.csv", "results/checks/deviance.csv",
+                "results/checks/positions.csv", "results/checks/serialisation.csv"]:
+        assert (out_dir / rel).read_bytes() == data[rel], rel
+    assert archive.markdown_tables((out_dir / "results/report.md").read_text()) == \
+        archive.markdown_tables(data["results/report.md"].decode())
+    assert (out_dir / "results/report.html").stat().st_size > 0
