@@ -2,10 +2,12 @@ FIGURES = ["throughput", "ttft", "decomposition", "positions", "timeline"]
 
 
 rule figures:
-    """Operator vs per-user throughput, TTFT, batching vs pipelining, positions, timeline."""
+    """Operator vs per-user throughput, TTFT, batching vs pipelining, positions, and the
+    timeline annotated with the machine's thermal state."""
     input:
         cells="results/cells.parquet",
         ratios="results/analysis/ratios.parquet",
+        thermal="results/thermal.parquet",
     output:
         **{
             name: report(

@@ -4,6 +4,10 @@ from slotbench.provenance import config_digest
 rule report:
     """results/report.md, a self-contained results/report.html and results/provenance.json.
 
+    Each target's Measurement integrity section reads the checks' files: unequal prompt
+    lengths, prefix-cache hits, the control arm, thermal samples and their summary, the serial
+    arm's burst vs plateau, the client self-check and whether there were enough reps.
+
     The resolved config is a param (the report shows it; every provenance entry records its
     SHA-256), so any config change re-renders the report; no request is sent for that.
     """
@@ -14,6 +18,14 @@ rule report:
         positions="results/checks/positions.csv",
         serialisation="results/checks/serialisation.csv",
         verdict="results/checks/verdict.json",
+        prompts="results/checks/prompts.csv",
+        cache_hits="results/checks/cache_hits.csv",
+        control="results/checks/control.csv",
+        thermal_summary="results/checks/thermal.csv",
+        burst="results/checks/burst.csv",
+        client="results/checks/client.json",
+        sufficiency="results/checks/sufficiency.csv",
+        thermal="results/thermal.parquet",
         requests="results/requests.parquet",
         cells="results/cells.parquet",
         servers="results/servers.json",

@@ -21,6 +21,7 @@ def main(snakemake) -> None:
         pd.read_parquet(snakemake.input.ratios),
         outdirs.pop(),
         files={fid: p.name for fid, p in paths.items()},
+        thermal=pd.read_parquet(snakemake.input.thermal),
     )
     Path(out.sources).write_text(json.dumps(sources, indent=2) + "\n")
 

@@ -1,5 +1,6 @@
 """Snakemake entry point: render results/report.md, the self-contained results/report.html and
-results/provenance.json (the cells, raw files, code and config behind every table and figure)."""
+results/provenance.json (the cells, raw files, code and config behind every table and figure),
+with each target's Measurement integrity section from the checks' files."""
 
 from slotbench import report
 
@@ -19,6 +20,14 @@ def main(snakemake) -> None:
         servers=inp.servers,
         serialisation=inp.serialisation,
         cells=inp.cells,
+        prompts=inp.prompts,
+        cache_hits=inp.cache_hits,
+        control=inp.control,
+        thermal_summary=inp.thermal_summary,
+        burst=inp.burst,
+        client=inp.client,
+        sufficiency=inp.sufficiency,
+        thermal=inp.thermal,
         md_out=snakemake.output.md,
         html_out=snakemake.output.html,
         provenance_out=snakemake.output.provenance,

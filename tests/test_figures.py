@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from slotbench import figures
+from slotbench import figures, thermal
 from slotbench.cells import cell_label
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -152,9 +152,14 @@ def test_entry_point(tmp_path):
         sources=str(tmp_path / "figures.json"),
         **{fid: str(figdir / f"{fid}.png") for fid in figures.FIGURE_IDS},
     )
+    thermal_samples(cells, throttle_at=(("ollama", "run2", 1),)).to_parquet(
+        tmp_path / "thermal.parquet"
+    )
     snakemake = SimpleNamespace(
         input=SimpleNamespace(
-            cells=str(tmp_path / "cells.parquet"), ratios=str(tmp_path / "ratios.parquet")
+            cells=str(tmp_path / "cells.parquet"),
+            ratios=str(tmp_path / "ratios.parquet"),
+            thermal=str(tmp_path / "thermal.parquet"),
         ),
         output=output,
     )
@@ -164,3 +169,89 @@ def test_entry_point(tmp_path):
     for fid in figures.FIGURE_IDS:
         png_size(figdir / f"{fid}.png")
         assert np.isin(["ollama/run2/rep2/arm4"], sources[fid]["cells"]).all()
+
+
+# --- the timeline's thermal annotation ----------------------------------------------------------
+
+
+def thermal_samples(cells, throttle_at=(), temps=True) -> pd.DataFrame:
+    """1 Hz samples over every rep of the cells: two CPU clocks (and a zone's temperature);
+    the CPUs report throttling from the fifth second of the (target, run, rep)s in throttle_at."""
+    rows = []
+    for (target, run, rep), grp in cells.groupby(["target", "run", "rep"]):
+        start = float(grp["t_start_unix"].min())
+        for i in range(int(grp["t_start_unix"].max() - start) + 10):
+            hot = (target, run, rep) in throttle_at and i >= 5
+            tags = {"target": target, "run": run, "rep": rep, "t_s": float(i),
+                    "t_unix": start + i}  # fmt: skip
+            if temps:
+                rows.append(tags | thermal.reading("linux", "thermal_zone0/cpu",
+                                                   temp_c=55.0 + 0.1 * i))  # fmt: skip
+            for cpu in (0, 1):
+                rows.append(tags | thermal.reading("linux", f"cpu{cpu}",
+                                                   freq_mhz=2000.0 if hot else 3000.0,
+                                                   throttled=hot))  # fmt: skip
+    return thermal.thermal_frame(rows)
+
+
+def draw_on_axes(rows, origin=0.0):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    handles = figures.draw_thermal(ax, rows, origin, 1.0)
+    return fig, ax, handles
+
+
+def test_timeline_without_thermal_source_says_so():
+    import matplotlib.pyplot as plt
+
+    fig, ax, handles = draw_on_axes(figures._thermal_of(thermal.thermal_frame([]), "embedded"))
+    assert handles == [] and [t.get_text() for t in ax.texts] == ["no thermal source"]
+    assert len(fig.axes) == 1
+    plt.close(fig)
+
+
+def test_timeline_draws_clock_temperature_and_events():
+    import matplotlib.pyplot as plt
+
+    cells = synthetic_cells(("embedded",), runs=("run1",), reps=2)
+    samples = thermal_samples(cells, throttle_at=(("embedded", "run1", 1),))
+    origin = float(cells["t_start_unix"].min())
+    fig, ax, handles = draw_on_axes(figures._thermal_of(samples, "embedded"), origin)
+    labels = [h.get_label() for h in handles]
+    assert labels[0].startswith("CPU clock") and labels[1].startswith("CPU temperature")
+    events = samples[samples["throttled"].map(lambda v: v is True)]["t_unix"].drop_duplicates()
+    assert labels[2] == f"throttle/pressure ({len(events)})"
+    assert len(fig.axes) == 3  # clock and temperature on their own twin axes
+    clock_axis = fig.axes[1]
+    assert clock_axis.get_ylabel() == "clock (MHz)"
+    # one line per rep (the line breaks between reps), against the cells' time axis
+    assert len(clock_axis.lines) == 2
+    xs = np.concatenate([line.get_xdata() for line in clock_axis.lines])
+    assert xs.min() == pytest.approx(0.0)
+    vertical = [line for line in ax.lines if len(set(line.get_xdata())) == 1]
+    assert sorted(line.get_xdata()[0] for line in vertical) == pytest.approx(
+        sorted(events - origin)
+    )
+    assert not ax.texts  # no "no thermal source" note
+    plt.close(fig)
+
+
+def test_timeline_with_thermal_is_reproducible_and_differs_without(tmp_path):
+    cells = synthetic_cells(("embedded", "ollama"))
+    ratios = synthetic_ratios(cells)
+    samples = thermal_samples(cells, throttle_at=(("embedded", "run1", 2),))
+    a = figures.make_all(cells, ratios, tmp_path / "a", thermal=samples)
+    figures.make_all(cells, ratios, tmp_path / "b", thermal=samples)
+    figures.make_all(cells, ratios, tmp_path / "c", thermal=thermal.thermal_frame([]))
+    timeline = a["timeline"]["file"]
+    assert (tmp_path / "a" / timeline).read_bytes() == (tmp_path / "b" / timeline).read_bytes()
+    assert (tmp_path / "a" / timeline).read_bytes() != (tmp_path / "c" / timeline).read_bytes()
+    # the other figures do not depend on the samples
+    for fid in ("throughput", "positions"):
+        assert (tmp_path / "a" / f"{fid}.png").read_bytes() == (
+            tmp_path / "c" / f"{fid}.png"
+        ).read_bytes()
+    assert "thermal" in a["timeline"]["caption"]
+    width, height = png_size(tmp_path / "a" / timeline)
+    assert width > 300 and height > 200

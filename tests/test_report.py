@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from slotbench import checks, report
+from slotbench import checks, prompts, report, sufficiency, thermal
 from slotbench.cells import cell_label
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -428,7 +428,8 @@ def test_every_table_and_figure_is_followed_by_sources(figure_inputs):
         paths,
     )
     kinds = [type(b).__name__ for b in blocks]
-    assert kinds.count("Table") == 4 and kinds.count("Figure") == 1
+    # per-arm, positions, deviant cells, fingerprint and the integrity overview
+    assert kinds.count("Table") == 5 and kinds.count("Figure") == 1
     for i, block in enumerate(blocks):
         if isinstance(block, (report.Table, report.Figure)):
             assert isinstance(blocks[i + 1], report.Sources), f"{block} has no sources"
@@ -493,6 +494,19 @@ def test_entry_point_writes_both_files(tmp_path, figure_inputs):
     (res / "servers.json").write_text(json.dumps([]))
     cells = make_ratios().assign(code_commit="c0de" * 10, code_dirty=False, server_build="b 1")
     cells.to_parquet(res / "cells.parquet")
+    # the integrity checks' files, all quiet: headers only, no thermal source, no self-check
+    integrity = {
+        "prompts": ("checks/prompts.csv", prompts.LENGTH_COLUMNS),
+        "cache_hits": ("checks/cache_hits.csv", prompts.CACHE_COLUMNS),
+        "control": ("checks/control.csv", ["target", "arm", "control_cells", "cells"]),
+        "thermal_summary": ("checks/thermal.csv", thermal.SUMMARY_COLUMNS),
+        "burst": ("checks/burst.csv", thermal.BURST_COLUMNS),
+        "sufficiency": ("checks/sufficiency.csv", sufficiency.SUFFICIENCY_COLUMNS),
+    }
+    for rel, columns in integrity.values():
+        pd.DataFrame(columns=columns).to_csv(res / rel, index=False)
+    (res / "checks/client.json").write_text("{}")
+    thermal.thermal_frame([]).to_parquet(res / "thermal.parquet")
     config = {"reps": 2, "checks": {"rotation_threshold": 0.1}}
     snakemake = SimpleNamespace(
         input=SimpleNamespace(
@@ -508,6 +522,9 @@ def test_entry_point_writes_both_files(tmp_path, figure_inputs):
             requests=str(res / "requests.parquet"),
             servers=str(res / "servers.json"),
             cells=str(res / "cells.parquet"),
+            client=str(res / "checks/client.json"),
+            thermal=str(res / "thermal.parquet"),
+            **{name: str(res / rel) for name, (rel, _) in integrity.items()},
         ),
         output=SimpleNamespace(
             md=str(res / "report.md"),
@@ -527,6 +544,8 @@ def test_entry_point_writes_both_files(tmp_path, figure_inputs):
     assert "Timing source: server, for all 24 requests" in md
     assert f"Versions: all cells: commit {'c0de' * 10} (clean), server build b 1." in md
     assert "provenance: headline/embedded" in md and "## Resolved config" in md
+    assert "### Measurement integrity" in md and "Control arm off: set control_arm: true" in md
+    assert "Thermal state: no thermal source readable on this machine." in md
     record = json.loads((res / "provenance.json").read_text())
     assert record["config_sha256"] == "f00d" * 16
     assert record["entries"]["headline/embedded/arm4/speedup"]["code"] == [

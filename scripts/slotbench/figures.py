@@ -1,6 +1,7 @@
 """Figures for the report: what the operator gains and what each user loses, per arm.
 
-Every figure is drawn from cells.parquet / ratios.parquet only (never from the checks stage), and
+Every figure is drawn from cells.parquet / ratios.parquet only (never from the checks stage; the
+timeline adds thermal.parquet's samples, which come from the same raw files), and
 make_all returns, for each figure, the cells and raw-file SHA-256s behind it, so the report can
 trace every picture back to raw files.
 """
@@ -61,9 +62,18 @@ CAPTIONS = {
     ),
     "timeline": (
         "Aggregate tok/s of every cell against its start time, relative to the target's first "
-        "cell. A downward drift within a run is thermal or other decay that rotation must absorb."
+        "cell. A downward drift within a run is thermal or other decay that rotation must absorb. "
+        "Where the machine exposed a thermal source, the clock (mean over the CPUs, or each "
+        "GPU's) and the hottest temperature sampled during the reps are drawn on extra axes "
+        "against the same time, and every sample that reported throttling or thermal pressure is "
+        "a dotted red vertical line; a panel without samples says \"no thermal source\"."
     ),
 }
+EVENT_COLOUR = "#c62828"
+CLOCK_COLOUR = "0.35"
+TEMP_COLOUR = "#b35806"
+# Samples further apart than this (seconds) belong to different reps: the line breaks there.
+THERMAL_GAP_S = 5.0
 
 
 def arm_palette(arms) -> dict[int, tuple]:
@@ -212,32 +222,133 @@ def plot_positions(cells: pd.DataFrame, path: Path) -> None:
     _per_target(medians, path, "cells", draw)
 
 
-def _elapsed(seconds: pd.Series) -> tuple[pd.Series, str]:
-    """Seconds since the first cell, in a unit that keeps tick labels short."""
+def _time_unit(seconds: pd.Series) -> tuple[float, str]:
+    """A divisor and unit for seconds since the first cell that keep tick labels short."""
     span = float(seconds.max()) if len(seconds) else 0.0
     if span >= 2 * 3600:
-        return seconds / 3600, "h"
+        return 3600.0, "h"
     if span >= 600:
-        return seconds / 60, "min"
-    return seconds, "s"
+        return 60.0, "min"
+    return 1.0, "s"
 
 
-def plot_timeline(cells: pd.DataFrame, path: Path) -> None:
+def _thermal_of(thermal: pd.DataFrame | None, target) -> pd.DataFrame:
+    """A target's thermal samples that have a time (empty when there are none)."""
+    if thermal is None or thermal.empty or "target" not in thermal or "t_unix" not in thermal:
+        return pd.DataFrame()
+    rows = thermal[(thermal["target"].astype(str) == str(target)) & thermal["t_unix"].notna()]
+    rows = rows.copy()
+    for col in ("source", "sensor", "temp_c", "freq_mhz", "throttled", "pressure"):
+        if col not in rows:
+            rows[col] = None
+    rows["temp_c"] = pd.to_numeric(rows["temp_c"], errors="coerce")
+    rows["freq_mhz"] = pd.to_numeric(rows["freq_mhz"], errors="coerce")
+    return rows
+
+
+def _is_event(rows: pd.DataFrame) -> pd.Series:
+    """Readings that reported throttling or thermal pressure (the thermal module's definition)."""
+    from slotbench.thermal import _event_mask
+
+    return _event_mask(rows)
+
+
+def _segments(x: np.ndarray, y: np.ndarray, gap: float):
+    """Runs of consecutive samples, split where samples are more than ``gap`` apart."""
+    if x.size == 0:
+        return
+    breaks = np.flatnonzero(np.diff(x) > gap) + 1
+    for xs, ys in zip(np.split(x, breaks), np.split(y, breaks)):
+        yield xs, ys
+
+
+def _series(rows: pd.DataFrame, value: str, how: str) -> list[tuple[str, pd.Series]]:
+    """Per kind of source (CPU clock vs GPU clock): one value per sampling time."""
+    found = rows[rows[value].notna()]
+    if found.empty:
+        return []
+    kind = np.where(found["source"].astype(str) == "nvidia", "GPU", "CPU")
+    out = []
+    for name in ("CPU", "GPU"):
+        sel = found[kind == name]
+        if not sel.empty:
+            out.append((name, sel.groupby("t_unix", sort=True)[value].agg(how)))
+    return out
+
+
+def draw_thermal(ax, rows: pd.DataFrame, origin: float, divisor: float) -> list:
+    """Clock and temperature on twin axes against the cells' time axis, events as vertical
+    lines; a note when there is nothing to draw. Returns legend handles for the extra lines."""
+    from matplotlib.lines import Line2D
+
+    usable = (
+        not rows.empty
+        and (rows["freq_mhz"].notna().any() or rows["temp_c"].notna().any()
+             or rows["throttled"].notna().any() or rows["pressure"].notna().any())
+    )  # fmt: skip
+    if not usable:
+        ax.text(0.99, 0.02, "no thermal source", transform=ax.transAxes, ha="right",
+                va="bottom", fontsize=7, color="0.4")  # fmt: skip
+        return []
+    handles = []
+    gap = THERMAL_GAP_S / divisor
+    twins = []
+    for value, how, colour, label, unit in (
+        ("freq_mhz", "mean", CLOCK_COLOUR, "clock", "MHz"),
+        ("temp_c", "max", TEMP_COLOUR, "temperature", "°C"),
+    ):
+        series = _series(rows, value, how)
+        if not series:
+            continue
+        twin = ax.twinx()
+        if twins:  # a second extra axis: move its spine outwards so the scales do not overlap
+            twin.spines["right"].set_position(("axes", 1.16))
+        twins.append(twin)
+        for (name, values), style in zip(series, ("-", "--")):
+            x = (values.index.to_numpy(dtype=float) - origin) / divisor
+            for xs, ys in _segments(x, values.to_numpy(dtype=float), gap):
+                twin.plot(xs, ys, color=colour, linewidth=0.9, alpha=0.75, linestyle=style)
+            what = f"{name} {label} ({'mean' if how == 'mean' else 'max'}, {unit})"
+            handles.append(Line2D([], [], color=colour, linewidth=0.9, linestyle=style,
+                                  label=what))  # fmt: skip
+        twin.set_ylabel(f"{label} ({unit})", fontsize=7, color=colour)
+        twin.tick_params(axis="y", labelsize=7, colors=colour)
+        twin.grid(False)
+    if twins:  # cells above the thermal lines
+        ax.set_zorder(max(t.get_zorder() for t in twins) + 1)
+        ax.patch.set_visible(False)
+    events = rows.loc[_is_event(rows), "t_unix"].drop_duplicates().sort_values()
+    for t in events:
+        ax.axvline((float(t) - origin) / divisor, color=EVENT_COLOUR, linestyle=":",
+                   linewidth=0.8, alpha=0.7)  # fmt: skip
+    if len(events):
+        handles.append(Line2D([], [], color=EVENT_COLOUR, linestyle=":", linewidth=0.8,
+                              label=f"throttle/pressure ({len(events)})"))  # fmt: skip
+    return handles
+
+
+def plot_timeline(cells: pd.DataFrame, path: Path, thermal: pd.DataFrame | None = None) -> None:
+    """Aggregate tok/s of every cell over time, annotated with the machine's thermal state."""
     palette = arm_palette(cells["arm"]) if not cells.empty else {}
     names = {arm_name(a): c for a, c in palette.items()}
 
     def draw(ax, frame, arms):
         frame = frame.copy()
-        elapsed, unit = _elapsed(frame["t_start_unix"] - frame["t_start_unix"].min())
-        frame["elapsed"] = elapsed
+        origin = float(frame["t_start_unix"].min())
+        divisor, unit = _time_unit(frame["t_start_unix"] - origin)
+        frame["elapsed"] = (frame["t_start_unix"] - origin) / divisor
         frame["arm"] = frame["arm"].map(arm_name)  # legend reads "arm", values serial-1 …
         sns.scatterplot(data=frame, x="elapsed", y="agg_tps", hue="arm",
                         hue_order=[arm_name(a) for a in arms], palette=names, style="run",
                         ax=ax, s=28)  # fmt: skip
+        target = frame["target"].iloc[0]
+        extra = draw_thermal(ax, _thermal_of(thermal, target), origin, divisor)
         ax.set_xlabel(f"time since first cell ({unit})")
         ax.set_ylabel("aggregate tok/s")
         ax.set_ylim(bottom=0)
-        ax.legend(fontsize=7, loc="best")
+        handles, labels = ax.get_legend_handles_labels()
+        ax.legend(handles + extra, labels + [h.get_label() for h in extra], fontsize=6,
+                  loc="lower left")  # fmt: skip
 
     _per_target(cells, path, "cells", draw)
 
@@ -256,11 +367,14 @@ def make_all(
     ratios: pd.DataFrame,
     outdir: str | Path,
     files: dict[str, str] | None = None,
+    thermal: pd.DataFrame | None = None,
 ) -> dict[str, dict]:
     """Write every figure as PNG into outdir and return fig_id -> provenance.
 
     `files` optionally overrides a figure's basename (default "<fig_id>.png"). The decomposition
     figure's sources include the serial cells, since they are the denominators of its ratios.
+    `thermal` (thermal.parquet's samples, which come from the same raw files as the cells)
+    annotates the timeline; without samples its panels say "no thermal source".
     """
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -271,7 +385,10 @@ def make_all(
     for fig_id, (plot, frame_name) in PLOTTERS.items():
         frame = frames[frame_name]
         basename = files.get(fig_id, f"{fig_id}.png")
-        plot(frame, outdir / basename)
+        if fig_id == "timeline":
+            plot(frame, outdir / basename, thermal)
+        else:
+            plot(frame, outdir / basename)
         sources[fig_id] = {
             "title": TITLES[fig_id],
             "file": basename,

@@ -10,7 +10,8 @@ same inputs give the same bytes), and ``python -m slotbench explain ID`` prints 
 rows behind one entry, checking each raw file against its recorded SHA-256 (no server needed).
 
 Ids are short paths a person can type: ``headline/<target>/arm<N>/<metric>``,
-``positions/<target>/arm<N>``, ``figure/<name>`` … (see :func:`headline_id` and friends).
+``positions/<target>/arm<N>``, ``integrity/<target>/prompts``, ``figure/<name>`` … (see
+:func:`headline_id` and friends).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +50,11 @@ METRIC_TITLES = {
     "pipelining": "pipelining: speedup / gen_gain in the same rep, median across reps (overlap)",
 }
 # Roles of a cell in an entry: what the number describes, or what it is compared against.
-ROLES = ("arm", "deviant", "source", "serial-baseline", "comparison")
+# control: a control-arm cell (shared prompt, cache allowed), never part of the headline;
+# burst / plateau: the first and last serial cells of the drift check.
+ROLES = (
+    "arm", "deviant", "source", "control", "burst", "plateau", "serial-baseline", "comparison",
+)  # fmt: skip
 CELL_FIELDS = ("position", "raw_file", "raw_sha256", "code_commit", "code_dirty", "server_build")
 REQUEST_COLUMNS = [
     "target", "run", "rep", "arm", "position", "request", "prompt_tokens", "output_tokens",
@@ -114,6 +120,17 @@ def ollama_id(target, what) -> str:
     return _join("ollama", target, what)
 
 
+INTEGRITY_TRAPS = ("prompts", "cache", "control", "thermal", "burst", "client", "sufficiency")
+
+
+def integrity_id(target, trap=None, *parts) -> str:
+    """The measurement-integrity overview of a target, one trap's evidence
+    (``integrity/<target>/prompts``) or one row of it (``…/prompts/run1/rep2/arm4/request1``)."""
+    if trap is not None and trap not in INTEGRITY_TRAPS:
+        raise ValueError(f"unknown integrity trap {trap!r}; one of {', '.join(INTEGRITY_TRAPS)}")
+    return _join("integrity", target, trap, *parts)
+
+
 # --------------------------------------------------------------------------------------------
 # Cells
 # --------------------------------------------------------------------------------------------
@@ -123,6 +140,25 @@ def parse_label(label: str) -> tuple[str, str, int, int]:
     """target, run, rep, arm of a cell label (target/run/repN/armM)."""
     target, run, rep, arm = str(label).rsplit("/", 3)
     return target, run, int(rep.removeprefix("rep")), int(arm.removeprefix("arm"))
+
+
+_REP_LABEL = re.compile(r"^([A-Za-z0-9_-]+)/([A-Za-z0-9_-]+)/rep(\d+)/(.+)$")
+
+
+def rep_of(label: str) -> tuple[str, str, int] | None:
+    """target, run, rep of any label that names a rep (target/run/repN/…), e.g. a control
+    cell's, whatever follows the rep; None when the label names none."""
+    match = _REP_LABEL.match(str(label))
+    return None if match is None else (match.group(1), match.group(2), int(match.group(3)))
+
+
+def is_measured_label(label: str) -> bool:
+    """Whether a label is a measured cell's (target/run/repN/armM), which requests.parquet keys."""
+    try:
+        parse_label(label)
+    except ValueError:
+        return False
+    return True
 
 
 def label_key(label: str) -> tuple:
@@ -155,6 +191,7 @@ class CellIndex:
 
     def __init__(self, frame=None):
         self.cells: dict[str, dict] = {}
+        self._reps: dict[tuple[str, str, int], dict] = {}
         if frame is None or len(frame) == 0 or not all(k in frame for k in CELL_KEYS):
             return
         for rec in frame.to_dict("records"):
@@ -162,18 +199,34 @@ class CellIndex:
             info = {"target": key[0], "run": key[1], "rep": key[2], "arm": key[3]}
             info |= {f: _plain(rec.get(f)) for f in CELL_FIELDS}
             self.cells[cell_label(*key)] = info
+        for label in sorted(self.cells, key=label_key):  # first cell of each rep, stably
+            c = self.cells[label]
+            self._reps.setdefault((c["target"], c["run"], c["rep"]), c)
 
     def __bool__(self) -> bool:
         return bool(self.cells)
 
     def info(self, label: str) -> dict:
+        """What is recorded about a cell. A label the cells table does not hold but whose rep
+        it does (a control cell, say) shares that rep's raw file, code and server build."""
         if label in self.cells:
             return self.cells[label]
         try:
             target, run, rep, arm = parse_label(label)
         except ValueError:
-            return {"target": None, "run": None, "rep": None, "arm": None}
-        return {"target": target, "run": run, "rep": rep, "arm": arm}
+            rep_key = rep_of(label)
+            if rep_key is None:
+                return {"target": None, "run": None, "rep": None, "arm": None}
+            (target, run, rep), arm = rep_key, None
+        info = {"target": target, "run": run, "rep": rep, "arm": arm}
+        same_rep = self._reps.get((target, run, rep))
+        if same_rep is not None:
+            info |= {f: same_rep.get(f) for f in CELL_FIELDS if f != "position"}
+        return info
+
+    def rep_hash(self, target, run, rep) -> str | None:
+        """The SHA-256 of the raw file of one rep, when the cells table records it."""
+        return (self._reps.get((str(target), str(run), int(rep))) or {}).get("raw_sha256")
 
     def labels(self, target=None, arm=None, run=None) -> list[str]:
         out = [
@@ -554,7 +607,13 @@ def explain(entry_id: str, results: Path, columns: list[str] | None = None, out=
         if cells_pq.is_file():
             measured = pd.read_parquet(cells_pq)
             keep = [c for c in CELL_KEYS + CELL_METRICS if c in measured]
-            cells = cells.merge(measured[keep], on=CELL_KEYS, how="left")
+            ok = cells["cell"].map(is_measured_label)
+            merged = (
+                cells[ok]
+                .astype({"rep": "int64", "arm": "int64"})
+                .merge(measured[keep], on=CELL_KEYS, how="left")
+            )
+            cells = pd.concat([merged, cells[~ok]], ignore_index=True) if (~ok).any() else merged
         show = ["cell", "role", "position", *[c for c in CELL_METRICS if c in cells], "raw_sha256"]
         _print_frame(cells[show], out)
         if metric and measured is not None:
@@ -593,6 +652,10 @@ def explain(entry_id: str, results: Path, columns: list[str] | None = None, out=
     if cells.empty:
         print("\nrequests (0)", file=out)
         return status
+    # a control cell's label (…/repN/<not armM>) keys no measured requests of its own
+    ok = cells["cell"].map(is_measured_label)
+    others = sorted(cells.loc[~ok, "cell"], key=label_key)
+    cells = cells[ok]
     keys = cells[CELL_KEYS + ["role"]].drop_duplicates(CELL_KEYS)
     keys = keys.astype({"rep": "int64", "arm": "int64"})
     rows = requests.merge(keys, on=CELL_KEYS, how="inner")
@@ -607,6 +670,12 @@ def explain(entry_id: str, results: Path, columns: list[str] | None = None, out=
     if missing:
         status = 1
         print(f"  no request rows for: {', '.join(missing)}", file=out)
+    if others:
+        print(
+            f"  not measured cells (their requests are in their rep's raw file, not listed "
+            f"here): {', '.join(others)}",
+            file=out,
+        )
     if not rows.empty:
         _print_frame(rows[["role", *[c for c in wanted if c != "role"]]], out)
     if status:
