@@ -10,6 +10,8 @@ rule consolidate:
         requests="results/requests.parquet",
         cells="results/cells.parquet",
         servers="results/servers.json",
+        control="results/control.parquet",
+        thermal="results/thermal.parquet",
     log:
         "results/logs/consolidate.log",
     conda:

@@ -16,5 +16,6 @@ rule plan:
         requests_per_cell=CFG["requests_per_cell"],
         seed=CFG["seed"],
         prompt=CFG["prompt"],
+        control_arm=CFG["control_arm"],
     script:
         "../scripts/plan.py"

@@ -8,8 +8,11 @@ import json
 from slotbench.consolidate import (
     CELLS_SCHEMA,
     REQUESTS_SCHEMA,
+    THERMAL_SCHEMA,
     consolidate,
     server_states,
+    split_control,
+    thermal_rows,
     verify_raw_files,
     write_table,
 )
@@ -28,11 +31,15 @@ def main(sm) -> None:
               "written", file=log)
         requests, cells = consolidate(raw, recorded)
         write_table(requests, REQUESTS_SCHEMA, sm.output.requests, "requests")
+        cells, control = split_control(cells)
         write_table(cells, CELLS_SCHEMA, sm.output.cells, "cells")
+        write_table(control, CELLS_SCHEMA, sm.output.control, "control cells")
+        thermal = thermal_rows(raw)
+        write_table(thermal, THERMAL_SCHEMA, sm.output.thermal, "thermal")
         with open(sm.output.servers, "w", encoding="utf-8") as fh:
             json.dump(server_states(raw), fh, indent=1, sort_keys=True)
-        print(f"consolidate: {len(raw)} raw files, {len(cells)} cells, "
-              f"{len(requests)} requests", file=log)
+        print(f"consolidate: {len(raw)} raw files, {len(cells)} cells ({len(control)} control), "
+              f"{len(requests)} requests, {len(thermal)} thermal readings", file=log)
 
 
 main(snakemake)  # noqa: F821 - provided by Snakemake

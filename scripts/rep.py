@@ -11,6 +11,7 @@ from slotbench.plan import rep_plan
 from slotbench.rawfiles import read_json, write_json_atomic, write_sha256_atomic
 from slotbench.server import ServerError
 from slotbench.targets import connect
+from slotbench.thermal import available_sources
 
 
 def main(sm) -> None:
@@ -21,7 +22,9 @@ def main(sm) -> None:
     with progress_log(sm.log.progress) as log:
         try:
             with connect(sm.params.target, sm.log.server, settings["request_timeout_s"]) as conn:
-                raw = run_rep(conn, plan, entry, settings, pipeline_version(), log=log)
+                raw = run_rep(conn, plan, entry, settings, pipeline_version(), log=log,
+                              thermal_sources=available_sources(),
+                              thermal_interval_s=settings["thermal_interval_s"])
         except (RepError, ServerError, BackendError) as exc:
             fail(str(exc) if isinstance(exc, RepError) else
                  f"target {target}, run {run}, rep {rep}: {exc}", log)

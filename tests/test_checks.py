@@ -227,22 +227,32 @@ def test_verdict_is_plain_json_with_every_target():
 
 
 def test_entry_point_writes_deviance_positions_serialisation_and_verdict(tmp_path):
-    cells_path, requests_path = tmp_path / "cells.parquet", tmp_path / "requests.parquet"
-    two_target_cells().to_parquet(cells_path, index=False)
-    pd.concat([served(target="a", slots=1), served(target="b", slots=4)]).to_parquet(requests_path)
+    from slotbench.analyse import cell_ratios, summarise
+    from slotbench.consolidate import THERMAL_SCHEMA
+
+    paths = {name: tmp_path / f"in_{name}.parquet" for name in
+             ["cells", "requests", "control", "thermal"]}  # fmt: skip
+    cells = two_target_cells().assign(client_cpu_s=0.01)
+    cells.to_parquet(paths["cells"], index=False)
+    requests = pd.concat([served(target="a", slots=1), served(target="b", slots=4)])
+    requests.assign(control=False, prompt_tokens=160).to_parquet(paths["requests"])
+    cells.iloc[:0].to_parquet(paths["control"], index=False)
+    pd.DataFrame(columns=THERMAL_SCHEMA.names).to_parquet(paths["thermal"], index=False)
+    summary = tmp_path / "summary.csv"
+    summarise(cell_ratios(cells), n_boot=200).to_csv(summary, index=False)
     files = [
-        ("deviance", "csv"),
-        ("positions", "csv"),
-        ("serialisation", "csv"),
-        ("verdict", "json"),
-    ]
+        ("deviance", "csv"), ("positions", "csv"), ("serialisation", "csv"), ("verdict", "json"),
+        ("prompts", "csv"), ("cache_hits", "csv"), ("control", "csv"), ("thermal", "csv"),
+        ("burst", "csv"), ("client", "json"), ("sufficiency", "csv"),
+    ]  # fmt: skip
     out = {name: str(tmp_path / f"{name}.{ext}") for name, ext in files}
     smk = SimpleNamespace(
-        input=SimpleNamespace(cells=str(cells_path), requests=str(requests_path)),
-        params=SimpleNamespace(rotation_threshold=0.1, deviance_threshold=0.05),
+        input=SimpleNamespace(**{k: str(v) for k, v in paths.items()}, summary=str(summary)),
+        params=SimpleNamespace(rotation_threshold=0.1, deviance_threshold=0.05, precision=0.05,
+                               send_lag_s=0.01, client_cpu_share=0.1),
         log=[str(tmp_path / "checks.log")],
         output=SimpleNamespace(**out),
-    )
+    )  # fmt: skip
     runpy.run_path(str(SCRIPTS / "checks.py"), init_globals={"snakemake": smk})
     assert list(pd.read_csv(out["deviance"])["cell"]) == ["a/run1/rep3/arm2"]
     assert len(pd.read_csv(out["positions"])) == 18
@@ -259,6 +269,9 @@ def test_entry_point_writes_deviance_positions_serialisation_and_verdict(tmp_pat
         ("a", 2): True, ("a", 4): True, ("b", 2): False, ("b", 4): False,
     }  # fmt: skip
     assert json.loads(text)["targets"]["a"]["serialisation"]["4"]["serialised"] is True
+    assert set(json.loads(Path(out["client"]).read_text())) == {"a", "b"}
+    assert len(pd.read_csv(out["sufficiency"])) > 0
+    assert "client self-check" in log
 
 
 # --- serialisation ----------------------------------------------------------------------------

@@ -15,7 +15,10 @@ def test_defaults_reproduce_the_article():
     assert cfg["arms"] == [1, 2, 4]
     assert cfg["requests_per_cell"] == 4 and cfg["reps"] == 10 and cfg["runs"] == 2
     assert cfg["num_predict"] == 200
-    assert cfg["checks"] == {"rotation_threshold": 0.10, "deviance_threshold": 0.05}
+    assert cfg["checks"]["rotation_threshold"] == 0.10
+    assert cfg["checks"]["deviance_threshold"] == 0.05
+    assert cfg["checks"]["precision"] == 0.05
+    assert cfg["control_arm"] is False and cfg["prompt"]["nonces"] is True
     assert "{nonce}" in cfg["prompt"]["template"][:20]
     [target] = cfg["targets"]
     assert target["name"] == "embedded" and target["managed"] and target["backend"] == "llamacpp"

@@ -1,6 +1,7 @@
 """Equal prompt lengths and prefix-cache hits: each detector fires on bad data, quiet on clean."""
 
 import pandas as pd
+import pytest
 
 from slotbench.prompts import cache_hits, prompt_lengths
 
@@ -66,3 +67,16 @@ def test_ollama_fast_or_missing_prompt_evaluation_fires():
 def test_the_control_arm_is_left_out():
     req = requests(cache_n=[0] * 6 + [159] * 6, prompt_n=160, control=[False] * 6 + [True] * 6)
     assert cache_hits(req).empty
+
+
+def test_control_effect_is_the_shared_prompt_inflation():
+    from slotbench.prompts import control_effect
+
+    cells = pd.DataFrame({"target": "t", "run": "run1", "rep": [1, 2], "arm": 4,
+                          "agg_tps": [100.0, 110.0]})
+    control = pd.DataFrame({"target": "t", "run": "run1", "rep": [1, 2], "arm": 4,
+                            "agg_tps": [140.0, 142.0]})
+    row = control_effect(control, cells).iloc[0]
+    assert row["inflation"] == pytest.approx(141 / 105 - 1)
+    assert row["cells"] == "t/run1/rep1/arm4;t/run1/rep2/arm4"
+    assert control_effect(control.iloc[:0], cells).empty

@@ -232,5 +232,6 @@ def target_by_name(cfg: dict, name: str) -> dict:
 
 def measurement_settings(cfg: dict) -> dict:
     """The values that change what a rep measures; a change to any of them reruns the reps."""
-    keys = ["arms", "requests_per_cell", "num_predict", "temperature", "warmup_predict"]
-    return {k: cfg[k] for k in keys} | {"request_timeout_s": cfg["request_timeout_s"]}
+    keys = ["arms", "requests_per_cell", "num_predict", "temperature", "warmup_predict",
+            "request_timeout_s", "cooldown_s"]  # fmt: skip
+    return {k: cfg[k] for k in keys} | {"thermal_interval_s": cfg["thermal"]["interval_s"]}

@@ -55,6 +55,7 @@ REQUESTS_SCHEMA = pa.schema(
         # OpenAI-compatible servers
         pa.field("finish_reason", pa.string()),
         pa.field("timing_source", pa.string()),
+        pa.field("control", pa.bool_()),  # a request of the optional control cell
         pa.field("raw_file", pa.string()),
     ]
 )
@@ -75,8 +76,21 @@ CELLS_SCHEMA = pa.schema(
         pa.field("code_commit", pa.string()),
         pa.field("code_dirty", pa.bool_()),
         pa.field("server_build", pa.string()),
+        pa.field("client_cpu_s", pa.float64()),  # the harness's own CPU time during the cell
+        pa.field("control", pa.bool_()),
     ]
 )
+
+THERMAL_SCHEMA = pa.schema(
+    [
+        pa.field("target", pa.string()), pa.field("run", pa.string()), pa.field("rep", pa.int64()),
+        pa.field("t_s", pa.float64()), pa.field("t_unix", pa.float64()),
+        pa.field("source", pa.string()), pa.field("sensor", pa.string()),
+        pa.field("temp_c", pa.float64()), pa.field("freq_mhz", pa.float64()),
+        pa.field("throttled", pa.bool_()), pa.field("pressure", pa.string()),
+        pa.field("detail", pa.string()),
+    ]
+)  # fmt: skip
 
 SERVER_FIELDS = [
     "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "stop_type",
@@ -104,6 +118,7 @@ def request_rows(raw: dict, raw_file: str) -> list[dict]:
                     "gen_s": req.get("gen_s"), "done_reason": req.get("done_reason"),
                     **{k: server.get(k) for k in SERVER_FIELDS},
                     "timing_source": req.get("timing_source", "server"),
+                    "control": bool(cell.get("control", False)),
                     "raw_file": raw_file,
                 }
             )  # fmt: skip
@@ -169,6 +184,7 @@ def consolidate(
         req_rows.extend(rows)
         frame = pd.DataFrame(rows)
         build_id = server_build_id(raw.get("server", {}))
+        cpu = {(c["arm"], c["position"]): c.get("client_cpu_s") for c in raw["cells"]}
         for (arm, position), grp in frame.groupby(["arm", "position"], sort=False):
             metrics = cell_metrics(grp)
             cell_rows.append(
@@ -180,6 +196,8 @@ def consolidate(
                     "code_commit": raw.get("code", {}).get("commit"),
                     "code_dirty": raw.get("code", {}).get("dirty"),
                     "server_build": build_id,
+                    "client_cpu_s": cpu.get((arm, position)),
+                    "control": bool(grp["control"].any()),
                 }
             )  # fmt: skip
     requests = pd.DataFrame(req_rows, columns=REQUESTS_SCHEMA.names)
@@ -189,6 +207,24 @@ def consolidate(
         requests.sort_values(order + ["request"], ignore_index=True),
         cells.sort_values(order, ignore_index=True),
     )
+
+
+def split_control(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Measured cells and control cells apart: the control arm never enters the headline."""
+    control = cells["control"].fillna(False).astype(bool)
+    return cells[~control].reset_index(drop=True), cells[control].reset_index(drop=True)
+
+
+def thermal_rows(raw_paths: list[str]) -> pd.DataFrame:
+    """Every thermal sample of every rep, with its rep, on the rep's clock (t_s) and in unix time."""
+    rows = []
+    for path in raw_paths:
+        raw = read_json(path)
+        for row in (raw.get("thermal") or {}).get("rows", []):
+            rows.append({**row, "target": raw["target"], "run": raw["run"], "rep": raw["rep"],
+                         "t_s": row["t_unix"] - raw["origin_unix"]})  # fmt: skip
+    frame = pd.DataFrame(rows, columns=THERMAL_SCHEMA.names)
+    return frame.sort_values(["target", "run", "rep", "t_s"], ignore_index=True)
 
 
 def server_states(raw_paths: list[str]) -> list[dict]:

@@ -29,8 +29,8 @@ def _labels(df: pd.DataFrame) -> pd.Series:
 def _measured(requests: pd.DataFrame) -> pd.DataFrame:
     """Requests of the measured arms (the optional control arm repeats prompts on purpose)."""
     if "control" in requests:
-        return requests[~requests["control"].fillna(False).astype(bool)]
-    return requests
+        requests = requests[~requests["control"].fillna(False).astype(bool)]
+    return requests.reset_index(drop=True)
 
 
 def prompt_lengths(requests: pd.DataFrame) -> pd.DataFrame:
@@ -88,3 +88,27 @@ def cache_hits(requests: pd.DataFrame) -> pd.DataFrame:
     out = pd.concat(found).drop_duplicates(subset=REQUEST_KEYS)
     out["cell"] = _labels(out)
     return out[CACHE_COLUMNS].sort_values(REQUEST_KEYS, ignore_index=True)
+
+
+CONTROL_COLUMNS = ["target", "arm", "control_cells", "control_agg_tps", "measured_agg_tps",
+                   "inflation", "cells", "measured_cells"]  # fmt: skip
+
+
+def control_effect(control: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """How much a shared, cacheable prompt inflates throughput at the control arm's concurrency.
+
+    Compares the control cells' median agg_tps with the measured cells of the same target and
+    arm; the ratio minus one is what a benchmark without nonces would have booked as gain.
+    """
+    rows = []
+    for (target, arm), ctrl in control.groupby(["target", "arm"], sort=True):
+        measured = cells[(cells["target"] == target) & (cells["arm"] == arm)]
+        c_tps, m_tps = float(ctrl["agg_tps"].median()), float(measured["agg_tps"].median())
+        rows.append({
+            "target": target, "arm": int(arm), "control_cells": len(ctrl),
+            "control_agg_tps": c_tps, "measured_agg_tps": m_tps,
+            "inflation": c_tps / m_tps - 1 if m_tps > 0 else float("nan"),
+            "cells": ";".join(_labels(ctrl).sort_values()),
+            "measured_cells": ";".join(_labels(measured).sort_values()),
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=CONTROL_COLUMNS)
