@@ -255,3 +255,16 @@ def test_timeline_with_thermal_is_reproducible_and_differs_without(tmp_path):
     assert "thermal" in a["timeline"]["caption"]
     width, height = png_size(tmp_path / "a" / timeline)
     assert width > 300 and height > 200
+
+
+def test_timeline_with_pressure_only_says_nothing_was_reported():
+    import matplotlib.pyplot as plt
+
+    rows = thermal.thermal_frame(
+        [{"target": "embedded", "run": "run1", "rep": 1, "t_s": 0.0, "t_unix": 10.0}
+         | thermal.reading("macos", "pmset", pressure="nominal")]
+    )  # fmt: skip
+    fig, ax, handles = draw_on_axes(figures._thermal_of(rows, "embedded"))
+    assert handles == [] and len(fig.axes) == 1
+    assert [t.get_text() for t in ax.texts] == ["thermal: no throttling or pressure reported"]
+    plt.close(fig)

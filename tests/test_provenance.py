@@ -413,3 +413,79 @@ def test_report_shows_the_resolved_config(work):
     assert "```yaml\n" in config and "rotation_threshold: 0.1" in config
     assert provenance.config_digest(CONFIG) in config
     assert "<pre><code" in page and "rotation_threshold: 0.1" in page
+
+
+# --- integrity entries and cells that are not measured cells ----------------------------------
+
+
+def test_a_control_cell_shares_its_reps_raw_file(work):
+    cells = make_cells(work, make_requests())
+    index = provenance.CellIndex(cells)
+    info = index.info(f"{TARGET}/run1/rep2/control4")
+    assert (info["target"], info["run"], info["rep"], info["arm"]) == (TARGET, "run1", 2, None)
+    assert info["raw_sha256"] == sha(work, 2) and info["raw_file"] == raw_path(2)
+    assert index.info("not-a-label") == {"target": None, "run": None, "rep": None, "arm": None}
+    assert provenance.rep_of(f"{TARGET}/run1/rep2/arm4/control") == (TARGET, "run1", 2)
+    assert provenance.integrity_id(TARGET, "prompts", "run1", "rep2") == (
+        f"integrity/{TARGET}/prompts/run1/rep2"
+    )
+    with pytest.raises(ValueError, match="unknown integrity trap"):
+        provenance.integrity_id(TARGET, "thermals")
+
+
+def test_explain_an_entry_with_a_control_cell(work, capsys):
+    requests = make_requests()
+    cells = make_cells(work, requests)
+    control = pd.DataFrame(
+        [{
+            "target": TARGET, "arm": 4, "control_cells": 3, "control_agg_tps": 142.0,
+            "measured_agg_tps": 107.0, "inflation": 142.0 / 107.0 - 1,
+            "cells": ";".join(f"{TARGET}/run1/rep{rep}/control4" for rep in REPS),
+            "measured_cells": ";".join(cell_label(TARGET, "run1", rep, 4) for rep in REPS),
+        }]
+    )  # fmt: skip
+    _, record, _ = document(work, requests, cells, control=control)
+    res = work / "results"
+    provenance.write_record(record, res / "provenance.json")
+    requests.to_parquet(res / "requests.parquet")
+    cells.to_parquet(res / "cells.parquet")
+    rc = provenance.main_explain([f"integrity/{TARGET}/control", "--results", str(res)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "3 control" in out and "3 comparison" in out
+    assert "not measured cells (their requests are in their rep's raw file" in out
+    assert f"{TARGET}/run1/rep1/control4" in out
+    assert "requests (12: 12 of parallel-4)" in out  # the measured comparison cells' requests
+    for rep in REPS:
+        assert f"OK        {sha(work, rep)}  {raw_path(rep)}" in out
+
+
+def test_explain_keeps_control_requests_apart_from_measured_ones(work, capsys):
+    """requests.parquet holds the control arm's requests too (control=True), under the same
+    (target, run, rep, arm) as the measured parallel-4 cell of their rep."""
+    measured = make_requests().assign(control=False)
+    extra = measured[measured["arm"] == 4].assign(control=True, position=3, prompt_tokens=160)
+    requests = pd.concat([measured, extra], ignore_index=True)
+    cells = make_cells(work, measured)
+    labels = ";".join(cell_label(TARGET, "run1", rep, 4) for rep in REPS)
+    control = pd.DataFrame(
+        [{"target": TARGET, "arm": 4, "control_cells": 3, "control_agg_tps": 142.0,
+          "measured_agg_tps": 107.0, "inflation": 0.327, "cells": labels,
+          "measured_cells": labels}]
+    )  # fmt: skip
+    _, record, _ = document(work, measured, cells, control=control)
+    res = work / "results"
+    provenance.write_record(record, res / "provenance.json")
+    requests.to_parquet(res / "requests.parquet")
+    cells.to_parquet(res / "cells.parquet")
+    rc = provenance.main_explain([f"integrity/{TARGET}/control", "--results", str(res)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "cells (6: 3 control, 3 comparison)" in out
+    assert "requests (24: 24 of parallel-4 (12 of them the control arm's))" in out
+    rows = request_rows(out)
+    assert sorted({r[0] for r in rows}) == ["comparison", "control"]
+    # a headline number's requests are the measured ones only
+    rc = provenance.main_explain(["headline/embedded/arm4/speedup", "--results", str(res)])
+    out = capsys.readouterr().out
+    assert rc == 0 and "requests (24: 12 of parallel-4, 12 of serial-1)" in out

@@ -66,7 +66,7 @@ CAPTIONS = {
         "Where the machine exposed a thermal source, the clock (mean over the CPUs, or each "
         "GPU's) and the hottest temperature sampled during the reps are drawn on extra axes "
         "against the same time, and every sample that reported throttling or thermal pressure is "
-        "a dotted red vertical line; a panel without samples says \"no thermal source\"."
+        'a dotted red vertical line; a panel without samples says "no thermal source".'
     ),
 }
 EVENT_COLOUR = "#c62828"
@@ -302,7 +302,7 @@ def draw_thermal(ax, rows: pd.DataFrame, origin: float, divisor: float) -> list:
             continue
         twin = ax.twinx()
         if twins:  # a second extra axis: move its spine outwards so the scales do not overlap
-            twin.spines["right"].set_position(("axes", 1.16))
+            twin.spines["right"].set_position(("axes", 1.22))
         twins.append(twin)
         for (name, values), style in zip(series, ("-", "--")):
             x = (values.index.to_numpy(dtype=float) - origin) / divisor
@@ -320,7 +320,11 @@ def draw_thermal(ax, rows: pd.DataFrame, origin: float, divisor: float) -> list:
     events = rows.loc[_is_event(rows), "t_unix"].drop_duplicates().sort_values()
     for t in events:
         ax.axvline((float(t) - origin) / divisor, color=EVENT_COLOUR, linestyle=":",
-                   linewidth=0.8, alpha=0.7)  # fmt: skip
+                   linewidth=0.6, alpha=0.5, zorder=0.8)  # below the cells' points; fmt: skip
+    if not twins and not len(events):  # e.g. pmset: pressure levels only, all nominal
+        ax.text(0.99, 0.02, "thermal: no throttling or pressure reported",
+                transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
+                color="0.4")  # fmt: skip
     if len(events):
         handles.append(Line2D([], [], color=EVENT_COLOUR, linestyle=":", linewidth=0.8,
                               label=f"throttle/pressure ({len(events)})"))  # fmt: skip
@@ -348,7 +352,7 @@ def plot_timeline(cells: pd.DataFrame, path: Path, thermal: pd.DataFrame | None 
         ax.set_ylim(bottom=0)
         handles, labels = ax.get_legend_handles_labels()
         ax.legend(handles + extra, labels + [h.get_label() for h in extra], fontsize=6,
-                  loc="lower left")  # fmt: skip
+                  loc="best")  # fmt: skip
 
     _per_target(cells, path, "cells", draw)
 

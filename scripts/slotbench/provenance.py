@@ -274,6 +274,13 @@ class Ref:
     row: dict | None = None
 
 
+def with_each_role(*groups: tuple[list[str], str]) -> tuple[tuple[str, str], ...]:
+    """Like :func:`with_roles`, but a label may appear once in each role: a control cell can
+    share its label with the measured cell of the same rep and arm, and both belong to it."""
+    pairs = {(str(label), role) for labels, role in groups for label in labels}
+    return tuple(sorted(pairs, key=lambda kv: (label_key(kv[0]), kv[1])))
+
+
 def with_roles(*groups: tuple[list[str], str]) -> tuple[tuple[str, str], ...]:
     """(label, role) pairs from (labels, role) groups; a cell keeps the first role it gets."""
     seen: dict[str, str] = {}
@@ -607,7 +614,8 @@ def explain(entry_id: str, results: Path, columns: list[str] | None = None, out=
         if cells_pq.is_file():
             measured = pd.read_parquet(cells_pq)
             keep = [c for c in CELL_KEYS + CELL_METRICS if c in measured]
-            ok = cells["cell"].map(is_measured_label)
+            # a control cell is not in cells.parquet, even when it shares a measured label
+            ok = cells["cell"].map(is_measured_label) & (cells["role"] != "control")
             merged = (
                 cells[ok]
                 .astype({"rep": "int64", "arm": "int64"})
@@ -652,21 +660,15 @@ def explain(entry_id: str, results: Path, columns: list[str] | None = None, out=
     if cells.empty:
         print("\nrequests (0)", file=out)
         return status
-    # a control cell's label (…/repN/<not armM>) keys no measured requests of its own
-    ok = cells["cell"].map(is_measured_label)
-    others = sorted(cells.loc[~ok, "cell"], key=label_key)
-    cells = cells[ok]
-    keys = cells[CELL_KEYS + ["role"]].drop_duplicates(CELL_KEYS)
-    keys = keys.astype({"rep": "int64", "arm": "int64"})
-    rows = requests.merge(keys, on=CELL_KEYS, how="inner")
-    rows = rows.sort_values(["target", "run", "rep", "position", "request"], ignore_index=True)
-    per_cell = rows.groupby(CELL_KEYS).size()
+    rows, missing, others = entry_requests(cells, requests)
     arms = ", ".join(
         f"{n} of {_arm_name(arm)}"
         for arm, n in rows.groupby("arm").size().sort_index(ascending=False).items()
     )
+    n_control = int((rows["role"] == "control").sum())
+    if n_control:
+        arms += f" ({n_control} of them the control arm's)"
     print(f"\nrequests ({len(rows)}{': ' + arms if arms else ''}):", file=out)
-    missing = [c for c in cells["cell"] if tuple(parse_label(c)) not in per_cell.index]
     if missing:
         status = 1
         print(f"  no request rows for: {', '.join(missing)}", file=out)
@@ -681,6 +683,40 @@ def explain(entry_id: str, results: Path, columns: list[str] | None = None, out=
     if status:
         print("\nexplain: some raw data no longer matches the record (see above)", file=out)
     return status
+
+
+def entry_requests(cells, requests) -> tuple:
+    """(request rows with their cell's role, cells without request rows, labels that name no
+    measured cell). A cell in the control role matches the control arm's requests of its
+    (target, run, rep, arm), which may share a label with a measured cell; every other role
+    matches measured requests only."""
+    import pandas as pd
+
+    measured_label = cells["cell"].map(is_measured_label)
+    others = sorted(set(cells.loc[~measured_label, "cell"]), key=label_key)
+    cells = cells[measured_label]
+    if "control" in requests:
+        is_control = requests["control"].fillna(False).astype(bool)
+    else:
+        is_control = pd.Series(False, index=requests.index)
+    frames, missing = [], []
+    for control_role, pool in ((False, requests[~is_control]), (True, requests[is_control])):
+        sel = cells[(cells["role"] == "control") == control_role]
+        if sel.empty:
+            continue
+        keys = sel[CELL_KEYS + ["role"]].drop_duplicates(CELL_KEYS)
+        keys = keys.astype({"rep": "int64", "arm": "int64"})
+        got = pool.merge(keys, on=CELL_KEYS, how="inner")
+        frames.append(got)
+        found = set(got[CELL_KEYS].drop_duplicates().itertuples(index=False, name=None))
+        missing += [c for c in sel["cell"] if parse_label(c) not in found]
+    if frames:
+        rows = pd.concat(frames, ignore_index=True)
+    else:
+        rows = requests.iloc[0:0].assign(role=pd.Series(dtype=object))
+    order = ["target", "run", "rep", "position", "request"]
+    rows = rows.sort_values([c for c in order if c in rows], ignore_index=True, kind="stable")
+    return rows, missing, others
 
 
 def list_entries(results: Path, prefix: str | None, out=None) -> int:

@@ -72,6 +72,7 @@ class Table:
     kind: str = ""  # "", "not-headline", "kv"
     anchor: str = ""  # the table's provenance id (HTML id)
     row_ids: list[str] = field(default_factory=list)  # one provenance id per row, or none
+    link_column: int | None = None  # a column whose cells are provenance ids (HTML: links)
 
 
 @dataclass(frozen=True)
@@ -817,7 +818,7 @@ def timing_source_line(target, requests: pd.DataFrame | None) -> str | None:
     """Which clock each arm's per-user numbers came from: the server's timings or the client's."""
     if requests is None or requests.empty or "timing_source" not in requests:
         return None
-    rows = requests[requests["target"] == target]
+    rows = _measured_requests(requests, target)
     if rows.empty:
         return None
     source = rows["timing_source"].fillna("unknown").astype(str)
@@ -1437,13 +1438,14 @@ def prompts_trap(ctx, prompts, requests, fps) -> Trap:
     modal_first = int(first["modal_prompt_tokens"])
     of = f" of {n_req}" if n_req else ""
     evidence = (
-        f"{_count(k, 'request')}{of} differ{'s' if k == 1 else ''} from their run's modal length "
+        f"{_count(k, 'request')}{of} differ{'s' if k == 1 else ''} from "
+        f"{'its' if k == 1 else 'their'} run's modal length "
         f"(e.g. {first_label} request {int(first['request'])}: {int(first['prompt_tokens'])} "
         f"tokens, modal {modal_first})"
     )
     text = (
         f"Warning: {_count(k, 'measured request')}{of} had a prompt length different from "
-        f"their run's modal {modal_text or f'{modal_first} tokens'}, as the server counted them. "
+        f"{'its' if k == 1 else 'their'} run's modal {modal_text or f'{modal_first} tokens'}, as the server counted them. "
         "Their prefill did different work, so an arm holding more of them is not measured on "
         "the same requests (method rule 2). The plan must hold prompt length in tokens equal; "
         "replan with the server's tokenizer. " + tokenizer
@@ -1498,7 +1500,8 @@ def cache_trap(ctx, cache_hits, requests) -> Trap:
         f"request {int(first['request'])}: {first['reason']})"
     )
     text = (
-        f"Warning: {_count(k, 'measured request')}{of} were served, at least partly, from a "
+        f"Warning: {_count(k, 'measured request')}{of} {'was' if k == 1 else 'were'} served, "
+        "at least partly, from a "
         "prefix cache: their prefill was skipped, so their arm did less work than the others "
         "and looks faster than the server is. Every request should carry its own nonce near the "
         f"start of the prompt and be sent with the cache off. {how}"
@@ -1538,7 +1541,9 @@ def control_trap(ctx, control) -> Trap:
     heading = Heading(4, "Control arm")
     if rows.empty:
         if control.empty:
-            return Trap(name, "off", "control arm off", "", (heading, Paragraph(CONTROL_OFF, "note")))
+            return Trap(
+                name, "off", "control arm off", "", (heading, Paragraph(CONTROL_OFF, "note"))
+            )
         text = f"The control arm measured no cell of {ctx.target}."
         return Trap(name, "off", "no control cells for this target", "",
                     (heading, Paragraph(text, "note")))  # fmt: skip
@@ -1568,7 +1573,8 @@ def control_trap(ctx, control) -> Trap:
         tid,
         "table",
         f"Control arm of {ctx.target}: " + " ".join(lines),
-        prov.with_roles((control_cells, "control"), (measured, "comparison")),
+        # a control cell may share its label with the measured cell of its rep and arm
+        prov.with_each_role((control_cells, "control"), (measured, "comparison")),
         tid,
         parent=ctx.overview_id,
         metric={"name": "inflation", "value": top["inflation"],
@@ -1665,7 +1671,12 @@ def thermal_trap(ctx, summary, thermal, fps, cells_of) -> Trap:
     if temps.notna().any():
         facts.append(f"hottest reading {fmt_num(temps.max())} °C")
     if not _missing(lo):
-        facts.append(f"clock {fmt_num(lo, 0)}–{fmt_num(hi, 0)} MHz")
+        same = fmt_num(lo, 0) == fmt_num(hi, 0)
+        facts.append(
+            f"clock {fmt_num(lo, 0)} MHz throughout"
+            if same
+            else f"clock {fmt_num(lo, 0)}–{fmt_num(hi, 0)} MHz"
+        )
     facts_text = f"; {'; '.join(facts)}" if facts else ""
     bullets = []
     if n_events:
@@ -1674,7 +1685,9 @@ def thermal_trap(ctx, summary, thermal, fps, cells_of) -> Trap:
         if not events.empty:
             e = events.iloc[0]
             where = f" (first: {_rep_text(e['run'], e['rep'])}, {fmt_num(e['t_s'])} s into the rep)"
-        evidence = f"{_count(n_events, 'throttle/pressure reading')} in {_count(samples, 'sample')}{where}"
+        evidence = (
+            f"{_count(n_events, 'throttle/pressure reading')} in {_count(samples, 'sample')}{where}"
+        )
         text = (
             f"Warning: the machine reported throttling or thermal pressure in "
             f"{_count(n_events, 'reading')} during the reps of {ctx.target}{where}; sources: "
@@ -1684,7 +1697,9 @@ def thermal_trap(ctx, summary, thermal, fps, cells_of) -> Trap:
         )
         kind = "warning"
         if not events.empty:
-            for (run, rep), grp in list(events.groupby(["run", "rep"], sort=True, dropna=False))[:10]:
+            for (run, rep), grp in list(events.groupby(["run", "rep"], sort=True, dropna=False))[
+                :10
+            ]:
                 details = "; ".join(
                     sorted({f"{s}: {d}" if isinstance(d, str) and d else str(s)
                             for s, d in zip(grp["sensor"], grp["detail"])})[:3]
@@ -1871,9 +1886,11 @@ def client_trap(ctx, client: dict | None) -> Trap:
     )  # fmt: skip
     sentence = str(info.get("sentence") or "")
     if distorted:
-        evidence = "the client could have distorted these numbers (" + ", ".join(
-            w for w, f in (("late sends", lag_fired), ("client CPU", cpu_fired)) if f
-        ) + f"): p95 send lag {_ms(info.get('lag_p95_s'))}"
+        evidence = (
+            "the client could have distorted these numbers ("
+            + ", ".join(w for w, f in (("late sends", lag_fired), ("client CPU", cpu_fired)) if f)
+            + f"): p95 send lag {_ms(info.get('lag_p95_s'))}"
+        )
         if assessed and not _missing(share):
             evidence += f", CPU {fmt_pct(share, 1)} of an inter-token interval"
     else:
@@ -2002,9 +2019,11 @@ def checks_traps(target, verdict, thresholds, ser_rows, deviance, shown: set) ->
             Trap(
                 "Serialised arm (server ran one request at a time)",
                 "yes" if serialised else "no",
-                f"{', '.join(serialised)} served one request at a time"
-                if serialised
-                else "every parallel arm ran its requests together",
+                (
+                    f"{', '.join(serialised)} served one request at a time"
+                    if serialised
+                    else "every parallel arm ran its requests together"
+                ),
                 prov.serialisation_id(target) if detailed else "",
             )
         )
@@ -2029,10 +2048,12 @@ def checks_traps(target, verdict, thresholds, ser_rows, deviance, shown: set) ->
         Trap(
             "Output deviance",
             "yes" if n else "no",
-            f"{_count(n, 'cell')} more than {fmt_pct(thresholds['deviance'])} from the modal "
-            "output"
-            if n
-            else f"no cell more than {fmt_pct(thresholds['deviance'])} from the modal output",
+            (
+                f"{_count(n, 'cell')} more than {fmt_pct(thresholds['deviance'])} from the modal "
+                "output"
+                if n
+                else f"no cell more than {fmt_pct(thresholds['deviance'])} from the modal output"
+            ),
             prov.deviance_id(target),
         )
     )
@@ -2058,7 +2079,9 @@ def integrity_blocks(target, ctx: TargetContext, traps: list[Trap]) -> list:
         prov.with_roles((ctx.cells, "source")),
         ctx.overview_id,
     )
-    blocks.append(Table("Traps and detectors", columns, rows, anchor=ctx.overview_id))
+    blocks.append(
+        Table("Traps and detectors", columns, rows, anchor=ctx.overview_id, link_column=3)
+    )
     blocks.append(Sources(ctx.cells, ctx.hashes, ctx.overview_id, (ref,)))
     for t in traps:
         blocks += list(t.blocks)
@@ -2465,7 +2488,14 @@ def render_html(blocks: list, title: str = "slotbench report") -> str:
             head = "".join(f"<th>{e(c)}</th>" for c in columns)
             body = ""
             for i, r in enumerate(b.rows):
-                tds = "".join(f"<td>{e(v)}</td>" for v in r)
+                tds = "".join(
+                    (
+                        f'<td><a href="#prov-{e(v)}">{e(v)}</a></td>'
+                        if j == b.link_column and v and v != DASH
+                        else f"<td>{e(v)}</td>"
+                    )
+                    for j, v in enumerate(r)
+                )
                 if with_ids:
                     rid = b.row_ids[i]
                     tds += f'<td class="provenance"><a href="#prov-{e(rid)}">{e(rid)}</a></td>'

@@ -1,0 +1,32 @@
+"""End to end on the real embedded server: the cache-hit check fires when nonces are off, the
+control arm measures the shared-prefix inflation, and thermal samples are taken."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+import yaml
+
+from e2e_helpers import copy_repo, snakemake
+
+pytestmark = pytest.mark.e2e
+
+
+def test_nonces_off_fires_the_cache_check_and_the_control_arm_is_kept_apart(tmp_path):
+    work = copy_repo(tmp_path / "integrity")
+    (work / "naive.yaml").write_text(yaml.safe_dump(
+        {"prompt": {"nonces": False}, "control_arm": True, "cooldown_s": 0.5}))
+    proc = snakemake(work, "--configfile", "config/smoke.yaml", "naive.yaml",
+                     cache=tmp_path / "cache")  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    hits = pd.read_csv(work / "results/checks/cache_hits.csv")
+    assert len(hits) >= 12, "identical prompts with the cache on must be named as cache hits"
+    assert hits["reason"].str.contains("cache").all()
+    control = pd.read_csv(work / "results/checks/control.csv")
+    assert list(control["arm"]) == [4] and control["control_cells"].iloc[0] == 2
+    cells = pd.read_parquet(work / "results/cells.parquet")
+    assert not cells["control"].any() and len(cells) == 6, "control cells leaked into cells"
+    thermal = pd.read_parquet(work / "results/thermal.parquet")
+    assert len(thermal) > 0 and thermal["rep"].nunique() == 2
+    fingerprint = yaml.safe_load((work / "results/fingerprint/embedded/run1.json").read_text())
+    assert fingerprint["config"]["measurement"]["cooldown_s"] == 0.5
