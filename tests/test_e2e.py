@@ -61,6 +61,9 @@ def test_smoke_numbers_are_sane(smoke):
     # every prompt has the same token length, by the server's own count (method rule 2)
     assert requests["prompt_tokens"].nunique() == 1
     assert (requests["cache_n"] == 0).all(), "a measured request reused cached prompt tokens"
+    # the integrity detectors stay quiet on a clean run
+    assert pd.read_csv(work / "results/checks/cache_hits.csv").empty
+    assert pd.read_csv(work / "results/checks/prompts.csv").empty
     by_arm = cells.groupby("arm")[["agg_tps", "ttft_s"]].median()
     assert by_arm.loc[4, "agg_tps"] > by_arm.loc[1, "agg_tps"], by_arm
     assert by_arm.loc[4, "ttft_s"] > by_arm.loc[1, "ttft_s"], by_arm
@@ -72,7 +75,9 @@ def test_report_shows_headline_verdict_deviance_and_fingerprint(smoke):
     work, _, _ = smoke
     md = (work / "results/report.md").read_text()
     html = (work / "results/report.html").read_text()
-    for needle in ["parallel-4", "serial-1", "otation", "eviance", "11434.0.0"]:
+    for needle in ["parallel-4", "serial-1", "otation", "eviance", "11434.0.0",
+                   "Measurement integrity", "Prompt length", "Prefix cache", "Control arm",
+                   "Thermal state", "Drift", "Client self-check", "Enough reps?"]:
         assert needle in md, needle
         assert needle in html, needle
     sha = json.loads((work / "results/checks/verdict.json").read_text())
