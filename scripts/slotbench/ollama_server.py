@@ -13,12 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
-import time
 
-import requests
-
-from .server import ManagedServer, ServerError, _die_with_parent, free_port
+from .server import ManagedServer, ServerError, free_port
 
 NOT_INSTALLED = (
     "ollama is not installed (no `ollama` on PATH): install it from ollama.com, or point the "
@@ -51,54 +47,21 @@ def managed_env(settings: dict, host: str) -> dict:
 class ManagedOllama(ManagedServer):
     """Context manager like ManagedServer: start ``ollama serve``, yield, always stop."""
 
+    NAME = "ollama serve"
+    HEALTH_PATH = "/api/version"
+
     def __init__(self, settings: dict, log_path):
         super().__init__(settings, log_path)
         self.env: dict = {}
-        self._log_offset = 0
 
-    def start(self) -> None:
+    def _prepare(self) -> tuple[list[str], dict | None, str]:
         binary = shutil.which("ollama")
         if binary is None:
             raise ServerError(NOT_INSTALLED)
         self.port = free_port()
         self.env = managed_env(self.settings, f"127.0.0.1:{self.port}")
-        self.command = [binary, "serve"]
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
-        self._log = open(self.log_path, "ab")
         settings = " ".join(f"{k}={v}" for k, v in self.env.items())
-        self._log.write(f"$ {settings} {' '.join(self.command)}\n".encode())
-        self._log.flush()
-        self.proc = subprocess.Popen(
-            self.command,
-            env=os.environ | self.env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=_die_with_parent,
-        )
-        try:
-            self._wait_healthy(self.settings.get("startup_timeout_s", 120))
-        except BaseException:
-            self.stop()
-            raise
-
-    def _wait_healthy(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ServerError(
-                    f"ollama serve exited with code {self.proc.returncode} while starting; "
-                    f"see its log {self.log_path}:\n{self.log_tail()}"
-                )
-            with contextlib.suppress(requests.RequestException):
-                if requests.get(self.url + "/api/version", timeout=2).status_code == 200:
-                    return
-            time.sleep(0.2)
-        raise ServerError(
-            f"ollama serve did not answer /api/version within {timeout_s:.0f} s; "
-            f"see its log {self.log_path}"
-        )
+        return [binary, "serve"], os.environ | self.env, f"$ {settings} {binary} serve"
 
     def server_config_line(self) -> str | None:
         """Ollama logs its effective settings once at start ("server config", routes.go)."""

@@ -133,6 +133,7 @@ class ManagedServer:
         self.command: list[str] = []
         self.model_path: Path | None = None
         self.model_sha256: str | None = None
+        self._log_offset = 0  # where this start's lines begin in an appended log
 
     @property
     def url(self) -> str:
@@ -145,21 +146,29 @@ class ManagedServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def start(self) -> None:
+    NAME = "llama-server"
+    HEALTH_PATH = "/health"
+
+    def _prepare(self) -> tuple[list[str], dict | None, str]:
+        """Command, environment (None = inherit) and the banner line for the log."""
         self.model_path, self.model_sha256 = model_file()
-        binary = binary_path()
         self.port = free_port()
-        self.command = server_command(binary, self.model_path, self.port, self.settings)
+        command = server_command(binary_path(), self.model_path, self.port, self.settings)
+        return command, server_env(self.settings), "$ " + " ".join(command)
+
+    def start(self) -> None:
+        self.command, env, banner = self._prepare()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         self._log = open(self.log_path, "ab")
-        self._log.write(("$ " + " ".join(self.command) + "\n").encode())
+        self._log.write((banner + "\n").encode())
         self._log.flush()
         self.proc = subprocess.Popen(
             self.command,
             stdout=self._log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env=server_env(self.settings),
+            env=env,
             preexec_fn=_die_with_parent,
         )
         try:
@@ -173,16 +182,16 @@ class ManagedServer:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise ServerError(
-                    f"llama-server exited with code {self.proc.returncode} while starting; "
+                    f"{self.NAME} exited with code {self.proc.returncode} while starting; "
                     f"see its log {self.log_path}:\n{self.log_tail()}"
                 )
             with contextlib.suppress(requests.RequestException):
-                resp = requests.get(self.url + "/health", timeout=2)
-                if resp.status_code == 200:
+                if requests.get(self.url + self.HEALTH_PATH, timeout=2).status_code == 200:
                     return
             time.sleep(0.2)
         raise ServerError(
-            f"llama-server did not report healthy within {timeout_s:.0f} s; see {self.log_path}"
+            f"{self.NAME} did not answer {self.HEALTH_PATH} within {timeout_s:.0f} s; "
+            f"see its log {self.log_path}"
         )
 
     def describe(self) -> dict:
