@@ -6,15 +6,22 @@ across reps (thermal decay, background load) cancels instead of leaking into the
 
 from __future__ import annotations
 
-import warnings
-
-import numpy as np
 import pandas as pd
 
-from slotbench.cells import cell_labels, raw_hashes
+from slotbench import stats
+from slotbench.cells import SERIAL_ARM, cell_labels, raw_hashes
 
 REP_KEYS = ["target", "run", "rep"]
-SERIAL_ARM = 1
+# |pipelining - 1| within this: the generation stage's gain explains the whole aggregate gain.
+PIPELINING_TOLERANCE = 0.05
+# How each parallel arm's gain splits, for the report's batching-or-pipelining reading.
+DECOMPOSITIONS = (
+    "pipelining",  # the generation stage loses (gen_gain < 1) yet the aggregate gains: overlap
+    "neither",  # the generation stage loses and so does the aggregate
+    "batching",  # batching is the whole story (pipelining within the tolerance of 1)
+    "batching+pipelining",  # batching gains and pipelining adds on top
+    "batching-lost",  # batching gains, but part of it is lost outside the generation stage
+)
 # Ratios whose median and bootstrap interval the summary quotes; efficiency is derived from
 # speedup afterwards (median speedup / arm), so it is not bootstrapped on its own.
 BOOTSTRAPPED = ["speedup", "user_ratio", "ttft_ratio", "gen_gain", "pipelining"]
@@ -26,6 +33,7 @@ SUMMARY_COLUMNS = [
     "ttft_s", "ttft_ratio", "ttft_ratio_lo", "ttft_ratio_hi",
     "gen_gain", "gen_gain_lo", "gen_gain_hi",
     "pipelining", "pipelining_lo", "pipelining_hi",
+    "speedup_includes_one", "decomposition", "ci", "n_requests", "n_client_timed",
     "cells", "raw_sha256",
 ]  # fmt: skip
 
@@ -75,14 +83,15 @@ def cell_ratios(cells: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["agg_tps_serial", "user_tps_serial", "ttft_s_serial"])
 
 
-def _median_ci(values: np.ndarray, resamples: np.ndarray, ci: float) -> tuple[float, float, float]:
-    """Median and percentile-bootstrap interval; NaNs (e.g. no server timings) are skipped."""
-    alpha = (1.0 - ci) / 2.0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN metric -> NaN, not a warning
-        boot = np.nanmedian(values[resamples], axis=1)
-        lo, hi = np.nanquantile(boot, [alpha, 1.0 - alpha])
-        return float(np.nanmedian(values)), float(lo), float(hi)
+def decomposition(speedup: float, gen_gain: float, pipelining: float) -> str | None:
+    """Which of DECOMPOSITIONS an arm's medians describe (None when one is missing)."""
+    if any(pd.isna(v) for v in (speedup, gen_gain, pipelining)):
+        return None
+    if gen_gain < 1:
+        return "pipelining" if speedup > 1 else "neither"
+    if abs(pipelining - 1) <= PIPELINING_TOLERANCE:
+        return "batching"
+    return "batching+pipelining" if pipelining > 1 else "batching-lost"
 
 
 def summarise(
@@ -96,24 +105,31 @@ def summarise(
     """
     rows = []
     for (target, arm), grp in ratios.groupby(["target", "arm"], sort=True):
-        rng = np.random.default_rng(seed)
-        resamples = rng.integers(0, len(grp), size=(n_boot, len(grp)))
+        resamples = stats.resample_indices(len(grp), n_boot, seed)
         row = {
             "target": target,
             "arm": int(arm),
             "n_reps": int(len(grp[["run", "rep"]].drop_duplicates())),
-            "agg_tps": float(grp["agg_tps"].median()),
-            "user_tps": float(grp["user_tps"].median()),
-            "ttft_s": float(grp["ttft_s"].median()),
+            "agg_tps": stats.median(grp["agg_tps"]),
+            "user_tps": stats.median(grp["user_tps"]),
+            "ttft_s": stats.median(grp["ttft_s"]),
+            "ci": float(ci),
+            "n_requests": int(grp["n_requests"].sum()) if "n_requests" in grp else None,
+            "n_client_timed": (int(grp["n_client_timed"].sum())
+                               if "n_client_timed" in grp else None),
             "cells": ";".join(cell_labels(grp)),
             "raw_sha256": ";".join(raw_hashes(grp)),
         }
         for metric in BOOTSTRAPPED:
             values = grp[metric].to_numpy(dtype=float)
-            row[metric], row[f"{metric}_lo"], row[f"{metric}_hi"] = _median_ci(
+            row[metric], row[f"{metric}_lo"], row[f"{metric}_hi"] = stats.median_ci(
                 values, resamples, ci
             )
         for suffix in ("", "_lo", "_hi"):
             row[f"efficiency{suffix}"] = row[f"speedup{suffix}"] / int(arm)
+        if int(arm) != SERIAL_ARM:
+            row["speedup_includes_one"] = bool(row["speedup_lo"] <= 1 <= row["speedup_hi"])
+            row["decomposition"] = decomposition(row["speedup"], row["gen_gain"],
+                                                 row["pipelining"])
         rows.append(row)
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)

@@ -64,6 +64,8 @@ CELLS_SCHEMA = pa.schema(
     KEYS
     + [
         pa.field("n_requests", pa.int64()),
+        # requests whose per-user rate came from client-side token arrival (no server timings)
+        pa.field("n_client_timed", pa.int64()),
         pa.field("tokens_out", pa.int64()),
         pa.field("wall_s", pa.float64()),
         pa.field("agg_tps", pa.float64()),
@@ -133,6 +135,8 @@ def cell_metrics(requests: pd.DataFrame) -> dict:
     ttft = requests["t_first_s"] - requests["t_sent_s"]
     return {
         "n_requests": int(len(requests)),
+        "n_client_timed": int((requests["timing_source"] == "client").sum())
+        if "timing_source" in requests else 0,
         "tokens_out": tokens_out,
         "wall_s": wall_s,
         "agg_tps": tokens_out / wall_s if wall_s > 0 else np.nan,
