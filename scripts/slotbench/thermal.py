@@ -24,20 +24,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from slotbench.cells import cell_label
 
-SERIAL_ARM = 1
 READING_KEYS = ["source", "sensor", "temp_c", "freq_mhz", "throttled", "pressure", "detail"]
 THERMAL_COLUMNS = ["target", "run", "t_s", "t_unix"] + READING_KEYS
-SUMMARY_COLUMNS = [
-    "target", "run", "samples", "sources", "max_temp_c", "min_freq_mhz", "max_freq_mhz",
-    "throttle_events", "first_event_t_s", "first_event_t_unix", "errors",
-]  # fmt: skip
-EVENT_COLUMNS = THERMAL_COLUMNS
-BURST_COLUMNS = [
-    "target", "n_serial", "burst_tps", "plateau_tps", "change", "span_s",
-    "burst_cells", "plateau_cells",
-]  # fmt: skip
 NOMINAL = "nominal"
 COMMAND_TIMEOUT_S = 5.0
 
@@ -452,115 +441,9 @@ def thermal_frame(rows: list[dict]) -> pd.DataFrame:
     return df.reindex(columns=THERMAL_COLUMNS + extra)
 
 
-# --------------------------------------------------------------------------------------------
-# Analysis
-# --------------------------------------------------------------------------------------------
-
-
-def _event_mask(df: pd.DataFrame) -> pd.Series:
+def is_event(df: pd.DataFrame) -> pd.Series:
     """Throttled readings, or pressure other than nominal (unknown pressure is not an event)."""
     throttled = df["throttled"].map(lambda v: isinstance(v, bool | np.bool_) and bool(v))
     pressure = df["pressure"]
     pressured = pressure.notna() & (pressure.astype(str).str.strip().str.lower() != NOMINAL)
     return throttled | pressured
-
-
-def _with_keys(thermal_rows: pd.DataFrame) -> pd.DataFrame:
-    df = thermal_rows.copy()
-    for col in THERMAL_COLUMNS:
-        if col not in df:
-            df[col] = None
-    df[["target", "run"]] = df[["target", "run"]].fillna("")
-    return df
-
-
-def events(thermal_rows: pd.DataFrame) -> pd.DataFrame:
-    """Every reading that reported throttling or thermal pressure, in time order."""
-    df = _with_keys(thermal_rows)
-    out = df.loc[_event_mask(df)]
-    return out.sort_values(["target", "run", "t_unix"], ignore_index=True).reindex(
-        columns=EVENT_COLUMNS
-    )
-
-
-def thermal_summary(thermal_rows: pd.DataFrame) -> pd.DataFrame:
-    """Per target and run: how often the machine was sampled, how hot, how fast, what it said.
-
-    samples counts sampling passes (distinct timestamps), not readings; throttle_events counts
-    readings with throttled True or a pressure other than nominal.
-    """
-    df = _with_keys(thermal_rows)
-    rows = []
-    for (target, run), grp in df.groupby(["target", "run"], sort=True):
-        is_event = _event_mask(grp)
-        hits = grp.loc[is_event].sort_values("t_unix")
-        detail = grp["detail"].fillna("").astype(str)
-        temps = pd.to_numeric(grp["temp_c"], errors="coerce")
-        freqs = pd.to_numeric(grp["freq_mhz"], errors="coerce")
-        rows.append(
-            {
-                "target": target,
-                "run": run,
-                "samples": int(grp["t_unix"].nunique()),
-                "sources": ";".join(sorted(grp["source"].dropna().astype(str).unique())),
-                "max_temp_c": float(temps.max()),
-                "min_freq_mhz": float(freqs.min()),
-                "max_freq_mhz": float(freqs.max()),
-                "throttle_events": int(is_event.sum()),
-                "first_event_t_s": float(hits["t_s"].iloc[0]) if len(hits) else np.nan,
-                "first_event_t_unix": float(hits["t_unix"].iloc[0]) if len(hits) else np.nan,
-                "errors": int(detail.str.startswith("error").sum()),
-            }
-        )
-    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-
-
-def burst_vs_plateau(
-    cells: pd.DataFrame,
-    burst_frac: float = 0.25,
-    plateau_frac: float = 0.5,
-    by: tuple[str, ...] = ("target",),
-) -> pd.DataFrame:
-    """Serial-arm throughput at the start versus the end, per target (runs pooled in time order).
-
-    burst is the median agg_tps of the first ``burst_frac`` of the serial cells, plateau the
-    median of the last ``plateau_frac`` (each at least one cell); change = plateau / burst - 1,
-    so the article's loss reads -0.082. The serial arm does the same work in every rep, so a
-    trend in it is the machine drifting, not concurrency. With fewer than two serial cells
-    there is no trend to see and change is NaN. ``by=("target", "run")`` looks within runs.
-    """
-    for name, frac in (("burst_frac", burst_frac), ("plateau_frac", plateau_frac)):
-        if not 0 < frac <= 1:
-            raise ValueError(f"{name} must be in (0, 1], got {frac}")
-    keys = list(by)
-    serial = cells.loc[(cells["arm"] == SERIAL_ARM) & cells["agg_tps"].notna()]
-    rows = []
-    for key, grp in serial.groupby(keys, sort=True):
-        grp = grp.sort_values(["t_start_unix", "run", "rep"], kind="stable")
-        n = len(grp)
-        burst = grp.iloc[: max(1, int(n * burst_frac))]
-        plateau = grp.iloc[n - max(1, int(n * plateau_frac)) :]
-        burst_tps = float(burst["agg_tps"].median())
-        plateau_tps = float(plateau["agg_tps"].median())
-        key = key if isinstance(key, tuple) else (key,)
-        rows.append(
-            {
-                **dict(zip(keys, key, strict=True)),
-                "n_serial": n,
-                "burst_tps": burst_tps,
-                "plateau_tps": plateau_tps,
-                "change": plateau_tps / burst_tps - 1.0 if n >= 2 and burst_tps else np.nan,
-                "span_s": float(grp["t_start_unix"].iloc[-1] - grp["t_start_unix"].iloc[0]),
-                "burst_cells": _labels(burst),
-                "plateau_cells": _labels(plateau),
-            }
-        )
-    columns = keys + [c for c in BURST_COLUMNS if c not in keys]
-    return pd.DataFrame(rows, columns=columns)
-
-
-def _labels(frame: pd.DataFrame) -> str:
-    return ";".join(
-        cell_label(*row)
-        for row in frame[["target", "run", "rep", "arm"]].itertuples(index=False, name=None)
-    )

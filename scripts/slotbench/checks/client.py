@@ -26,7 +26,17 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from slotbench.cells import CELL_KEYS, cell_label
+from slotbench import stats
+from slotbench.cells import CELL_KEYS, cell_label, label_key
+from slotbench.checks.base import Tables, Verdict, judged, plain, setting
+from slotbench.fmt import fmt_ms, fmt_pct
+
+TRAP = "client"
+TITLE = "Client distortion (self-check)"
+ORDER = 90
+TABLES = ()
+CONFIG_KEY = "checks.send_lag_s"
+CPU_KEY = "checks.client_cpu_share"
 
 KEYS = CELL_KEYS + ["position"]
 LAG_COLUMNS = KEYS + ["request", "send_order", "t_sent_s", "intended_s", "lag_s", "lag_raw_s"]
@@ -81,8 +91,8 @@ def send_lag(requests: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             {
                 **dict(zip(KEYS, key, strict=True)),
                 "n_requests": len(grp),
-                "lag_median_s": float(np.median(lag)),
-                "lag_p95_s": float(np.quantile(lag, 0.95)),
+                "lag_median_s": stats.median(lag),
+                "lag_p95_s": stats.quantile(lag, 0.95),
                 "lag_max_s": float(lag.max()),
                 "n_early": int((grp["lag_raw_s"] < -EARLY_TOLERANCE_S).sum()),
                 "cell": cell_label(*key[:4]),
@@ -130,11 +140,7 @@ def cpu_shares(requests: pd.DataFrame, cell_cpu: pd.DataFrame) -> pd.DataFrame:
     return df.reindex(columns=CPU_COLUMNS)
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.1f} ms"
-
-
-def verdict(
+def self_check(
     requests: pd.DataFrame,
     cell_cpu: pd.DataFrame | None = None,
     lag_threshold_s: float = 0.010,
@@ -149,7 +155,7 @@ def verdict(
     """
     lags, lag_cells = send_lag(requests)
     lag_values = lags["lag_s"].to_numpy(dtype=float)
-    lag_p95 = float(np.quantile(lag_values, 0.95)) if len(lag_values) else float("nan")
+    lag_p95 = stats.quantile(lag_values, 0.95)
     lag_max = float(lag_values.max()) if len(lag_values) else float("nan")
     lag_fired = bool(lag_p95 > lag_threshold_s)
     over_lag = lag_cells.loc[lag_cells["lag_p95_s"] > lag_threshold_s, "cell"].tolist()
@@ -167,14 +173,14 @@ def verdict(
     parts = []
     if lag_fired:
         parts.append(
-            f"requests went out late: p95 send lag {_ms(lag_p95)} (max {_ms(lag_max)}) exceeds "
-            f"{_ms(lag_threshold_s)}, leaving the server idle between requests in "
+            f"requests went out late: p95 send lag {fmt_ms(lag_p95)} (max {fmt_ms(lag_max)}) exceeds "
+            f"{fmt_ms(lag_threshold_s)}, leaving the server idle between requests in "
             f"{len(over_lag)} cell(s) (e.g. {over_lag[0] if over_lag else 'pooled'})"
         )
     if cpu_fired:
         parts.append(
-            f"the client used {_ms(worst['cpu_per_token_s'])} of CPU per streamed token in "
-            f"{worst['cell']}, {worst['cpu_share']:.0%} of its {_ms(worst['inter_token_s'])} "
+            f"the client used {fmt_ms(worst['cpu_per_token_s'])} of CPU per streamed token in "
+            f"{worst['cell']}, {worst['cpu_share']:.0%} of its {fmt_ms(worst['inter_token_s'])} "
             f"inter-token interval (threshold {cpu_share_threshold:.0%}), so it may have taken "
             f"CPU from the server in {len(over_cpu)} cell(s)"
         )
@@ -185,7 +191,7 @@ def verdict(
         )
     else:
         sentence = (
-            f"The client kept up: p95 send lag {_ms(lag_p95)} (threshold {_ms(lag_threshold_s)})"
+            f"The client kept up: p95 send lag {fmt_ms(lag_p95)} (threshold {fmt_ms(lag_threshold_s)})"
             + (
                 f", client CPU at most {worst['cpu_share']:.1%} of an inter-token interval "
                 f"(threshold {cpu_share_threshold:.0%})."
@@ -217,3 +223,37 @@ def verdict(
         "cells_over_cpu": over_cpu,
         "sentence": sentence,
     }
+
+
+LEAD = "The client may have distorted these numbers: "
+
+
+def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
+    lag_s, cpu_share = float(setting(settings, CONFIG_KEY)), float(setting(settings, CPU_KEY))
+    requests = tables.measured_requests
+    verdicts = []
+    for target in tables.targets:
+        req = requests[requests["target"] == target]
+        cpu = tables.cells.loc[tables.cells["target"] == target, KEYS + ["client_cpu_s"]]
+        info = self_check(req, cpu, lag_s, cpu_share)
+        share = info["cpu_share"]
+        with_cpu = info["cpu_assessed"] and share is not None
+        cpu_text = f", CPU {fmt_pct(share, 1)} of an inter-token interval" if with_cpu else ""
+        lag_text = f"p95 send lag {fmt_ms(info['lag_p95_s'])}"
+        if info["distorted"]:
+            why = ", ".join(w for w, f in (("late sends", info["lag_fired"]),
+                                           ("client CPU", info["cpu_fired"])) if f)  # fmt: skip
+            summary = f"the client could have distorted these numbers ({why}): {lag_text}{cpu_text}"
+            detail = info["sentence"].removeprefix(LEAD)
+            warnings = [f"Warning: the client could have distorted these numbers: {detail}"]
+        else:
+            summary = f"client kept up: {lag_text}{cpu_text or ', CPU not assessed'}"
+            warnings = []
+        flagged = set(info["cells_over_lag"]) | set(info["cells_over_cpu"]) | set(info["early_cells"])
+        verdicts.append(judged(
+            TRAP, TITLE, target, info["distorted"], summary, info["sentence"], threshold=lag_s, config_key=CONFIG_KEY, effect="warn",
+            evidence=plain(info) | {"thresholds": {CONFIG_KEY: lag_s, CPU_KEY: cpu_share},
+                                    "warnings": warnings},
+            cells=sorted(flagged, key=label_key),
+        ))  # fmt: skip
+    return verdicts, {}

@@ -18,19 +18,22 @@ import math
 
 import pandas as pd
 
-SERIAL_ARM = 1
+from slotbench import stats
+from slotbench.cells import SERIAL_ARM, arm_name
+from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records, setting
+from slotbench.fmt import count
+
+TRAP = "sufficiency"
+TITLE = "Too few reps (interval width)"
+ORDER = 100
+TABLES = ("sufficiency",)
+CONFIG_KEY = "checks.precision"
+MIN_REPS = 5
 METRICS = ("speedup", "user_ratio", "ttft_ratio", "gen_gain", "pipelining")
 SUFFICIENCY_COLUMNS = [
     "target", "arm", "metric", "n_reps", "value", "lo", "hi",
     "half_width", "rel", "target_rel", "meets", "reps_needed", "sentence",
 ]  # fmt: skip
-
-
-def _reps_needed(n_reps: int, rel: float, target_rel: float, min_reps: int) -> float:
-    if not math.isfinite(rel):
-        return float("nan")
-    # round first: 20 * (0.03 / 0.02)**2 is 45.000000000000007 in floating point
-    return float(max(min_reps, math.ceil(round(n_reps * (rel / target_rel) ** 2, 6))))
 
 
 def _sentence(
@@ -59,7 +62,7 @@ def _sentence(
 
 
 def sufficiency(
-    summary: pd.DataFrame, metrics=METRICS, target_rel: float = 0.05, min_reps: int = 5
+    summary: pd.DataFrame, metrics=METRICS, target_rel: float = 0.05, min_reps: int = MIN_REPS
 ) -> pd.DataFrame:
     """Per parallel arm and metric: interval half-width relative to the value, and reps needed.
 
@@ -86,10 +89,10 @@ def sufficiency(
             value, lo, hi = (float(rec[metric]), float(rec[f"{metric}_lo"]),
                              float(rec[f"{metric}_hi"]))  # fmt: skip
             half = (hi - lo) / 2.0
-            rel = half / abs(value) if value else float("nan")
+            rel = stats.relative_half_width(value, lo, hi)
             meets = bool(n_reps >= max(2, min_reps) and math.isfinite(rel) and rel <= target_rel)
             needed = (
-                _reps_needed(n_reps, rel, target_rel, min_reps) if n_reps >= 2 else float("nan")
+                stats.reps_needed(n_reps, rel, target_rel, min_reps) if n_reps >= 2 else float("nan")
             )
             rows.append(
                 {
@@ -102,3 +105,50 @@ def sufficiency(
                 }
             )  # fmt: skip
     return pd.DataFrame(rows, columns=SUFFICIENCY_COLUMNS)
+
+
+def _pct_g(x) -> str:
+    """A precision target as a percent with the digits it was given: 0.05 -> 5%, 0.001 -> 0.1%."""
+    return f"{round(float(x) * 100, 6):g}%"
+
+
+def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
+    target_rel = float(setting(settings, CONFIG_KEY))
+    table = sufficiency(tables.summary, target_rel=target_rel)
+    verdicts = []
+    for target in tables.targets:
+        rows = table[table["target"] == target]
+        if rows.empty:
+            verdicts.append(not_assessable(
+                TRAP, TITLE, target, "no parallel arm to assess", "No parallel arm to assess.",
+                threshold=target_rel, config_key=CONFIG_KEY,
+            ))  # fmt: skip
+            continue
+        misses = rows[~rows["meets"]]
+        n_reps = sorted({int(n) for n in rows["n_reps"].dropna()})
+        reps_text = f"{n_reps[0]} reps" if len(n_reps) == 1 else "their reps"
+        target_text = f"±{_pct_g(target_rel)}"
+        m = len(rows)
+        evidence = {"rows": records(rows), "intervals": m, "misses": len(misses),
+                    "min_reps": MIN_REPS, "target_text": target_text}  # fmt: skip
+        if misses.empty:
+            summary = f"every interval meets {target_text} with {reps_text}"
+            sentence = (f"Enough reps: every interval meets {target_text} with {reps_text} "
+                        f"({count(m, 'interval')}).")  # fmt: skip
+        else:
+            needed = pd.to_numeric(misses["reps_needed"], errors="coerce").max()
+            widest = misses.loc[pd.to_numeric(misses["rel"], errors="coerce")
+                                .fillna(float("inf")).idxmax()]  # fmt: skip
+            need_text = "" if pd.isna(needed) else f"; about {int(needed)} reps would meet them all"
+            summary = (f"{len(misses)} of {count(m, 'interval')} miss {target_text} with "
+                       f"{reps_text}{need_text}")  # fmt: skip
+            widest_rel = "n/a" if pd.isna(widest["rel"]) else f"±{float(widest['rel']) * 100:.1f}%"
+            evidence |= {"reps_needed": None if pd.isna(needed) else int(needed),
+                         "widest": f"{arm_name(widest['arm'])} {widest['metric']} {widest_rel}"}
+            sentence = (f"Too few reps: {summary} if the spread stays as it is (widest: "
+                        f"{evidence['widest']}).")  # fmt: skip
+        verdicts.append(judged(
+            TRAP, TITLE, target, len(misses), summary, sentence, threshold=target_rel,
+            config_key=CONFIG_KEY, evidence=evidence, arms=sorted({int(a) for a in misses["arm"]}),
+        ))  # fmt: skip
+    return verdicts, {"sufficiency": table}

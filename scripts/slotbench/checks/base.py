@@ -1,0 +1,139 @@
+"""What every check reads (Tables) and writes (Verdict): one shape for every trap.
+
+A verdict record says, for one trap and one target: whether the check could look at all
+(``assessable``), whether the trap fired, the verdict in words, the threshold and the config
+key that sets it, the evidence numbers, the cells behind it and one sentence. ``effect`` says
+what the verdict does to the headline: "refuse" (no headline), "provisional" (a headline marked
+provisional), "warn" (a warning before the headline), "none". The report renders any list of
+them without knowing the trap.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+
+from slotbench.cells import cell_labels
+
+EFFECTS = ("none", "warn", "provisional", "refuse")
+VERDICT_SCHEMA = "slotbench.verdict/1"
+
+
+@dataclass
+class Verdict:
+    trap: str
+    title: str
+    target: str
+    assessable: bool
+    fired: bool
+    verdict: str  # the verdict in words: "no", "yes", "position bias", "not assessable", …
+    summary: str  # the traps table's one-line evidence
+    sentence: str
+    threshold: float | None = None
+    config_key: str | None = None
+    evidence: dict = field(default_factory=dict)
+    cells: list[str] = field(default_factory=list)
+    effect: str = "none"
+    arms: list[int] = field(default_factory=list)  # the arms the verdict concerns, if any
+    order: int = 0
+
+    def __post_init__(self) -> None:
+        if self.effect not in EFFECTS:
+            raise ValueError(f"verdict {self.trap}: effect {self.effect!r} is not one of {EFFECTS}")
+
+    def record(self) -> dict:
+        """Plain JSON: NaN and numpy scalars become None and Python numbers."""
+        return plain(asdict(self) | {"schema": VERDICT_SCHEMA})
+
+
+def plain(value):
+    """JSON-ready copy: NaN/NA -> None, numpy scalars -> Python, tuples -> lists."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if value is pd.NA or value is pd.NaT:
+        return None
+    return value
+
+
+def records(frame: pd.DataFrame) -> list[dict]:
+    """A detail table as plain JSON rows."""
+    return plain(frame.to_dict("records")) if frame is not None and not frame.empty else []
+
+
+@dataclass
+class Tables:
+    """Everything a check may read. Measured cells and requests exclude the control arm."""
+
+    cells: pd.DataFrame
+    requests: pd.DataFrame
+    control: pd.DataFrame
+    thermal: pd.DataFrame
+    summary: pd.DataFrame
+    fingerprints: list[dict] = field(default_factory=list)
+    servers: list[dict] = field(default_factory=list)
+
+    @property
+    def targets(self) -> list[str]:
+        return sorted(set(self.cells["target"].astype(str))) if not self.cells.empty else []
+
+    @property
+    def measured_requests(self) -> pd.DataFrame:
+        req = self.requests
+        if "control" in req:
+            req = req[~req["control"].fillna(False).astype(bool)]
+        return req.reset_index(drop=True)
+
+    def target_cells(self, target: str) -> list[str]:
+        return cell_labels(self.cells[self.cells["target"] == target])
+
+    def fingerprints_of(self, target: str) -> list[dict]:
+        fps = [fp for fp in self.fingerprints if str(fp.get("target")) == target]
+        return sorted(fps, key=lambda fp: str(fp.get("run")))
+
+
+def setting(settings: dict, key: str):
+    """A value of the resolved config by its dotted key (e.g. "checks.rotation_threshold")."""
+    value = settings
+    for part in key.split("."):
+        value = value[part]
+    return value
+
+
+def load_tables(inputs: dict) -> Tables:
+    """Tables from the pipeline's files: cells, requests, control, thermal (Parquet), summary
+    (CSV), servers (JSON) and fingerprints (a list of JSON paths)."""
+    import json
+    from pathlib import Path
+
+    return Tables(
+        cells=pd.read_parquet(inputs["cells"]),
+        requests=pd.read_parquet(inputs["requests"]),
+        control=pd.read_parquet(inputs["control"]),
+        thermal=pd.read_parquet(inputs["thermal"]),
+        summary=pd.read_csv(inputs["summary"]),
+        fingerprints=[json.loads(Path(p).read_text()) for p in inputs.get("fingerprints", [])],
+        servers=json.loads(Path(inputs["servers"]).read_text()) if "servers" in inputs else [],
+    )
+
+
+def judged(trap: str, title: str, target: str, fired, summary: str, sentence: str,
+           **fields) -> Verdict:
+    """A verdict of a check that could look: "yes" when the trap fired, else "no"."""
+    return Verdict(trap, title, target, assessable=True, fired=bool(fired),
+                   verdict="yes" if fired else "no", summary=summary, sentence=sentence,
+                   **fields)  # fmt: skip
+
+
+def not_assessable(trap: str, title: str, target: str, summary: str, sentence: str,
+                   **fields) -> Verdict:
+    """A verdict of a check that lacked what it needs: never a pass (method rule 10)."""
+    return Verdict(trap, title, target, assessable=False, fired=False, verdict="not assessable",
+                   summary=summary, sentence=sentence, **fields)  # fmt: skip

@@ -1,0 +1,92 @@
+"""Trap: a measured request served (partly) from a prefix cache.
+
+A cached prefix skips prefill, so its arm does less work than the others and looks faster than
+the server is. llama.cpp says so directly (timings.cache_n > 0, or fewer prompt tokens evaluated
+than the prompt holds); Ollama does not, so there a prompt evaluated far faster per token than
+the target's median, or with no prompt evaluation reported at all, is the sign.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from slotbench import stats
+from slotbench.cells import label_series
+from slotbench.checks.base import Tables, Verdict, judged, records
+from slotbench.fmt import count
+
+TRAP = "cache"
+TITLE = "Prefix-cache hits"
+ORDER = 50
+TABLES = ("cache_hits",)
+
+REQUEST_KEYS = ["target", "run", "rep", "arm", "position", "request"]
+CACHE_COLUMNS = REQUEST_KEYS + ["prompt_tokens", "evaluated", "reason", "cell"]
+# An Ollama prompt evaluated this much faster per token than the target's median was (mostly)
+# served from cache: a re-evaluation is never 4x faster than the typical one on one server.
+OLLAMA_CACHE_SPEEDUP = 4.0
+
+
+def _column(req: pd.DataFrame, name: str) -> pd.Series:
+    return req[name] if name in req else pd.Series(float("nan"), index=req.index)
+
+
+def cache_hits(requests: pd.DataFrame) -> pd.DataFrame:
+    """Measured requests whose prompt was (partly) served from a prefix cache, with the evidence."""
+    if "control" in requests:
+        requests = requests[~requests["control"].fillna(False).astype(bool)]
+    req = requests.reset_index(drop=True)
+    cache_n = _column(req, "cache_n").fillna(0)
+    prompt_n = _column(req, "prompt_n")
+    is_ollama = _column(req, "eval_count").notna()
+    ollama_ns = _column(req, "prompt_eval_duration_ns")
+    per_token = ollama_ns / req["prompt_tokens"]
+    typical = per_token[is_ollama].groupby(req["target"]).transform(stats.median)
+    speedup = (typical / per_token).reindex(req.index)
+    rules = [
+        (cache_n > 0, prompt_n,
+         cache_n.map(lambda n: f"{n:.0f} prompt tokens came from the cache (cache_n)")),
+        ((cache_n == 0) & (prompt_n < req["prompt_tokens"]), prompt_n,
+         "fewer prompt tokens evaluated than the prompt holds"),
+        (is_ollama & (ollama_ns.isna() | _column(req, "prompt_eval_count").isna()),
+         _column(req, "prompt_eval_count"),
+         "no prompt evaluation reported (Ollama omits zero values: served from cache)"),
+        (is_ollama & (speedup > OLLAMA_CACHE_SPEEDUP), _column(req, "prompt_eval_count"),
+         speedup.map(lambda x: f"prompt evaluated {x:.0f}x faster per token than this "
+                               "target's median: served from cache")),
+    ]  # fmt: skip
+    found = []
+    for mask, evaluated, reason in rules:
+        mask = mask.fillna(False).astype(bool)
+        if mask.any():
+            hit = req[mask].assign(evaluated=evaluated[mask])
+            hit["reason"] = reason[mask] if isinstance(reason, pd.Series) else reason
+            found.append(hit)
+    if not found:
+        return pd.DataFrame(columns=CACHE_COLUMNS)
+    out = pd.concat(found).drop_duplicates(subset=REQUEST_KEYS)
+    out["cell"] = label_series(out)
+    return out[CACHE_COLUMNS].sort_values(REQUEST_KEYS, ignore_index=True)
+
+
+def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
+    requests = tables.measured_requests
+    table = cache_hits(requests)
+    verdicts = []
+    for target in tables.targets:
+        n_req = int((requests["target"] == target).sum())
+        rows = table[table["target"] == target].sort_values(["run", "rep", "position", "request"])
+        if rows.empty:
+            summary = f"no cache hits in {count(n_req, 'measured request')}"
+        else:
+            first, k = rows.iloc[0], len(rows)
+            summary = (
+                f"{count(k, 'request')} of {n_req} served (partly) from a prefix cache (e.g. "
+                f"{first['cell']} request {int(first['request'])}: {first['reason']})"
+            )
+        verdicts.append(judged(
+            TRAP, TITLE, target, len(rows), summary, f"Prefix cache: {summary}.",
+            evidence={"measured_requests": n_req, "rows": records(rows)},
+            cells=sorted(set(rows["cell"])),
+        ))  # fmt: skip
+    return verdicts, {"cache_hits": table}

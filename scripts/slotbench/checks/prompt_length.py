@@ -1,0 +1,95 @@
+"""Trap: prompts of unequal length in tokens (method rule 2).
+
+Every request carries its own nonce and prompt length *in tokens* is held equal, so that every
+arm does the same prefill work. This check verifies the equality from the prompt lengths the
+server reported; a request whose length differs from its run's mode is named.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from slotbench import stats
+from slotbench.cells import label_series
+from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records
+from slotbench.fmt import count
+
+TRAP = "prompts"
+TITLE = "Unequal prompt lengths"
+ORDER = 40
+TABLES = ("prompts",)
+
+REQUEST_KEYS = ["target", "run", "rep", "arm", "position", "request"]
+LENGTH_COLUMNS = REQUEST_KEYS + ["prompt_tokens", "modal_prompt_tokens", "cell"]
+
+
+def modal_lengths(requests: pd.DataFrame) -> pd.Series:
+    """Modal server-reported prompt length per (target, run)."""
+    req = requests.dropna(subset=["prompt_tokens"])
+    return req.groupby(["target", "run"])["prompt_tokens"].agg(stats.mode)
+
+
+def prompt_lengths(requests: pd.DataFrame) -> pd.DataFrame:
+    """Measured requests whose server-reported prompt length differs from their run's mode."""
+    if "control" in requests:
+        requests = requests[~requests["control"].fillna(False).astype(bool)]
+    req = requests.dropna(subset=["prompt_tokens"])
+    if req.empty:
+        return pd.DataFrame(columns=LENGTH_COLUMNS)
+    req = req.join(modal_lengths(req).rename("modal_prompt_tokens"), on=["target", "run"])
+    odd = req[req["prompt_tokens"] != req["modal_prompt_tokens"]].copy()
+    odd["cell"] = label_series(odd) if not odd.empty else pd.Series(dtype=object)
+    return odd[LENGTH_COLUMNS].reset_index(drop=True)
+
+
+def plan_tokenizer(fps: list[dict]) -> list[str]:
+    """What counted prompt tokens when the plan equalised lengths, as the fingerprints say."""
+    said = set()
+    for fp in fps:
+        measurement = (fp.get("config") or {}).get("measurement") or {}
+        for value in ((fp.get("plan") or {}).get("tokenizer"), measurement.get("tokenizer")):
+            if value is not None:
+                said.add(str(value))
+    return sorted(said)
+
+
+def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
+    requests = tables.measured_requests
+    table = prompt_lengths(requests)
+    verdicts = []
+    for target in tables.targets:
+        req = requests[requests["target"] == target]
+        n_req = int(req["prompt_tokens"].notna().sum()) if "prompt_tokens" in req else 0
+        modal = {str(run): int(v) for (_, run), v in modal_lengths(req).items()} if n_req else {}
+        rows = table[table["target"] == target].sort_values(["run", "rep", "position", "request"])
+        evidence = {"modal_prompt_tokens": modal, "measured_requests": n_req,
+                    "tokenizer": plan_tokenizer(tables.fingerprints_of(target)),
+                    "rows": records(rows)}  # fmt: skip
+        if not n_req:
+            verdicts.append(not_assessable(
+                TRAP, TITLE, target, "the server reported no prompt lengths",
+                "The server reported no prompt token counts, so equal prompt length cannot be "
+                "verified.", evidence=evidence,
+            ))  # fmt: skip
+            continue
+        values = sorted(set(modal.values()))
+        counted = f" ({count(n_req, 'measured request')})"
+        if rows.empty:
+            summary = (f"all prompts {values[0]} tokens{counted}" if len(values) == 1 else
+                       "all prompts equal within their run ("
+                       + ", ".join(f"{m} tokens in {run}" for run, m in modal.items())
+                       + f"){counted}")  # fmt: skip
+        else:
+            first, k = rows.iloc[0], len(rows)
+            summary = (
+                f"{count(k, 'request')} of {n_req} differ{'s' if k == 1 else ''} from "
+                f"{'its' if k == 1 else 'their'} run's modal length (e.g. {first['cell']} request "
+                f"{int(first['request'])}: {int(first['prompt_tokens'])} tokens, modal "
+                f"{int(first['modal_prompt_tokens'])})"
+            )
+        verdicts.append(judged(
+            TRAP, TITLE, target, len(rows), summary,
+            f"Prompt length: {summary}, as the server counted them.", evidence=evidence,
+            cells=sorted(set(rows["cell"])),
+        ))  # fmt: skip
+    return verdicts, {"prompts": table}

@@ -1,0 +1,211 @@
+"""Trap: a parallel arm the server served one request at a time.
+
+A server with one slot (OLLAMA_NUM_PARALLEL=1, llama-server --parallel 1) queues the extra
+requests, so their generation windows [t_first_s, t_done_s] run back to back although the client
+had ``arm`` in flight; "no batching gain" in that arm is then a server setting, not a property of
+the engine. The verdict rests on that overlap alone; the queue gap (Ollama's total - load -
+prompt_eval - eval, the time spent waiting for a slot) and the client-side wait (TTFT over the
+serial arm's median TTFT) growing with service order are reported as corroboration, as slopes in
+seconds per place and as median Spearman trends.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from slotbench import stats
+from slotbench.cells import SERIAL_ARM, arm_name, label_series
+from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records
+from slotbench.fmt import count, fmt_num
+
+TRAP = "serialisation"
+TITLE = "Serialised arm (server ran one request at a time)"
+ORDER = 10
+TABLES = ("serialisation",)
+
+SERIALISATION_COLUMNS = [
+    "target", "arm", "n_cells", "in_flight_median", "max_overlap_median", "serialised_cells",
+    "queue_gap_slope_s", "queue_gap_trend", "wait_slope_s", "wait_trend",
+    "serialised", "cause", "cells",
+]  # fmt: skip
+SERIALISED_CAUSE = (
+    "the server served one request at a time: likely OLLAMA_NUM_PARALLEL=1 (or a model "
+    "architecture Ollama forces to one slot) on Ollama, or --parallel 1 on llama-server; the "
+    "'no batching gain' in this arm is a server setting, not a property of the engine"
+)
+# "(nearly) all cells": one odd cell in a handful (e.g. two very short outputs that happened
+# not to overlap) must not hide a server that otherwise never overlapped, nor invent one.
+SERIALISED_SHARE = 0.8
+OVERLAP_TOLERANCE_S = 0.005
+
+
+def max_concurrent(cell: pd.DataFrame, start: str, tolerance_s: float) -> int:
+    """Most windows [start, t_done_s) sharing one instant, ``tolerance_s`` trimmed off each end.
+
+    The trim keeps back-to-back windows (one request's last chunk and the next one's first token
+    read a millisecond apart by two client threads) from counting as overlapping. A window is
+    counted at its own start even when it is shorter than the tolerance.
+    """
+    starts, ends = list(cell[start]), list(cell["t_done_s"])
+    best = 0
+    for s in starts:
+        n = sum(1 for s2, e2 in zip(starts, ends) if s2 <= s and (e2 - tolerance_s > s or s2 == s))
+        best = max(best, n)
+    return best
+
+
+def _service_frame(requests: pd.DataFrame) -> pd.DataFrame:
+    """Requests with their cell label, service order, Ollama queue gap and client-side wait."""
+    df = requests.dropna(subset=["t_first_s", "t_done_s"]).copy()
+    df["_cell"] = label_series(df)
+    # the order the server served them in: who got a first token first
+    df["_order"] = df.groupby("_cell")["t_first_s"].rank(method="first") - 1
+    ns = [
+        "total_duration_ns", "load_duration_ns", "prompt_eval_duration_ns", "eval_duration_ns",
+    ]  # fmt: skip
+    if all(c in df for c in ns):
+        total, evald = (pd.to_numeric(df[c], errors="coerce") for c in (ns[0], ns[3]))
+        load, prompt = (pd.to_numeric(df[c], errors="coerce").fillna(0) for c in ns[1:3])
+        df["_queue_gap_s"] = (total - load - prompt - evald) / 1e9  # NaN unless Ollama sent them
+    else:
+        df["_queue_gap_s"] = float("nan")
+    df["_ttft_s"] = df["t_first_s"] - df["t_sent_s"]
+    serial_ttft = df[df["arm"] == SERIAL_ARM].groupby("target")["_ttft_s"].median()
+    df["_wait_s"] = df["_ttft_s"] - df["target"].map(serial_ttft)
+    return df
+
+
+def _trend(grp: pd.DataFrame, value: str) -> tuple[float, float]:
+    """(slope in seconds per place, median Spearman trend) of ``value`` over service order."""
+    df = grp.dropna(subset=[value])
+    if df.empty:
+        return float("nan"), float("nan")
+    return (stats.within_group_slope(df["_order"], df[value], df["_cell"]),
+            stats.median_rank_corr(df["_order"], df[value], df["_cell"]))  # fmt: skip
+
+
+def serialisation(requests: pd.DataFrame, tolerance_s: float = OVERLAP_TOLERANCE_S) -> pd.DataFrame:
+    """Per (target, parallel arm): did the server ever generate two of its requests at once?"""
+    df = _service_frame(requests)
+    rows = []
+    for (target, arm), grp in df[df["arm"] > SERIAL_ARM].groupby(["target", "arm"], sort=True):
+        overlaps, in_flight = [], []
+        for _, cell in grp.groupby("_cell", sort=True):
+            # generating at once (server side) vs in flight at once (client side)
+            overlaps.append(max_concurrent(cell, "t_first_s", tolerance_s))
+            in_flight.append(
+                max_concurrent(cell.dropna(subset=["t_sent_s"]), "t_sent_s", tolerance_s)
+            )
+        n = len(overlaps)
+        serialised_cells = sum(1 for o in overlaps if o <= 1)
+        # only the server's doing when the client really had more than one request in flight
+        flight_median = stats.median(in_flight)
+        serialised = bool(n and flight_median > 1 and serialised_cells >= SERIALISED_SHARE * n)
+        gap_slope, gap_trend = _trend(grp, "_queue_gap_s")
+        wait_slope, wait_trend = _trend(grp, "_wait_s")
+        rows.append({
+            "target": target, "arm": int(arm), "n_cells": n, "in_flight_median": flight_median,
+            "max_overlap_median": stats.median(overlaps), "serialised_cells": serialised_cells,
+            "queue_gap_slope_s": gap_slope, "queue_gap_trend": gap_trend,
+            "wait_slope_s": wait_slope, "wait_trend": wait_trend, "serialised": serialised,
+            "cause": SERIALISED_CAUSE if serialised else None,
+            "cells": ";".join(sorted(grp["_cell"].unique())),
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=SERIALISATION_COLUMNS)
+
+
+def _int_or_none(x):
+    try:
+        return None if x is None or pd.isna(x) else int(x)
+    except (TypeError, ValueError):
+        return None  # e.g. a stated setting written as text
+
+
+def stated_parallel(fps: list[dict]) -> tuple[str, int | None] | None:
+    """The parallel setting the target claims (stated OLLAMA_NUM_PARALLEL or -np), if any."""
+    for fp in fps:
+        server = fp.get("server") or {}
+        env = server.get("ollama_env") or {}
+        if "OLLAMA_NUM_PARALLEL" in env:
+            value = env["OLLAMA_NUM_PARALLEL"]
+            return f"OLLAMA_NUM_PARALLEL={value}", _int_or_none(value)
+        flags = server.get("flags") or {}
+        if "parallel" in flags:
+            return f"--parallel {flags['parallel']}", _int_or_none(flags["parallel"])
+    return None
+
+
+def warning_text(row: dict, fps: list[dict]) -> str:
+    """What a serialised arm means, for the warning shown before the headline."""
+    name = arm_name(row["arm"])
+    flight = row["arm"] if pd.isna(row["in_flight_median"]) else int(row["in_flight_median"])
+    text = (
+        f"Warning: {name} was served one request at a time. In {int(row['serialised_cells'])} of "
+        f"{count(int(row['n_cells']), 'cell')} no two of its requests were generating at once, "
+        f"although the client had {flight} in flight"
+    )
+    gap, wait = row["queue_gap_slope_s"], row["wait_slope_s"]
+    if not pd.isna(gap):
+        text += (
+            f"; Ollama's own queue wait grew by {fmt_num(gap, 2)} s for each place a request stood in "
+            "the order of service"
+        )
+    elif not pd.isna(wait):
+        text += (
+            f"; time to first token grew by {fmt_num(wait, 2)} s for each place a request stood in the "
+            "order of service"
+        )
+    cause = SERIALISED_CAUSE.removeprefix("the server served one request at a time: likely ")
+    text += f". Likely cause: {cause}."
+    stated = stated_parallel(fps)
+    if stated and (stated[1] is None or stated[1] > 1):
+        text += (
+            f" The stated setting is {stated[0]}, so the server either did not run with it or "
+            "forced this model to one slot."
+        )
+    return text + (
+        f" Read {name}'s speedup, gen_gain and pipelining as the cost of a queue, not as the "
+        "engine's batching."
+    )
+
+
+def capped_note(row: dict) -> str | None:
+    """A parallel arm that overlapped, but with fewer requests than it had in flight."""
+    overlap = row["max_overlap_median"]
+    if row["serialised"] or pd.isna(overlap) or not 1 < overlap < row["arm"]:
+        return None
+    return (
+        f"At {arm_name(row['arm'])} at most {fmt_num(overlap, 1)} requests were generating at once in "
+        f"the median cell, fewer than the {row['arm']} in flight: the server seems to run fewer "
+        "slots than this arm asks for."
+    )
+
+
+def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
+    table = serialisation(tables.measured_requests)
+    verdicts = []
+    for target in tables.targets:
+        rows = table[table["target"] == target].sort_values("arm").to_dict("records")
+        if not rows:
+            verdicts.append(not_assessable(
+                TRAP, TITLE, target, "no parallel arm with request timings",
+                "No parallel arm has request timings, so whether the server ran its requests "
+                "together cannot be seen.",
+            ))  # fmt: skip
+            continue
+        serialised = [r for r in rows if r["serialised"]]
+        fps = tables.fingerprints_of(target)
+        warnings = [warning_text(r, fps) for r in serialised]
+        names = [arm_name(r["arm"]) for r in serialised]
+        summary = (f"{', '.join(names)} served one request at a time" if serialised
+                   else "every parallel arm ran its requests together")  # fmt: skip
+        verdicts.append(judged(
+            TRAP, TITLE, target, serialised, summary,
+            " ".join(warnings) if warnings else f"Serialisation: {summary}.",
+            threshold=SERIALISED_SHARE, effect="warn",
+            evidence={"rows": records(pd.DataFrame(rows)), "warnings": warnings,
+                      "capped": [n for n in map(capped_note, rows) if n]},
+            cells=sorted({c for r in serialised for c in r["cells"].split(";")}),
+            arms=[int(r["arm"]) for r in serialised],
+        ))  # fmt: skip
+    return verdicts, {"serialisation": table}
