@@ -1,34 +1,16 @@
-from slotbench.provenance import config_digest
-
-
 rule report:
     """results/report.md, a self-contained results/report.html and results/provenance.json.
 
-    Each target's Measurement integrity section reads the checks' files: unequal prompt
-    lengths, prefix-cache hits, the control arm, thermal samples and their summary, the serial
-    arm's burst vs plateau, the client self-check and whether there were enough reps.
-
-    The resolved config is a param (the report shows it; every provenance entry records its
-    SHA-256), so any config change re-renders the report; no request is sent for that.
+    The report presents what the earlier stages wrote: the numbers (summary.csv), every check's
+    verdict and the headline decision (results/checks/), the figures and their sources, the
+    fingerprints, and cells.parquet for the provenance of each cell. The resolved config is a
+    param (the report shows it; every provenance entry records its SHA-256), so any config
+    change re-renders the report; no request is sent for that.
     """
     input:
         summary="results/analysis/summary.csv",
-        ratios="results/analysis/ratios.parquet",
-        deviance="results/checks/deviance.csv",
-        positions="results/checks/positions.csv",
-        serialisation="results/checks/serialisation.csv",
-        verdict="results/checks/verdict.json",
-        prompts="results/checks/prompts.csv",
-        cache_hits="results/checks/cache_hits.csv",
-        control="results/checks/control.csv",
-        thermal_summary="results/checks/thermal.csv",
-        burst="results/checks/burst.csv",
-        client="results/checks/client.json",
-        sufficiency="results/checks/sufficiency.csv",
-        thermal="results/thermal.parquet",
-        requests="results/requests.parquet",
+        checks="results/checks",
         cells="results/cells.parquet",
-        servers="results/servers.json",
         sources="results/figures/sources.json",
         figures=expand("results/figures/{name}.png", name=FIGURES),
         fingerprints=fingerprint_files,
@@ -41,7 +23,6 @@ rule report:
     conda:
         "../envs/report.yaml"
     params:
-        config_sha256=config_digest(CFG),
-        resolved_config=CFG,
+        config=sbconfig.canonical(CFG),
     script:
         "../scripts/report.py"

@@ -9,7 +9,7 @@ import sys
 from importlib import import_module
 
 COMMANDS = {
-    "explain": ("slotbench.provenance", "main_explain", "print the raw request rows behind a figure or table cell"),
+    "explain": ("slotbench.explain", "main_explain", "print the raw request rows behind a figure or table cell"),
     "archive-verify": ("slotbench.archive", "main_verify", "verify an archive's SHA-256 manifest"),
     "archive-render": ("slotbench.archive", "main_render", "re-render the report from an archive, no server needed"),
 }  # fmt: skip

@@ -19,8 +19,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from slotbench.cells import cell_labels, position_medians, raw_hashes  # noqa: E402
-from slotbench.report import arm_name  # noqa: E402
+from slotbench.cells import arm_name, cell_labels, raw_hashes  # noqa: E402
+from slotbench.checks.rotation import position_medians  # noqa: E402
+from slotbench.thermal import is_event  # noqa: E402
 
 DPI = 110
 FACET_W, FACET_H = 4.4, 3.4
@@ -246,13 +247,6 @@ def _thermal_of(thermal: pd.DataFrame | None, target) -> pd.DataFrame:
     return rows
 
 
-def _is_event(rows: pd.DataFrame) -> pd.Series:
-    """Readings that reported throttling or thermal pressure (the thermal module's definition)."""
-    from slotbench.thermal import _event_mask
-
-    return _event_mask(rows)
-
-
 def _segments(x: np.ndarray, y: np.ndarray, gap: float):
     """Runs of consecutive samples, split where samples are more than ``gap`` apart."""
     if x.size == 0:
@@ -317,7 +311,7 @@ def draw_thermal(ax, rows: pd.DataFrame, origin: float, divisor: float) -> list:
     if twins:  # cells above the thermal lines
         ax.set_zorder(max(t.get_zorder() for t in twins) + 1)
         ax.patch.set_visible(False)
-    events = rows.loc[_is_event(rows), "t_unix"].drop_duplicates().sort_values()
+    events = rows.loc[is_event(rows), "t_unix"].drop_duplicates().sort_values()
     for t in events:
         ax.axvline((float(t) - origin) / divisor, color=EVENT_COLOUR, linestyle=":",
                    linewidth=0.6, alpha=0.5, zorder=0.8)  # below the cells' points; fmt: skip

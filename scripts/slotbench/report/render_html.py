@@ -1,168 +1,16 @@
-"""The neutral document structure (headings, paragraphs, tables, figures, sources, code,
-the provenance index) and its two renderers, Markdown and self-contained HTML."""
+"""The HTML rendering: one self-contained page (figures embedded as data URIs), with every
+Sources list collapsible and every provenance id an anchor that links work."""
 
 from __future__ import annotations
 
 import base64
 import html
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from slotbench import provenance as prov
-from slotbench.report.format import DASH
-
-
-# --------------------------------------------------------------------------------------------
-# Neutral document structure
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Heading:
-    level: int
-    text: str
-
-
-@dataclass(frozen=True)
-class Paragraph:
-    text: str
-    kind: str = ""  # "", "headline", "refusal", "warning", "note"
-    anchor: str = ""  # HTML id, for a provenance entry shown as text rather than a table
-
-
-@dataclass(frozen=True)
-class Bullets:
-    items: list[str]
-
-
-@dataclass(frozen=True)
-class Table:
-    title: str
-    columns: list[str]
-    rows: list[list[str]]
-    note: str = ""
-    kind: str = ""  # "", "not-headline", "kv"
-    anchor: str = ""  # the table's provenance id (HTML id)
-    row_ids: list[str] = field(default_factory=list)  # one provenance id per row, or none
-    link_column: int | None = None  # a column whose cells are provenance ids (HTML: links)
-
-
-@dataclass(frozen=True)
-class Figure:
-    fig_id: str
-    title: str
-    caption: str
-    file: str
-    path: str | None
-
-
-@dataclass(frozen=True)
-class Sources:
-    cells: list[str] = field(default_factory=list)
-    hashes: list[str] = field(default_factory=list)
-    prov: str = ""  # provenance id of the table or figure above
-    refs: tuple = ()  # the provenance.Ref entries it stands for (table, rows, numbers)
-
-
-@dataclass(frozen=True)
-class Code:
-    text: str
-    lang: str = ""
-
-
-@dataclass(frozen=True)
-class ProvenanceIndex:
-    """Every provenance entry, in report order: the record's entries as the report lists them."""
-
-    entries: tuple = ()
-
-
-# --------------------------------------------------------------------------------------------
-# Rendering
-# --------------------------------------------------------------------------------------------
-
-
-def _md(text: str) -> str:
-    """Text safe for Markdown: raw HTML in data (e.g. server props) must not become markup."""
-    return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def _md_cell(text: str) -> str:
-    return _md(text).replace("|", "\\|").replace("\n", " ")
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def render_markdown(blocks: list, image_dir: str = "figures") -> str:
-    out: list[str] = []
-    for b in blocks:
-        if isinstance(b, Heading):
-            out.append(f"{'#' * b.level} {_md(b.text)}")
-        elif isinstance(b, Paragraph):
-            text = _md(b.text)
-            out.append(
-                {
-                    "refusal": f"> **{text}**",
-                    "warning": f"> ⚠ **{text}**",
-                    "headline": f"**{text}**",
-                    "note": f"_{text}_",
-                }.get(b.kind, text)
-            )
-        elif isinstance(b, Bullets):
-            out.append("\n".join(f"- {_md(item)}" for item in b.items))
-        elif isinstance(b, Table):
-            title = _md(b.title.upper() if b.kind == "not-headline" else b.title)
-            title = f"**{title}**"
-            columns, rows = _with_row_ids(b)
-            lines = [
-                title,
-                "",
-                "| " + " | ".join(map(_md_cell, columns)) + " |",
-                "|" + "|".join(" --- " for _ in columns) + "|",
-            ]
-            lines += ["| " + " | ".join(map(_md_cell, r)) + " |" for r in rows]
-            if b.note:
-                lines += ["", f"_{_md(b.note)}_"]
-            out.append("\n".join(lines))
-        elif isinstance(b, Figure):
-            link = f"{image_dir.rstrip('/')}/{b.file}" if image_dir else b.file
-            img = f"![{_md(b.title)}]({link})" if b.path is not None else "_(figure file missing)_"
-            out.append(f"### {_md(b.title)}\n\n{img}\n\n_{_md(b.caption)}_")
-        elif isinstance(b, Sources):
-            cells = ", ".join(f"`{c}`" for c in b.cells) or "none"
-            hashes = ", ".join(f"`{h}`" for h in b.hashes) or "none"
-            if b.prov:
-                out.append(f"provenance: {_md(b.prov)}")
-            out.append(
-                f"<sub>Sources: {_count(len(b.cells), 'cell')}: {cells}. "
-                f"Raw SHA-256 ({len(b.hashes)}): {hashes}.</sub>"
-            )
-        elif isinstance(b, Code):
-            fence = "`" * max(3, _longest_backtick_run(b.text) + 1)
-            out.append(f"{fence}{b.lang}\n{b.text.rstrip()}\n{fence}")
-        elif isinstance(b, ProvenanceIndex):
-            out.append("\n".join(_md_provenance_line(e) for e in b.entries) or "_(no entries)_")
-    return "\n\n".join(out) + "\n"
-
-
-def _with_row_ids(table: Table) -> tuple[list[str], list[list[str]]]:
-    """Columns and rows, with a provenance column when every row has an id."""
-    if not table.row_ids or len(table.row_ids) != len(table.rows):
-        return list(table.columns), [list(r) for r in table.rows]
-    rows = [[*r, rid] for r, rid in zip(table.rows, table.row_ids)]
-    return [*table.columns, "provenance"], rows
-
-
-def _longest_backtick_run(text: str) -> int:
-    """So a fenced code block can use a longer fence than any backtick run it contains."""
-    longest = current = 0
-    for ch in text:
-        current = current + 1 if ch == "`" else 0
-        longest = max(longest, current)
-    return longest
+from slotbench.fmt import DASH, code_text, count
+from slotbench.report import blocks as kinds
 
 
 def _roles_text(cells: list[dict]) -> str:
@@ -170,27 +18,18 @@ def _roles_text(cells: list[dict]) -> str:
     for c in cells:
         counts[c["role"]] = counts.get(c["role"], 0) + 1
     if len(counts) <= 1:
-        return _count(len(cells), "cell")
+        return count(len(cells), "cell")
     order = sorted(
         counts, key=lambda r: prov.ROLES.index(r) if r in prov.ROLES else len(prov.ROLES)
     )
     detail = ", ".join(f"{counts[role]} {role}" for role in order)
-    return f"{_count(len(cells), 'cell')} ({detail})"
+    return f"{count(len(cells), 'cell')} ({detail})"
 
 
 def _versions_text(entry: dict) -> str:
-    code = ", ".join(prov.code_text(c.get("commit"), c.get("dirty")) for c in entry["code"])
+    code = ", ".join(code_text(c.get("commit"), c.get("dirty")) for c in entry["code"])
     builds = ", ".join(entry["server_builds"])
     return f"{code or 'code version not recorded'}; server build {builds or 'not recorded'}"
-
-
-def _md_provenance_line(entry: dict) -> str:
-    value = f" = {entry['metric'].get('text')}" if entry.get("metric") else ""
-    n_raw = len(entry["raw_files"])
-    return _md(
-        f"- `{entry['id']}` ({entry['kind']}): {entry['title']}{value}. "
-        f"{_roles_text(entry['cells'])}, {_count(n_raw, 'raw file')}; {_versions_text(entry)}."
-    )
 
 
 STYLE = """
@@ -231,15 +70,15 @@ def render_html(blocks: list, title: str = "slotbench report") -> str:
     e = html.escape
     out: list[str] = []
     for b in blocks:
-        if isinstance(b, Heading):
+        if isinstance(b, kinds.Heading):
             out.append(f"<h{b.level}>{e(b.text)}</h{b.level}>")
-        elif isinstance(b, Paragraph):
+        elif isinstance(b, kinds.Paragraph):
             cls = f' class="{b.kind}"' if b.kind else ""
             anchor = f' id="{e(b.anchor)}"' if b.anchor else ""
             out.append(f"<p{cls}{anchor}>{e(b.text)}</p>")
-        elif isinstance(b, Bullets):
+        elif isinstance(b, kinds.Bullets):
             out.append("<ul>" + "".join(f"<li>{e(i)}</li>" for i in b.items) + "</ul>")
-        elif isinstance(b, Table):
+        elif isinstance(b, kinds.Table):
             cls = f' class="{b.kind}"' if b.kind else ""
             anchor = f' id="{e(b.anchor)}"' if b.anchor else ""
             with_ids = bool(b.row_ids) and len(b.row_ids) == len(b.rows)
@@ -266,7 +105,7 @@ def render_html(blocks: list, title: str = "slotbench report") -> str:
                 f'<div class="wrap"><table{cls}{anchor}><caption>{e(b.title)}</caption>'
                 f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{note}"
             )
-        elif isinstance(b, Figure):
+        elif isinstance(b, kinds.Figure):
             uri = _data_uri(b.path)
             img = (
                 f'<img src="{uri}" alt="{e(b.title)}">'
@@ -277,7 +116,7 @@ def render_html(blocks: list, title: str = "slotbench report") -> str:
                 f'<figure id="fig-{e(b.fig_id)}"><h3>{e(b.title)}</h3>{img}'
                 f"<figcaption>{e(b.caption)}</figcaption></figure>"
             )
-        elif isinstance(b, Sources):
+        elif isinstance(b, kinds.Sources):
             cells = ", ".join(f"<code>{e(c)}</code>" for c in b.cells) or "none"
             hashes = "".join(f"<li><code>{e(h)}</code></li>" for h in b.hashes)
             if b.prov:
@@ -286,14 +125,14 @@ def render_html(blocks: list, title: str = "slotbench report") -> str:
                     f"{e(b.prov)}</a></p>"
                 )
             out.append(
-                f'<details class="sources"><summary>Sources: {_count(len(b.cells), "cell")}, '
-                f'{_count(len(b.hashes), "raw file")}</summary><p>Cells: {cells}</p>'
+                f'<details class="sources"><summary>Sources: {count(len(b.cells), "cell")}, '
+                f'{count(len(b.hashes), "raw file")}</summary><p>Cells: {cells}</p>'
                 f"<p>Raw-file SHA-256:</p><ul>{hashes}</ul></details>"
             )
-        elif isinstance(b, Code):
+        elif isinstance(b, kinds.Code):
             lang = f' class="language-{e(b.lang)}"' if b.lang else ""
             out.append(f"<pre><code{lang}>{e(b.text.rstrip())}</code></pre>")
-        elif isinstance(b, ProvenanceIndex):
+        elif isinstance(b, kinds.ProvenanceIndex):
             out += [_html_provenance_entry(entry) for entry in b.entries]
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -335,7 +174,7 @@ def _html_provenance_entry(entry: dict) -> str:
     )
     n_raw = len(entry["raw_files"])
     details = (
-        f"<details><summary>{e(_roles_text(entry['cells']))}, {_count(n_raw, 'raw file')}"
+        f"<details><summary>{e(_roles_text(entry['cells']))}, {count(n_raw, 'raw file')}"
         f"</summary><p>Cells: {cells or 'none'}</p><p>Raw-file SHA-256:</p><ul>{raw}</ul>"
         "</details>"
     )

@@ -1,154 +1,26 @@
-"""The neutral document structure (headings, paragraphs, tables, figures, sources, code,
-the provenance index) and its two renderers, Markdown and self-contained HTML."""
+"""The Markdown rendering: compact, for reading. Each Sources block is one line (which cells,
+how many raw files, the provenance id); the full lists are in the "Cells and raw files" appendix,
+in report.html and in provenance.json."""
 
 from __future__ import annotations
 
-import base64
-import html
-import os
-from dataclasses import dataclass, field
-from pathlib import Path
+from slotbench.fmt import count
+from slotbench.report import blocks as kinds
 
-from slotbench import provenance as prov
-from slotbench.report.format import DASH
+PARAGRAPH_STYLES = {"refusal": "> **{}**", "warning": "> ⚠ **{}**", "headline": "**{}**",
+                    "note": "_{}_"}  # fmt: skip
 
 
-# --------------------------------------------------------------------------------------------
-# Neutral document structure
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Heading:
-    level: int
-    text: str
-
-
-@dataclass(frozen=True)
-class Paragraph:
-    text: str
-    kind: str = ""  # "", "headline", "refusal", "warning", "note"
-    anchor: str = ""  # HTML id, for a provenance entry shown as text rather than a table
-
-
-@dataclass(frozen=True)
-class Bullets:
-    items: list[str]
-
-
-@dataclass(frozen=True)
-class Table:
-    title: str
-    columns: list[str]
-    rows: list[list[str]]
-    note: str = ""
-    kind: str = ""  # "", "not-headline", "kv"
-    anchor: str = ""  # the table's provenance id (HTML id)
-    row_ids: list[str] = field(default_factory=list)  # one provenance id per row, or none
-    link_column: int | None = None  # a column whose cells are provenance ids (HTML: links)
-
-
-@dataclass(frozen=True)
-class Figure:
-    fig_id: str
-    title: str
-    caption: str
-    file: str
-    path: str | None
-
-
-@dataclass(frozen=True)
-class Sources:
-    cells: list[str] = field(default_factory=list)
-    hashes: list[str] = field(default_factory=list)
-    prov: str = ""  # provenance id of the table or figure above
-    refs: tuple = ()  # the provenance.Ref entries it stands for (table, rows, numbers)
-
-
-@dataclass(frozen=True)
-class Code:
-    text: str
-    lang: str = ""
-
-
-@dataclass(frozen=True)
-class ProvenanceIndex:
-    """Every provenance entry, in report order: the record's entries as the report lists them."""
-
-    entries: tuple = ()
-
-
-# --------------------------------------------------------------------------------------------
-# Rendering
-# --------------------------------------------------------------------------------------------
-
-
-def _md(text: str) -> str:
+def escape(text: str) -> str:
     """Text safe for Markdown: raw HTML in data (e.g. server props) must not become markup."""
     return str(text).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _md_cell(text: str) -> str:
-    return _md(text).replace("|", "\\|").replace("\n", " ")
+def _cell(text: str) -> str:
+    return escape(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
-def render_markdown(blocks: list, image_dir: str = "figures") -> str:
-    out: list[str] = []
-    for b in blocks:
-        if isinstance(b, Heading):
-            out.append(f"{'#' * b.level} {_md(b.text)}")
-        elif isinstance(b, Paragraph):
-            text = _md(b.text)
-            out.append(
-                {
-                    "refusal": f"> **{text}**",
-                    "warning": f"> ⚠ **{text}**",
-                    "headline": f"**{text}**",
-                    "note": f"_{text}_",
-                }.get(b.kind, text)
-            )
-        elif isinstance(b, Bullets):
-            out.append("\n".join(f"- {_md(item)}" for item in b.items))
-        elif isinstance(b, Table):
-            title = _md(b.title.upper() if b.kind == "not-headline" else b.title)
-            title = f"**{title}**"
-            columns, rows = _with_row_ids(b)
-            lines = [
-                title,
-                "",
-                "| " + " | ".join(map(_md_cell, columns)) + " |",
-                "|" + "|".join(" --- " for _ in columns) + "|",
-            ]
-            lines += ["| " + " | ".join(map(_md_cell, r)) + " |" for r in rows]
-            if b.note:
-                lines += ["", f"_{_md(b.note)}_"]
-            out.append("\n".join(lines))
-        elif isinstance(b, Figure):
-            link = f"{image_dir.rstrip('/')}/{b.file}" if image_dir else b.file
-            img = f"![{_md(b.title)}]({link})" if b.path is not None else "_(figure file missing)_"
-            out.append(f"### {_md(b.title)}\n\n{img}\n\n_{_md(b.caption)}_")
-        elif isinstance(b, Sources):
-            cells = ", ".join(f"`{c}`" for c in b.cells) or "none"
-            hashes = ", ".join(f"`{h}`" for h in b.hashes) or "none"
-            if b.prov:
-                out.append(f"provenance: {_md(b.prov)}")
-            out.append(
-                f"<sub>Sources: {_count(len(b.cells), 'cell')}: {cells}. "
-                f"Raw SHA-256 ({len(b.hashes)}): {hashes}.</sub>"
-            )
-        elif isinstance(b, Code):
-            fence = "`" * max(3, _longest_backtick_run(b.text) + 1)
-            out.append(f"{fence}{b.lang}\n{b.text.rstrip()}\n{fence}")
-        elif isinstance(b, ProvenanceIndex):
-            out.append("\n".join(_md_provenance_line(e) for e in b.entries) or "_(no entries)_")
-    return "\n\n".join(out) + "\n"
-
-
-def _with_row_ids(table: Table) -> tuple[list[str], list[list[str]]]:
+def with_row_ids(table: kinds.Table) -> tuple[list[str], list[list[str]]]:
     """Columns and rows, with a provenance column when every row has an id."""
     if not table.row_ids or len(table.row_ids) != len(table.rows):
         return list(table.columns), [list(r) for r in table.rows]
@@ -165,180 +37,46 @@ def _longest_backtick_run(text: str) -> int:
     return longest
 
 
-def _roles_text(cells: list[dict]) -> str:
-    counts: dict[str, int] = {}
-    for c in cells:
-        counts[c["role"]] = counts.get(c["role"], 0) + 1
-    if len(counts) <= 1:
-        return _count(len(cells), "cell")
-    order = sorted(
-        counts, key=lambda r: prov.ROLES.index(r) if r in prov.ROLES else len(prov.ROLES)
-    )
-    detail = ", ".join(f"{counts[role]} {role}" for role in order)
-    return f"{_count(len(cells), 'cell')} ({detail})"
+def _table(b: kinds.Table) -> str:
+    title = f"**{escape(b.title.upper() if b.kind == 'not-headline' else b.title)}**"
+    columns, rows = with_row_ids(b)
+    lines = [title, "", "| " + " | ".join(map(_cell, columns)) + " |",
+             "|" + "|".join(" --- " for _ in columns) + "|"]  # fmt: skip
+    lines += ["| " + " | ".join(map(_cell, r)) + " |" for r in rows]
+    if b.note:
+        lines += ["", f"_{escape(b.note)}_"]
+    return "\n".join(lines)
 
 
-def _versions_text(entry: dict) -> str:
-    code = ", ".join(prov.code_text(c.get("commit"), c.get("dirty")) for c in entry["code"])
-    builds = ", ".join(entry["server_builds"])
-    return f"{code or 'code version not recorded'}; server build {builds or 'not recorded'}"
+def _sources(b: kinds.Sources) -> str:
+    scope = b.scope or count(len(b.cells), "cell")
+    prov = f" — provenance id `{escape(b.prov)}`" if b.prov else ""
+    return f"<sub>Sources: {escape(scope)}, {count(len(b.hashes), 'raw file')}{prov}</sub>"
 
 
-def _md_provenance_line(entry: dict) -> str:
-    value = f" = {entry['metric'].get('text')}" if entry.get("metric") else ""
-    n_raw = len(entry["raw_files"])
-    return _md(
-        f"- `{entry['id']}` ({entry['kind']}): {entry['title']}{value}. "
-        f"{_roles_text(entry['cells'])}, {_count(n_raw, 'raw file')}; {_versions_text(entry)}."
-    )
-
-
-STYLE = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;line-height:1.5;color:#222;
-max-width:70rem;margin:2rem auto;padding:0 1rem}
-h1{font-size:1.6rem}h2{border-bottom:1px solid #ccc;padding-bottom:.2rem;margin-top:2.2rem}
-table{border-collapse:collapse;font-size:.88rem;margin:.6rem 0}
-caption{text-align:left;font-weight:600;padding:.3rem 0}
-th,td{border:1px solid #ccc;padding:.25rem .5rem;text-align:right;vertical-align:top}
-th{background:#f2f2f2}td:first-child,th:first-child{text-align:left}
-table.kv td{text-align:left;font-family:ui-monospace,monospace;font-size:.8rem}
-.wrap{overflow-x:auto}
-p.headline{font-size:1.1rem;font-weight:600}
-p.refusal{background:#fdecea;border-left:4px solid #c62828;padding:.6rem .8rem;font-weight:600}
-p.warning{background:#fff4e5;border-left:4px solid #ef6c00;padding:.6rem .8rem;font-weight:600}
-table.not-headline{opacity:.8}table.not-headline caption{color:#c62828}
-p.note{color:#555;font-size:.88rem;font-style:italic}
-figure{margin:1rem 0}figure img{max-width:100%;height:auto}figcaption{font-size:.88rem;color:#444}
-details.sources{font-size:.8rem;color:#555;margin:.3rem 0 1.2rem}
-details.sources code{word-break:break-all}
-p.provenance{font-size:.8rem;margin:.2rem 0 0}td.provenance{font-size:.75rem;text-align:left}
-pre{background:#f6f6f6;padding:.6rem .8rem;overflow-x:auto;font-size:.8rem}
-div.prov-entry{font-size:.82rem;border-top:1px solid #eee;padding:.3rem 0}
-div.prov-entry p{margin:.15rem 0}div.prov-entry code{word-break:break-all}
-div.prov-entry details{color:#555}span.kind{color:#777}
-tr:target,div.prov-entry:target,table:target,figure:target{background:#fffbe6}
-""".strip()
-
-
-def _data_uri(path: str | None) -> str | None:
-    if path is None or not os.path.exists(path):
-        return None
-    data = base64.b64encode(Path(path).read_bytes()).decode("ascii")
-    return f"data:image/png;base64,{data}"
-
-
-def render_html(blocks: list, title: str = "slotbench report") -> str:
-    e = html.escape
+def render_markdown(blocks: list, image_dir: str = "figures") -> str:
     out: list[str] = []
     for b in blocks:
-        if isinstance(b, Heading):
-            out.append(f"<h{b.level}>{e(b.text)}</h{b.level}>")
-        elif isinstance(b, Paragraph):
-            cls = f' class="{b.kind}"' if b.kind else ""
-            anchor = f' id="{e(b.anchor)}"' if b.anchor else ""
-            out.append(f"<p{cls}{anchor}>{e(b.text)}</p>")
-        elif isinstance(b, Bullets):
-            out.append("<ul>" + "".join(f"<li>{e(i)}</li>" for i in b.items) + "</ul>")
-        elif isinstance(b, Table):
-            cls = f' class="{b.kind}"' if b.kind else ""
-            anchor = f' id="{e(b.anchor)}"' if b.anchor else ""
-            with_ids = bool(b.row_ids) and len(b.row_ids) == len(b.rows)
-            columns = [*b.columns, "provenance"] if with_ids else b.columns
-            head = "".join(f"<th>{e(c)}</th>" for c in columns)
-            body = ""
-            for i, r in enumerate(b.rows):
-                tds = "".join(
-                    (
-                        f'<td><a href="#prov-{e(v)}">{e(v)}</a></td>'
-                        if j == b.link_column and v and v != DASH
-                        else f"<td>{e(v)}</td>"
-                    )
-                    for j, v in enumerate(r)
-                )
-                if with_ids:
-                    rid = b.row_ids[i]
-                    tds += f'<td class="provenance"><a href="#prov-{e(rid)}">{e(rid)}</a></td>'
-                    body += f'<tr id="{e(rid)}">{tds}</tr>'
-                else:
-                    body += f"<tr>{tds}</tr>"
-            note = f'<p class="note">{e(b.note)}</p>' if b.note else ""
+        if isinstance(b, kinds.Heading):
+            out.append(f"{'#' * b.level} {escape(b.text)}")
+        elif isinstance(b, kinds.Paragraph):
+            out.append(PARAGRAPH_STYLES.get(b.kind, "{}").format(escape(b.text)))
+        elif isinstance(b, kinds.Bullets):
+            out.append("\n".join(f"- {escape(item)}" for item in b.items))
+        elif isinstance(b, kinds.Table):
+            out.append(_table(b))
+        elif isinstance(b, kinds.Figure):
+            link = f"{image_dir.rstrip('/')}/{b.file}" if image_dir else b.file
+            img = f"![{escape(b.title)}]({link})" if b.path is not None else "_(figure file missing)_"
+            out.append(f"### {escape(b.title)}\n\n{img}\n\n_{escape(b.caption)}_")
+        elif isinstance(b, kinds.Sources):
+            out.append(_sources(b))
+        elif isinstance(b, kinds.Code):
+            fence = "`" * max(3, _longest_backtick_run(b.text) + 1)
+            out.append(f"{fence}{b.lang}\n{b.text.rstrip()}\n{fence}")
+        elif isinstance(b, kinds.ProvenanceIndex):
             out.append(
-                f'<div class="wrap"><table{cls}{anchor}><caption>{e(b.title)}</caption>'
-                f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>{note}"
+                f"_{count(len(b.entries), 'provenance id')}: each is listed with its cells and "
+                "raw files in report.html and provenance.json._"
             )
-        elif isinstance(b, Figure):
-            uri = _data_uri(b.path)
-            img = (
-                f'<img src="{uri}" alt="{e(b.title)}">'
-                if uri
-                else '<p class="note">(figure file missing)</p>'
-            )
-            out.append(
-                f'<figure id="fig-{e(b.fig_id)}"><h3>{e(b.title)}</h3>{img}'
-                f"<figcaption>{e(b.caption)}</figcaption></figure>"
-            )
-        elif isinstance(b, Sources):
-            cells = ", ".join(f"<code>{e(c)}</code>" for c in b.cells) or "none"
-            hashes = "".join(f"<li><code>{e(h)}</code></li>" for h in b.hashes)
-            if b.prov:
-                out.append(
-                    f'<p class="provenance"><a href="#prov-{e(b.prov)}">provenance: '
-                    f"{e(b.prov)}</a></p>"
-                )
-            out.append(
-                f'<details class="sources"><summary>Sources: {_count(len(b.cells), "cell")}, '
-                f'{_count(len(b.hashes), "raw file")}</summary><p>Cells: {cells}</p>'
-                f"<p>Raw-file SHA-256:</p><ul>{hashes}</ul></details>"
-            )
-        elif isinstance(b, Code):
-            lang = f' class="language-{e(b.lang)}"' if b.lang else ""
-            out.append(f"<pre><code{lang}>{e(b.text.rstrip())}</code></pre>")
-        elif isinstance(b, ProvenanceIndex):
-            out += [_html_provenance_entry(entry) for entry in b.entries]
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{e(title)}</title>\n<style>\n{STYLE}\n</style>\n</head>\n<body>\n"
-        + "\n".join(out)
-        + "\n</body>\n</html>\n"
-    )
-
-
-def _html_provenance_entry(entry: dict) -> str:
-    e = html.escape
-    eid = entry["id"]
-    links = []
-    if entry.get("anchor"):
-        links.append(f'<a href="#{e(entry["anchor"])}">shown in the report</a>')
-    if entry.get("parent"):
-        links.append(f'part of <a href="#prov-{e(entry["parent"])}">{e(entry["parent"])}</a>')
-    value = f" = {e(str(entry['metric'].get('text')))}" if entry.get("metric") else ""
-    head = (
-        f'<p><code>{e(eid)}</code> <span class="kind">({e(entry["kind"])})</span> '
-        f"{e(entry['title'])}{value}" + (" · " + " · ".join(links) if links else "") + "</p>"
-    )
-    kids = entry.get("children") or []
-    parts = (
-        "<p>Parts: "
-        + ", ".join(f'<a href="#prov-{e(k)}"><code>{e(k)}</code></a>' for k in kids)
-        + "</p>"
-        if kids
-        else ""
-    )
-    cells = ", ".join(
-        f"<code>{e(c['cell'])}</code>" + ("" if c["role"] == "source" else f" ({e(c['role'])})")
-        for c in entry["cells"]
-    )
-    raw = "".join(
-        f"<li><code>{e(str(r['sha256']))}</code> {e(str(r['path']))}</li>"
-        for r in entry["raw_files"]
-    )
-    n_raw = len(entry["raw_files"])
-    details = (
-        f"<details><summary>{e(_roles_text(entry['cells']))}, {_count(n_raw, 'raw file')}"
-        f"</summary><p>Cells: {cells or 'none'}</p><p>Raw-file SHA-256:</p><ul>{raw}</ul>"
-        "</details>"
-    )
-    digest = entry.get("config_sha256") or "not recorded"
-    versions = f"<p>{e(_versions_text(entry))}; config SHA-256 <code>{e(str(digest))}</code></p>"
-    return f'<div class="prov-entry" id="prov-{e(eid)}">{head}{parts}{details}{versions}</div>'
+    return "\n\n".join(out) + "\n"

@@ -1,0 +1,76 @@
+"""Details of the deviance check: every cell far from its run's modal output, with its effect."""
+
+from __future__ import annotations
+
+from slotbench import provenance as prov
+from slotbench.fmt import count, fmt_change, fmt_num, missing
+from slotbench.report.blocks import Bullets, Heading, Paragraph, Table
+
+TRAP = "deviance"
+COLUMNS = ["cell", "tokens", "modal", "deviation", "wall s", "wall effect", "agg tok/s",
+           "throughput effect"]  # fmt: skip
+WHY = (
+    "Each is named with its wall-clock and throughput effect against the same arm's other "
+    "cells. Throughput here is tokens produced over the wall clock that produced them, so such a "
+    "cell is still measured correctly; a wall-over-wall comparison would book its extra output "
+    "as a concurrency effect."
+)
+
+
+def _effect(x, up: str, down: str) -> str:
+    return "n/a" if missing(x) else f"{abs(x) * 100:.0f}% {up if x > 0 else down}"
+
+
+def render(verdict: dict, ctx) -> list:
+    dev_id = prov.deviance_id(ctx.target)
+    rows = verdict["evidence"].get("rows") or []
+    threshold = f"{round(verdict['threshold'] * 100, 6):g}%"
+    if not rows:
+        ref = prov.Ref(dev_id, "table", f"Output deviance of {ctx.target}: {verdict['sentence']}",
+                       prov.with_roles((ctx.cells, "source")), dev_id)  # fmt: skip
+        return [Heading(4, "Output deviance"), Paragraph(verdict["sentence"], anchor=dev_id),
+                ctx.sources(ctx.cells, dev_id, (ref,))]  # fmt: skip
+    labels = [r["cell"] for r in rows]
+    n = len(rows)
+    refs = [prov.Ref(dev_id, "table", f"Output deviance of {ctx.target}: cells more than "
+                     f"{threshold} from their run's modal output",
+                     prov.with_roles((labels, "deviant")), dev_id)]  # fmt: skip
+    items, table_rows, row_ids = [], [], []
+    for r in rows:
+        wall, tps = r.get("wall_effect"), r.get("tps_effect")
+        items.append(
+            f"{r['cell']} generated {int(r['tokens_out'])} tokens against a modal "
+            f"{int(r['modal_tokens'])} ({fmt_change(1 + r['deviation'])}); by the wall clock it "
+            f"was {_effect(wall, 'slower', 'faster')} and its throughput "
+            f"{_effect(tps, 'higher', 'lower')}."
+        )
+        table_rows.append([
+            r["cell"], str(int(r["tokens_out"])), str(int(r["modal_tokens"])),
+            fmt_change(1 + r["deviation"]), fmt_num(r.get("wall_s"), 2),
+            "n/a" if missing(wall) else fmt_change(1 + wall), fmt_num(r.get("agg_tps")),
+            "n/a" if missing(tps) else fmt_change(1 + tps),
+        ])  # fmt: skip
+        row_id = prov.deviance_id(ctx.target, r["cell"])
+        row_ids.append(row_id)
+        # its effects are against the same arm's normal cells of the same run
+        comparison = [c for c in ctx.index.labels(ctx.target, r["arm"], r["run"])
+                      if c not in set(labels)]  # fmt: skip
+        refs.append(prov.Ref(
+            row_id, "table-row",
+            f"Deviant cell {r['cell']}: output, wall-clock and throughput against the same arm's "
+            "other cells in its run",
+            prov.with_roles(([r["cell"]], "deviant"), (comparison, "comparison")),
+            anchor=row_id, parent=dev_id,
+            metric={"name": "deviation", "value": r.get("deviation"),
+                    "text": fmt_change(1 + r["deviation"])},
+            row=dict(zip(COLUMNS, table_rows[-1])),
+        ))  # fmt: skip
+    lead = (f"{count(n, 'cell')} deviate{'s' if n == 1 else ''} more than {threshold} from "
+            f"{'its' if n == 1 else 'their'} run's modal output. ")  # fmt: skip
+    return [
+        Heading(4, "Output deviance"),
+        Paragraph(lead + WHY),
+        Bullets(items),
+        Table("Deviant cells", COLUMNS, table_rows, anchor=dev_id, row_ids=row_ids),
+        ctx.sources(labels, dev_id, tuple(refs)),
+    ]

@@ -1,0 +1,64 @@
+"""Details of the prompt-length check: the modal length, and every request that differs."""
+
+from __future__ import annotations
+
+from slotbench.fmt import count, fmt_int, missing, signed
+from slotbench.report.blocks import Heading, Paragraph
+from slotbench.report.traps import flagged_table, quiet_evidence
+
+TRAP = "prompts"
+MAX_ROWS = 30
+
+
+def tokenizer_sentence(said: list[str]) -> str:
+    """Whether the plan equalised lengths with the server's tokenizer, as the fingerprint says."""
+    if not said:
+        return ("Whether the plan equalised lengths with the server's own tokenizer is not "
+                "recorded in the fingerprint; the equality stated here is measured from the prompt "
+                "lengths the server reported.")  # fmt: skip
+    if said == ["server"]:
+        return ("The plan equalised lengths with the server's own tokenizer (recorded in the "
+                "fingerprint), and the server's reported lengths are checked here.")  # fmt: skip
+    return (f"The plan counted prompt tokens with {', '.join(said)} (recorded in the "
+            "fingerprint), not necessarily the server's tokenizer; the server's reported lengths "
+            "are what is checked here.")  # fmt: skip
+
+
+def render(verdict: dict, ctx) -> list:
+    ev = verdict["evidence"]
+    tokenizer = tokenizer_sentence(ev.get("tokenizer") or [])
+    if not verdict["assessable"]:
+        return [Heading(4, "Prompt length"), Paragraph(f"{verdict['sentence']} {tokenizer}")]
+    if not verdict["fired"]:
+        text = (f"{verdict['sentence'][:-1]}. Every request carries its own nonce, and equal "
+                f"length in tokens gives every arm the same prefill work. {tokenizer}")
+        return [Heading(4, "Prompt length"),
+                *quiet_evidence(ctx, "prompts", text, verdict["title"])]  # fmt: skip
+    rows, n_req = ev["rows"], ev["measured_requests"]
+    modal = ev["modal_prompt_tokens"]
+    values = sorted(set(modal.values()))
+    modal_text = (f"{values[0]} tokens" if len(values) == 1 else
+                  ", ".join(f"{m} tokens in {run}" for run, m in modal.items()))  # fmt: skip
+    k = len(rows)
+    text = (
+        f"Warning: {count(k, 'measured request')} of {n_req} had a prompt length different from "
+        f"{'its' if k == 1 else 'their'} run's modal {modal_text}, as the server counted them. "
+        "Their prefill did different work, so an arm holding more of them is not measured on "
+        "the same requests (method rule 2). The plan must hold prompt length in tokens equal; "
+        f"replan with the server's tokenizer. {tokenizer}"
+    )
+    columns = ["cell", "position", "request", "prompt tokens", "run's modal", "difference"]
+
+    def make_row(r):
+        diff = r["prompt_tokens"] - r["modal_prompt_tokens"]
+        return [r["cell"], fmt_int(r["position"]), fmt_int(r["request"]), fmt_int(r["prompt_tokens"]),
+                fmt_int(r["modal_prompt_tokens"]), signed(f"{int(diff):+d}")]  # fmt: skip
+
+    def metric(r):
+        return {"name": "prompt_tokens", "value": r["prompt_tokens"],
+                "text": fmt_int(r["prompt_tokens"])}  # fmt: skip
+
+    return [Heading(4, "Prompt length"), Paragraph(text, "warning"),
+            *flagged_table(ctx, "prompts", rows, columns, make_row,
+                           "Requests with an unequal prompt length", "Unequal prompt length:",
+                           metric, MAX_ROWS)]  # fmt: skip

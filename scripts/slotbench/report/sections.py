@@ -1,0 +1,178 @@
+"""The report's other sections: how the numbers were measured (timing source, pinned output
+length), figures, fingerprints, the resolved config, provenance and the raw-files appendix."""
+
+from __future__ import annotations
+
+import yaml
+
+from slotbench import provenance as prov
+from slotbench.cells import arm_name, label_key
+from slotbench.fmt import count, missing
+from slotbench.report.blocks import Code, Figure, Heading, Paragraph, ProvenanceIndex, Table
+
+CLIENT_TIMING = (
+    "client = derived from token arrival times on the client, because the server sent no timings"
+)
+CLIENT_WHAT = "token arrival times measured on the client, because the server sent no timings"
+
+
+def timing_source_line(rows) -> str | None:
+    """Which clock each arm's per-user numbers came from: the server's timings or the client's."""
+    if rows.empty or "n_client_timed" not in rows or rows["n_requests"].isna().any():
+        return None
+    total, client = int(rows["n_requests"].sum()), int(rows["n_client_timed"].sum())
+    if client in (0, total):
+        only = "client" if client else "server"
+        what = CLIENT_WHAT if client else "the server's own generation timings"
+        text = (
+            f"Timing source: {only}, for all {count(total, 'request')}: every per-user number "
+            f"(per-user tok/s, its change, gen_gain, pipelining) comes from {what}."
+        )
+        return text + (" Client timings include streaming and network delays." if client else "")
+    parts = []
+    for r in rows.sort_values("arm").to_dict("records"):
+        n, c = int(r["n_requests"]), int(r["n_client_timed"])
+        if c in (0, n):
+            parts.append(f"{arm_name(r['arm'])}: {'client' if c else 'server'}")
+        else:
+            parts.append(f"{arm_name(r['arm'])}: client for {count(c, 'request')}, server for "
+                         f"{count(n - c, 'request')}")  # fmt: skip
+    return "Timing source (per-user numbers per arm): " + "; ".join(parts) + f" ({CLIENT_TIMING})."
+
+
+def pinned_line(target, fps: list[dict]) -> str:
+    """Whether output length was pinned (ignore_eos), which Ollama cannot do."""
+    if not fps:
+        return f"Output length pinned: unknown (no fingerprint recorded for {target})."
+    answers = {}
+    for fp in fps:
+        conf = fp.get("config") or {}
+        backend = (fp.get("server") or {}).get("backend") or (conf.get("target") or {}).get(
+            "backend")
+        ignore = ((conf.get("target") or {}).get("ignore_eos")) is True
+        answers[str(fp.get("run"))] = (ignore, backend, conf.get("measurement") or {})
+    if len({a[0] for a in answers.values()}) > 1:
+        per_run = ", ".join(f"{'yes' if a[0] else 'no'} in {run}" for run, a in answers.items())
+        return f"Output length pinned: {per_run} (ignore_eos differs between runs)."
+    ignore, backend, measurement = next(iter(answers.values()))
+    if ignore:
+        predict = measurement.get("num_predict")
+        budget = f" ({predict} tokens)" if predict is not None else ""
+        return (
+            "Output length pinned: yes. ignore_eos is set, so every request generates up to "
+            f"num_predict{budget} instead of stopping at its end-of-sequence token."
+        )
+    if backend == "ollama":
+        return (
+            "Output length pinned: no. Ollama ignores ignore_eos, so output length cannot be "
+            "pinned on this target: each request stops at its end-of-sequence token or at "
+            "num_predict, and throughput counts the tokens actually produced (cells far from "
+            "their run's modal output are named under Output deviance)."
+        )
+    return (
+        "Output length pinned: no (ignore_eos is not set). Each request stops at its "
+        "end-of-sequence token or at num_predict; throughput counts the tokens actually produced "
+        "(cells far from their run's modal output are named under Output deviance)."
+    )
+
+
+def flatten(obj, prefix: str = "") -> list[tuple[str, str]]:
+    """Nested dicts/lists as dotted key/value pairs, so new fingerprint keys need no code."""
+    if isinstance(obj, dict):
+        if not obj:
+            return [(prefix, "{}")] if prefix else []
+        return [pair for key in obj for pair in flatten(obj[key], f"{prefix}.{key}" if prefix
+                                                       else str(key))]  # fmt: skip
+    if isinstance(obj, (list, tuple)):
+        if all(not isinstance(v, (dict, list, tuple)) for v in obj):
+            return [(prefix, ", ".join("null" if v is None else str(v) for v in obj))]
+        return [pair for i, v in enumerate(obj) for pair in flatten(v, f"{prefix}[{i}]")]
+    return [(prefix, "null" if obj is None else str(obj))]
+
+
+def fingerprint_blocks(fingerprints: list[dict], index: prov.CellIndex, sources) -> list:
+    blocks: list = [Heading(2, "Fingerprints")]
+    if not fingerprints:
+        return blocks + [Paragraph("No fingerprint was recorded.", "note")]
+    for fp in sorted(fingerprints, key=lambda f: (str(f.get("target")), str(f.get("run")))):
+        target, run = str(fp.get("target", "?")), str(fp.get("run", "?"))
+        pairs = [[k, v] for k, v in flatten(fp) if k not in ("target", "run")]
+        title, fid = f"Fingerprint of {target}/{run}", prov.fingerprint_id(target, run)
+        cells = index.labels(target, run=run)
+        ref = prov.Ref(fid, "table", title, prov.with_roles((cells, "source")), fid)
+        blocks += [Heading(3, f"{target} / {run}"),
+                   Table(title, ["key", "value"], pairs, kind="kv", anchor=fid),
+                   sources(cells, fid, (ref,))]  # fmt: skip
+    return blocks
+
+
+def figure_blocks(figures_sources: dict, figure_paths: dict, sources) -> list:
+    blocks: list = [Heading(2, "Figures")]
+    for fig_id, src in figures_sources.items():
+        path = figure_paths.get(fig_id)
+        blocks.append(Figure(fig_id, src.get("title", fig_id), src.get("caption", ""),
+                             src.get("file", f"{fig_id}.png"),
+                             None if path is None else str(path)))  # fmt: skip
+        cells, fid = list(src.get("cells", [])), prov.figure_id(fig_id)
+        ref = prov.Ref(fid, "figure", src.get("title", fig_id),
+                       prov.with_roles((cells, "source")), f"fig-{fig_id}")  # fmt: skip
+        blocks.append(sources(cells, fid, (ref,)))
+    return blocks
+
+
+def config_yaml(cfg: dict) -> str:
+    """The resolved config as YAML, keys sorted."""
+    return yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True, default_flow_style=False)
+
+
+def config_blocks(resolved_config, config_sha256) -> list:
+    if resolved_config is None:
+        return []
+    return [
+        Heading(2, "Resolved config"),
+        Paragraph(
+            "The configuration the pipeline ran with, every default filled in, as the rules "
+            f"received it. Its SHA-256 (of its JSON with sorted keys) is {config_sha256}; every "
+            "provenance entry records it."
+        ),
+        Code(config_yaml(resolved_config), "yaml"),
+    ]
+
+
+def provenance_blocks(record: dict, order: list[str]) -> list:
+    entries = record["entries"]
+    example = next((i for i in order if entries[i]["kind"] == "table-cell"),
+                   next(iter(order), "ID"))  # fmt: skip
+    digest = record.get("config_sha256") or "not recorded"
+    return [
+        Heading(2, "Provenance"),
+        Paragraph(
+            "Every table, table row and figure above names its provenance id. Each id stands for "
+            "the cells (target/run/repN/armM) behind it, the SHA-256 of each raw file they came "
+            "from, the pipeline commit and dirty flag and the server build that produced them, "
+            f"and the SHA-256 of the resolved config ({digest}). Each number in the per-arm table "
+            f"has its own id, its row's id and the metric (e.g. {example}); a within-rep ratio "
+            "also names the serial cells of the same reps, its denominators. The record is "
+            "provenance.json next to this report; `python -m slotbench explain ID` prints the "
+            "raw request rows behind an id and checks each raw file against its recorded SHA-256."
+        ),
+        ProvenanceIndex(tuple(entries[i] for i in order)),
+    ]
+
+
+def raw_files_blocks(index: prov.CellIndex) -> list:
+    """The appendix: every raw file once, with its SHA-256 and the cells it holds."""
+    by_file: dict[tuple, list[str]] = {}
+    for label in sorted(index.cells, key=label_key):
+        info = index.cells[label]
+        key = (info["target"], info["run"], info["rep"], info.get("raw_file"),
+               info.get("raw_sha256"))  # fmt: skip
+        by_file.setdefault(key, []).append(f"arm{info['arm']}")
+    rows = [[f"{t}/{run}/rep{rep}", str(path), "n/a" if missing(sha) else str(sha),
+             ", ".join(arms)] for (t, run, rep, path, sha), arms in by_file.items()]  # fmt: skip
+    return [
+        Heading(2, "Cells and raw files"),
+        Paragraph(f"Every cell above comes from one of these {count(len(rows), 'raw file')}, "
+                  "each checked against the SHA-256 recorded when it was written."),
+        Table("Raw files", ["rep", "raw file", "SHA-256", "cells"], rows),
+    ]  # fmt: skip
