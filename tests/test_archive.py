@@ -321,7 +321,7 @@ def test_archive_verifies_and_re_renders_offline_byte_identical(smoke, cache, tm
     expected = [
         "results/raw/embedded/run1/rep1.json", "results/raw/embedded/run1/rep2.json.sha256",
         "results/requests.parquet", "results/cells.parquet", "results/servers.json",
-        "results/checks/verdict.json", "results/analysis/summary.csv",
+        "results/checks/headline.json", "results/analysis/summary.csv",
         "results/figures/throughput.png", "results/figures/sources.json",
         "results/fingerprint/embedded/run1.json", "results/plan/embedded/run1.json",
         "results/config.resolved.yaml", "results/report.md", "results/report.html",

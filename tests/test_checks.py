@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from slotbench import checks
+from slotbench.checks import deviance, rotation, serialisation
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 ARMS = [1, 2, 4]
@@ -56,8 +56,8 @@ def article_deviance_cells(odd_tokens=233, target="t"):
 
 
 def test_article_deviant_cell_is_named():
-    dev = checks.deviance(article_deviance_cells(233))
-    assert list(dev.columns) == checks.DEVIANCE_COLUMNS
+    dev = deviance.deviance(article_deviance_cells(233))
+    assert list(dev.columns) == deviance.DEVIANCE_COLUMNS
     assert len(dev) == 1
     row = dev.iloc[0]
     assert (row["target"], row["run"], row["rep"], row["arm"]) == ("t", "run1", 3, 2)
@@ -71,15 +71,15 @@ def test_article_deviant_cell_is_named():
 
 
 def test_small_deviation_is_not_named():
-    dev = checks.deviance(article_deviance_cells(185))  # 2.8% away from 180
+    dev = deviance.deviance(article_deviance_cells(185))  # 2.8% away from 180
     assert dev.empty
-    assert list(dev.columns) == checks.DEVIANCE_COLUMNS
+    assert list(dev.columns) == deviance.DEVIANCE_COLUMNS
 
 
 def test_threshold_is_respected_in_both_directions():
     cells = article_deviance_cells(171)  # -5.0%: not more than 5%
-    assert checks.deviance(cells, threshold=0.05).empty
-    dev = checks.deviance(cells, threshold=0.04)
+    assert deviance.deviance(cells, threshold=0.05).empty
+    dev = deviance.deviance(cells, threshold=0.04)
     assert list(dev["cell"]) == ["t/run1/rep3/arm2"]
     assert dev.iloc[0]["deviation"] == pytest.approx(-0.05)
 
@@ -90,7 +90,7 @@ def test_wall_and_throughput_effects_have_opposite_signs():
     rows = [make_cell(rep=rep, arm=2, tokens_out=180, wall_s=w) for rep, w in enumerate(walls)]
     rows.append(make_cell(rep=4, arm=2, tokens_out=233, wall_s=2.0 * 1.13))
     rows += [make_cell(rep=rep, arm=1, tokens_out=180, wall_s=3.5) for rep in range(5)]
-    dev = checks.deviance(pd.DataFrame(rows))
+    dev = deviance.deviance(pd.DataFrame(rows))
     assert list(dev["cell"]) == ["t/run1/rep4/arm2"]
     row = dev.iloc[0]
     assert row["wall_effect"] == pytest.approx(0.13)  # 13% slower
@@ -101,7 +101,7 @@ def test_wall_and_throughput_effects_have_opposite_signs():
 def test_effect_is_nan_when_no_normal_cell_shares_the_arm():
     rows = [make_cell(rep=rep, arm=1) for rep in range(3)]
     rows.append(make_cell(rep=0, arm=2, tokens_out=300))
-    row = checks.deviance(pd.DataFrame(rows)).iloc[0]
+    row = deviance.deviance(pd.DataFrame(rows)).iloc[0]
     assert row["cell"] == "t/run1/rep0/arm2"
     assert pd.isna(row["wall_effect"]) and pd.isna(row["tps_effect"])
 
@@ -110,10 +110,10 @@ def test_modal_output_is_per_run_and_ties_go_to_the_smallest():
     rows = [make_cell(run="run1", rep=r, tokens_out=t) for r, t in enumerate([200, 180, 200, 180])]
     rows += [make_cell(run="run2", rep=r, tokens_out=t) for r, t in enumerate([300, 300, 180])]
     cells = pd.DataFrame(rows)
-    modal = checks.modal_tokens(cells)
+    modal = deviance.modal_tokens(cells)
     assert modal[("t", "run1")] == 180
     assert modal[("t", "run2")] == 300
-    dev = checks.deviance(cells)
+    dev = deviance.deviance(cells)
     assert list(dev["cell"]) == ["t/run1/rep0/arm1", "t/run1/rep2/arm1", "t/run2/rep2/arm1"]
     assert list(dev["modal_tokens"]) == [180, 180, 300]
 
@@ -124,7 +124,7 @@ def test_modal_output_is_per_run_and_ties_go_to_the_smallest():
 def test_balanced_rotation_is_not_refused():
     wobble = [1.0, 1.01, 0.99, 1.005, 0.995, 1.0]
     cells = rotated_cells(reps=6, tps=lambda arm, pos, rep: BASE_TPS[arm] * wobble[rep])
-    positions, result = checks.rotation_bias(cells)
+    positions, result = rotation.rotation_bias(cells)
     t = result["t"]
     assert t["refused"] is False and t["reason"] is None
     assert 0 <= t["rotation_bias"] < 0.03
@@ -139,7 +139,7 @@ def test_position_effect_is_refused_with_a_reason():
     def tps(arm, position, rep):
         return BASE_TPS[arm] * (1.2 if arm == 4 and position == 0 else 1.0)
 
-    _, result = checks.rotation_bias(rotated_cells(reps=6, tps=tps), threshold=0.10)
+    _, result = rotation.rotation_bias(rotated_cells(reps=6, tps=tps), threshold=0.10)
     t = result["t"]
     assert t["refused"] is True
     assert t["worst_arm"] == 4
@@ -172,7 +172,7 @@ def spread_cells(values):
     ],
 )
 def test_threshold_is_respected(values, threshold, refused):
-    _, result = checks.rotation_bias(spread_cells(values), threshold=threshold)
+    _, result = rotation.rotation_bias(spread_cells(values), threshold=threshold)
     t = result["t"]
     assert t["rotation_bias"] == pytest.approx((max(values) - min(values)) / 100.0)
     assert t["worst_arm"] == 2
@@ -185,7 +185,7 @@ def test_threshold_is_respected(values, threshold, refused):
 def test_arm_seen_at_one_position_contributes_no_spread():
     rows = [make_cell(rep=rep, arm=1, position=0, wall_s=180 / (50.0 + rep)) for rep in range(4)]
     rows += [make_cell(rep=rep, arm=2, position=1, wall_s=180 / 60.0) for rep in range(4)]
-    _, result = checks.rotation_bias(pd.DataFrame(rows))
+    _, result = rotation.rotation_bias(pd.DataFrame(rows))
     arms = result["t"]["arms"]
     assert arms["1"] == {"spread": 0.0, "positions_seen": [0]}
     assert arms["2"] == {"spread": 0.0, "positions_seen": [1]}
@@ -212,21 +212,41 @@ def two_target_cells():
     return pd.concat([odd, clean], ignore_index=True)
 
 
-def test_verdict_is_plain_json_with_every_target():
-    result = checks.verdict(two_target_cells(), rotation_threshold=0.1, deviance_threshold=0.05)
-    assert all(type(leaf) in (str, int, float, bool, type(None)) for leaf in plain_leaves(result))
-    assert json.loads(json.dumps(result, allow_nan=False)) == result
-    assert result["rotation_threshold"] == 0.1 and result["deviance_threshold"] == 0.05
-    a, b = result["targets"]["a"], result["targets"]["b"]
-    assert a["deviant_cells"] == 1 and b["deviant_cells"] == 0
-    assert a["modal_tokens"] == {"run1": 180}
-    assert b["modal_tokens"] == {"run1": 200, "run2": 190}
-    assert set(a) == {"rotation_bias", "worst_arm", "refused", "reason", "arms",
-                      "deviant_cells", "modal_tokens"}  # fmt: skip
-    assert b["refused"] is False and b["arms"]["4"]["positions_seen"] == [0, 1, 2]
+SETTINGS = {"checks": {"rotation_threshold": 0.1, "deviance_threshold": 0.05}}
 
 
-def test_entry_point_writes_deviance_positions_serialisation_and_verdict(tmp_path):
+def tables_of(cells, requests=None, **more):
+    from slotbench.checks.base import Tables
+
+    empty = pd.DataFrame(columns=["target", "run", "rep", "arm"])
+    return Tables(cells=cells, requests=empty if requests is None else requests,
+                  control=empty, thermal=empty, summary=empty, **more)  # fmt: skip
+
+
+def test_verdicts_are_plain_json_of_one_shape_for_every_target():
+    cells = two_target_cells()
+    records = []
+    for module in (deviance, rotation):
+        verdicts, tables = module.check(tables_of(cells), SETTINGS)
+        assert set(tables) == set(module.TABLES)
+        records += [v.record() for v in verdicts]
+    assert all(type(leaf) in (str, int, float, bool, type(None)) for leaf in plain_leaves(records))
+    assert json.loads(json.dumps(records, allow_nan=False)) == records
+    shape = {"schema", "trap", "title", "target", "assessable", "fired", "verdict", "summary",
+             "sentence", "threshold", "config_key", "evidence", "cells", "effect", "arms", "order"}
+    assert all(set(r) == shape for r in records)
+    by = {(r["trap"], r["target"]): r for r in records}
+    a, b = by[("deviance", "a")], by[("deviance", "b")]
+    assert a["fired"] and a["cells"] == ["a/run1/rep3/arm2"] and not b["fired"]
+    assert a["threshold"] == 0.05 and a["config_key"] == "checks.deviance_threshold"
+    assert a["evidence"]["modal_tokens"] == {"run1": 180}
+    assert b["evidence"]["modal_tokens"] == {"run1": 200, "run2": 190}
+    rot = by[("rotation_bias", "b")]
+    assert rot["config_key"] == "checks.rotation_threshold" and rot["effect"] == "refuse"
+    assert rot["evidence"]["arms"]["4"]["positions_seen"] == [0, 1, 2]
+
+
+def test_entry_point_writes_every_verdict_table_and_the_headline_decision(tmp_path):
     from slotbench.analyse import cell_ratios, summarise
     from slotbench.consolidate import THERMAL_SCHEMA
 
@@ -240,38 +260,36 @@ def test_entry_point_writes_deviance_positions_serialisation_and_verdict(tmp_pat
     pd.DataFrame(columns=THERMAL_SCHEMA.names).to_parquet(paths["thermal"], index=False)
     summary = tmp_path / "summary.csv"
     summarise(cell_ratios(cells), n_boot=200).to_csv(summary, index=False)
-    files = [
-        ("deviance", "csv"), ("positions", "csv"), ("serialisation", "csv"), ("verdict", "json"),
-        ("prompts", "csv"), ("cache_hits", "csv"), ("control", "csv"), ("thermal", "csv"),
-        ("burst", "csv"), ("client", "json"), ("sufficiency", "csv"),
-    ]  # fmt: skip
-    out = {name: str(tmp_path / f"{name}.{ext}") for name, ext in files}
+    servers = tmp_path / "servers.json"
+    servers.write_text("[]")
+    out = tmp_path / "checks"
+    settings = SETTINGS | {"checks": SETTINGS["checks"] | {
+        "precision": 0.05, "send_lag_s": 0.01, "client_cpu_share": 0.1, "drift_threshold": 0.05}}
     smk = SimpleNamespace(
-        input=SimpleNamespace(**{k: str(v) for k, v in paths.items()}, summary=str(summary)),
-        params=SimpleNamespace(rotation_threshold=0.1, deviance_threshold=0.05, precision=0.05,
-                               send_lag_s=0.01, client_cpu_share=0.1),
-        log=[str(tmp_path / "checks.log")],
-        output=SimpleNamespace(**out),
+        input={**{k: str(v) for k, v in paths.items()}, "summary": str(summary),
+               "servers": str(servers), "fingerprints": []},
+        params=SimpleNamespace(settings=settings), log=[str(tmp_path / "checks.log")],
+        output=[str(out)],
     )  # fmt: skip
     runpy.run_path(str(SCRIPTS / "checks.py"), init_globals={"snakemake": smk})
-    assert list(pd.read_csv(out["deviance"])["cell"]) == ["a/run1/rep3/arm2"]
-    assert len(pd.read_csv(out["positions"])) == 18
-    text = Path(out["verdict"]).read_text()
-    assert json.loads(text)["targets"]["a"]["deviant_cells"] == 1
-    assert text.startswith('{\n  "deviance_threshold"')  # indent 2, sorted keys
-    log = (tmp_path / "checks.log").read_text()
-    assert "checks: a: rotation bias" in log
-    assert "checks: a: arm 4 SERIALISED: the server served one request at a time" in log
-    assert "checks: b: arm 4 SERIALISED" not in log
-    ser = pd.read_csv(out["serialisation"])
-    assert list(ser.columns) == checks.SERIALISATION_COLUMNS
+    assert list(pd.read_csv(out / "deviance.csv")["cell"]) == ["a/run1/rep3/arm2"]
+    assert len(pd.read_csv(out / "positions.csv")) == 18
+    for trap in ("serialisation", "rotation_bias", "deviance", "prompts", "cache", "control",
+                 "thermal", "drift", "client", "sufficiency", "versions"):
+        records = json.loads((out / f"{trap}.json").read_text())
+        assert {r["target"] for r in records} == {"a", "b"}, trap
+    ser = pd.read_csv(out / "serialisation.csv")
+    assert list(ser.columns) == serialisation.SERIALISATION_COLUMNS
     assert ser.set_index(["target", "arm"])["serialised"].to_dict() == {
         ("a", 2): True, ("a", 4): True, ("b", 2): False, ("b", 4): False,
     }  # fmt: skip
-    assert json.loads(text)["targets"]["a"]["serialisation"]["4"]["serialised"] is True
-    assert set(json.loads(Path(out["client"]).read_text())) == {"a", "b"}
-    assert len(pd.read_csv(out["sufficiency"])) > 0
-    assert "client self-check" in log
+    decision = json.loads((out / "headline.json").read_text())
+    assert set(decision) == {"a", "b"}
+    assert any("OLLAMA_NUM_PARALLEL=1" in w["text"] for w in decision["a"]["warnings"])
+    assert not any(w["trap"] == "serialisation" for w in decision["b"]["warnings"])
+    log = (tmp_path / "checks.log").read_text()
+    assert "checks: a: Serialised arm (server ran one request at a time): yes" in log
+    assert "checks: b: Client distortion (self-check)" in log and "headline" in log
 
 
 # --- serialisation ----------------------------------------------------------------------------
@@ -322,8 +340,8 @@ def by_arm(table):
 
 
 def test_one_slot_server_is_serialised_with_a_growing_queue_gap():
-    table = checks.serialisation(served(slots=1))
-    assert list(table.columns) == checks.SERIALISATION_COLUMNS
+    table = serialisation.serialisation(served(slots=1))
+    assert list(table.columns) == serialisation.SERIALISATION_COLUMNS
     assert sorted(table["arm"]) == [2, 4]  # the serial arm is the control, not a suspect
     four = by_arm(table)[4]
     assert four["serialised"] and four["n_cells"] == 3 and four["serialised_cells"] == 3
@@ -341,7 +359,7 @@ def test_one_slot_server_is_serialised_with_a_growing_queue_gap():
 
 
 def test_four_slot_server_overlaps_and_stays_quiet():
-    table = checks.serialisation(served(slots=4))
+    table = serialisation.serialisation(served(slots=4))
     for arm, row in by_arm(table).items():
         assert not row["serialised"] and row["cause"] is None
         assert row["serialised_cells"] == 0
@@ -351,7 +369,7 @@ def test_four_slot_server_overlaps_and_stays_quiet():
 
 
 def test_two_slots_under_four_in_flight_is_capped_not_serialised():
-    four = by_arm(checks.serialisation(served(slots=2)))[4]
+    four = by_arm(serialisation.serialisation(served(slots=2)))[4]
     assert not four["serialised"] and four["max_overlap_median"] == 2
 
 
@@ -362,20 +380,20 @@ def test_serialisation_without_ollama_fields(drop_columns):
         for col in ["total_duration_ns", "load_duration_ns", "prompt_eval_duration_ns",
                     "eval_duration_ns"]:  # fmt: skip
             requests[col] = None
-    four = by_arm(checks.serialisation(requests))[4]
+    four = by_arm(serialisation.serialisation(requests))[4]
     assert four["serialised"]
     assert math.isnan(four["queue_gap_slope_s"]) and math.isnan(four["queue_gap_trend"])
     # client-side proxy: TTFT over the serial arm's median grows 1.1 s per place served
     assert four["wait_slope_s"] == pytest.approx(PREFILL_S + GEN_S)
     assert four["wait_trend"] == pytest.approx(1.0)
-    assert not by_arm(checks.serialisation(served(slots=4, ollama=False)))[4]["serialised"]
+    assert not by_arm(serialisation.serialisation(served(slots=4, ollama=False)))[4]["serialised"]
 
 
 def test_back_to_back_windows_within_tolerance_do_not_count_as_overlap():
     # The next first token read 3 ms before the previous request's last chunk: still one slot.
-    assert by_arm(checks.serialisation(served(slots=1, shift=0.003)))[4]["serialised"]
+    assert by_arm(serialisation.serialisation(served(slots=1, shift=0.003)))[4]["serialised"]
     # 30 ms of real overlap is beyond the 5 ms tolerance.
-    row = by_arm(checks.serialisation(served(slots=1, shift=0.03)))[4]
+    row = by_arm(serialisation.serialisation(served(slots=1, shift=0.03)))[4]
     assert not row["serialised"] and row["max_overlap_median"] == 2
 
 
@@ -383,7 +401,7 @@ def test_nearly_all_cells_must_be_serialised():
     one, four = served(slots=1, reps=5), served(slots=4, reps=5)
     for n_overlapping, expected in [(1, True), (2, False)]:
         mixed = pd.concat([one[one["rep"] >= n_overlapping], four[four["rep"] < n_overlapping]])
-        row = by_arm(checks.serialisation(mixed))[4]
+        row = by_arm(serialisation.serialisation(mixed))[4]
         assert row["serialised_cells"] == 5 - n_overlapping
         assert row["serialised"] is expected
 
@@ -391,23 +409,23 @@ def test_nearly_all_cells_must_be_serialised():
 def test_client_that_never_had_two_in_flight_is_not_blamed_on_the_server():
     # the serial cells relabelled as arm 2: one in flight at a time, windows back to back
     serial = served(slots=1).query("arm == 1")
-    row = by_arm(checks.serialisation(pd.concat([serial, serial.assign(arm=2)])))[2]
+    row = by_arm(serialisation.serialisation(pd.concat([serial, serial.assign(arm=2)])))[2]
     assert row["in_flight_median"] == 1 and row["max_overlap_median"] == 1
     assert not row["serialised"] and row["cause"] is None
 
 
-def test_verdict_carries_serialisation_per_arm_as_plain_json():
+def test_serialisation_verdict_names_the_arms_and_warns():
     cells = two_target_cells()
     requests = pd.concat([served(target="a", slots=1), served(target="b", slots=4, ollama=False)])
-    result = checks.verdict(cells, 0.1, 0.05, requests=requests)
-    assert all(type(leaf) in (str, int, float, bool, type(None)) for leaf in plain_leaves(result))
-    assert json.loads(json.dumps(result, allow_nan=False)) == result
-    a, b = result["targets"]["a"]["serialisation"], result["targets"]["b"]["serialisation"]
-    assert set(a) == set(b) == {"2", "4"}
-    assert a["4"]["serialised"] is True and a["4"]["max_overlap_median"] == 1.0
-    assert a["4"]["queue_gap_slope_s"] == pytest.approx(1.1)
-    assert a["4"]["cause"] == checks.SERIALISED_CAUSE
-    assert b["4"] == {"serialised": False, "max_overlap_median": 4.0,
-                      "queue_gap_slope_s": None, "cause": None}  # fmt: skip
-    # the old call still works and adds nothing
-    assert "serialisation" not in checks.verdict(cells, 0.1, 0.05)["targets"]["a"]
+    verdicts, _ = serialisation.check(tables_of(cells, requests), SETTINGS)
+    by = {v.target: v.record() for v in verdicts}
+    a, b = by["a"], by["b"]
+    assert a["fired"] and a["arms"] == [2, 4] and a["effect"] == "warn"
+    rows = {r["arm"]: r for r in a["evidence"]["rows"]}
+    assert rows[4]["max_overlap_median"] == 1.0
+    assert rows[4]["queue_gap_slope_s"] == pytest.approx(1.1)
+    assert rows[4]["cause"] == serialisation.SERIALISED_CAUSE
+    assert len(a["evidence"]["warnings"]) == 2
+    assert "parallel-4 was served one request at a time" in a["evidence"]["warnings"][1]
+    assert not b["fired"] and b["evidence"]["warnings"] == [] and b["arms"] == []
+    assert {r["arm"]: r["queue_gap_slope_s"] for r in b["evidence"]["rows"]} == {2: None, 4: None}

@@ -43,7 +43,7 @@ def smoke(tmp_path_factory, cache):
 def test_smoke_run_produces_every_output_quickly(smoke, cache):
     work, proc, elapsed = smoke
     for rel in ["results/report.md", "results/report.html", "results/cells.parquet",
-                "results/requests.parquet", "results/checks/verdict.json",
+                "results/requests.parquet", "results/checks/headline.json",
                 "results/analysis/summary.csv", "results/fingerprint/embedded/run1.json",
                 "results/raw/embedded/run1/rep1.json", "results/raw/embedded/run1/rep2.json"]:
         assert (work / rel).stat().st_size > 0, rel
@@ -77,11 +77,16 @@ def test_report_shows_headline_verdict_deviance_and_fingerprint(smoke):
     html = (work / "results/report.html").read_text()
     for needle in ["parallel-4", "serial-1", "otation", "eviance", "11434.0.0",
                    "Measurement integrity", "Prompt length", "Prefix cache", "Control arm",
-                   "Thermal state", "Drift", "Client self-check", "Enough reps?"]:
+                   "Thermal state", "Drift", "Client self-check", "Enough reps?",
+                   "Traps and detectors", "Cells and raw files"]:
         assert needle in md, needle
         assert needle in html, needle
-    sha = json.loads((work / "results/checks/verdict.json").read_text())
-    assert "embedded" in sha["targets"]
+    decision = json.loads((work / "results/checks/headline.json").read_text())
+    assert decision["embedded"]["status"] in {"allowed", "provisional", "refused"}
+    for trap in ("rotation_bias", "deviance", "prompts", "cache", "thermal", "client"):
+        records = json.loads((work / f"results/checks/{trap}.json").read_text())
+        assert [r["target"] for r in records] == ["embedded"], trap
+        assert {"assessable", "fired", "verdict", "sentence", "cells"} <= set(records[0]), trap
     raw_hash = pd.read_parquet(work / "results/cells.parquet")["raw_sha256"].iloc[0]
     assert raw_hash in md and raw_hash in html
 

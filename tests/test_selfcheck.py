@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from slotbench import selfcheck
+from slotbench.checks import client as selfcheck
 
 ARMS = (1, 2, 4)
 
@@ -79,7 +79,7 @@ def test_slowed_client_fires():
     late = lags[lags["send_order"] >= lags["arm"]]
     assert late["lag_s"].to_numpy() == pytest.approx(0.030)
     assert (lags.loc[lags["send_order"] < lags["arm"], "lag_s"] == 0).all()
-    out = selfcheck.verdict(requests)
+    out = selfcheck.self_check(requests)
     assert out["lag_fired"] and out["distorted"]
     assert out["lag_p95_s"] == pytest.approx(0.030)
     assert "late" in out["sentence"] and "30.0 ms" in out["sentence"]
@@ -89,7 +89,7 @@ def test_slowed_client_fires():
 
 
 def test_prompt_client_passes():
-    out = selfcheck.verdict(simulate(delay=0.0005, skew=0.001))
+    out = selfcheck.self_check(simulate(delay=0.0005, skew=0.001))
     assert not out["lag_fired"] and not out["distorted"] and out["lag_p95_s"] < 0.010
     assert out["sentence"].startswith("The client kept up")
     assert "not assessed" in out["sentence"] and not out["cpu_assessed"]
@@ -102,7 +102,7 @@ def test_more_in_flight_than_the_arm_is_named():
     lags, cells = selfcheck.send_lag(requests)
     assert cells.loc[cells["arm"] == 1, "n_early"].item() == 1
     assert lags["lag_s"].min() >= 0
-    out = selfcheck.verdict(requests)
+    out = selfcheck.self_check(requests)
     assert out["early_cells"] == ["t/run1/rep0/arm1"] and "before any slot" in out["sentence"]
 
 
@@ -120,7 +120,7 @@ def test_client_cpu_per_token():
 
 def test_cpu_hungry_client_fires():
     requests = simulate(itl=0.02)
-    out = selfcheck.verdict(requests, cpu_for(requests, 0.005))  # 25% of a 20 ms interval
+    out = selfcheck.self_check(requests, cpu_for(requests, 0.005))  # 25% of a 20 ms interval
     assert out["cpu_fired"] and out["distorted"] and not out["lag_fired"]
     assert out["cpu_share"] == pytest.approx(0.25)
     assert out["inter_token_s"] == pytest.approx(0.02)
@@ -131,7 +131,7 @@ def test_cpu_hungry_client_fires():
 
 def test_light_client_passes_cpu_check():
     requests = simulate(itl=0.02)
-    out = selfcheck.verdict(requests, cpu_for(requests, 0.0002))  # 1% of the interval
+    out = selfcheck.self_check(requests, cpu_for(requests, 0.0002))  # 1% of the interval
     assert out["cpu_assessed"] and not out["cpu_fired"] and not out["distorted"]
     assert out["cpu_share"] == pytest.approx(0.01)
     assert out["cells_over_cpu"] == [] and "1.0%" in out["sentence"]
@@ -142,14 +142,14 @@ def test_one_hungry_cell_is_named():
     cpu = cpu_for(requests, 0.0002)
     hot = (cpu["rep"] == 2) & (cpu["arm"] == 4)
     cpu.loc[hot, "client_cpu_s"] *= 100
-    out = selfcheck.verdict(requests, cpu)
+    out = selfcheck.self_check(requests, cpu)
     assert out["cpu_fired"] and out["worst_cpu_cell"] == "t/run1/rep2/arm4"
     assert out["cells_over_cpu"] == ["t/run1/rep2/arm4"]
 
 
 def test_thresholds_are_reported_and_adjustable():
     requests = simulate(delay=0.030)
-    out = selfcheck.verdict(requests, lag_threshold_s=0.050, cpu_share_threshold=0.5)
+    out = selfcheck.self_check(requests, lag_threshold_s=0.050, cpu_share_threshold=0.5)
     assert out["lag_threshold_s"] == 0.050 and out["cpu_share_threshold"] == 0.5
     assert not out["lag_fired"]
 
@@ -157,4 +157,4 @@ def test_thresholds_are_reported_and_adjustable():
 def test_cell_cpu_without_the_column_says_what_to_do():
     requests = simulate(reps=1)
     with pytest.raises(ValueError, match="client_cpu_s"):
-        selfcheck.verdict(requests, requests[["target", "run", "rep", "arm"]])
+        selfcheck.self_check(requests, requests[["target", "run", "rep", "arm"]])

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from slotbench import analyse
-from slotbench.sufficiency import METRICS, SUFFICIENCY_COLUMNS, sufficiency
+from slotbench.checks.sufficiency import METRICS, SUFFICIENCY_COLUMNS, sufficiency
 
 
 def summary_row(arm, n_reps, rel_half, target="t", value=1.4):

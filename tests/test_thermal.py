@@ -11,6 +11,8 @@ import pandas as pd
 import pytest
 
 from slotbench import thermal
+from slotbench.checks import drift
+from slotbench.checks import thermal as thermal_check
 
 # --------------------------------------------------------------------------------------------
 # Linux sysfs
@@ -263,31 +265,31 @@ def frame_from(sampler, target="t", run="run1"):
 
 def test_throttling_source_gives_events():
     frame = frame_from(run_sampler([FakeSource(every=3)], seconds=0.4))
-    summary = thermal.thermal_summary(frame)
-    assert list(summary.columns) == thermal.SUMMARY_COLUMNS
+    summary = thermal_check.thermal_summary(frame)
+    assert list(summary.columns) == thermal_check.SUMMARY_COLUMNS
     row = summary.iloc[0]
     expected = int(frame["throttled"].sum())
     assert expected >= 1 and row["throttle_events"] == expected
     assert row["samples"] == len(frame) and row["sources"] == "fake"
     assert row["max_temp_c"] == 90.0 and row["errors"] == 0
-    listed = thermal.events(frame)
+    listed = thermal_check.events(frame)
     assert len(listed) == expected and listed["throttled"].all()
     assert row["first_event_t_s"] == pytest.approx(listed["t_s"].min())
 
 
 def test_pressure_counts_as_an_event():
     frame = frame_from(run_sampler([FakeSource(pressure="thermal warning level 1")], 0.12))
-    assert thermal.thermal_summary(frame).iloc[0]["throttle_events"] == len(frame)
+    assert thermal_check.thermal_summary(frame).iloc[0]["throttle_events"] == len(frame)
 
 
 def test_clean_source_gives_no_events():
     clean = frame_from(run_sampler([FakeSource()], seconds=0.2))
     broken = frame_from(run_sampler([Broken()], seconds=0.1), run="run2")
-    summary = thermal.thermal_summary(pd.concat([clean, broken], ignore_index=True))
+    summary = thermal_check.thermal_summary(pd.concat([clean, broken], ignore_index=True))
     assert summary["throttle_events"].tolist() == [0, 0]
     assert summary["errors"].tolist() == [0, len(broken)]
     assert summary["first_event_t_s"].isna().all()
-    assert thermal.events(clean).empty
+    assert thermal_check.events(clean).empty
 
 
 def test_summary_of_real_linux_rows(tmp_path):
@@ -298,15 +300,15 @@ def test_summary_of_real_linux_rows(tmp_path):
     sampler.sample_once()
     write(root / "sys/devices/system/cpu/cpu1/thermal_throttle/package_throttle_count", "1")
     sampler.sample_once()
-    summary = thermal.thermal_summary(thermal.thermal_frame(sampler.rows())).iloc[0]
+    summary = thermal_check.thermal_summary(thermal.thermal_frame(sampler.rows())).iloc[0]
     assert summary["samples"] == 3 and summary["throttle_events"] == 1
     assert summary["max_temp_c"] == 45.0
     assert summary["min_freq_mhz"] == 1800.0 and summary["max_freq_mhz"] == 2400.0
 
 
 def test_summary_of_nothing():
-    assert thermal.thermal_summary(thermal.thermal_frame([])).empty
-    assert thermal.events(thermal.thermal_frame([])).empty
+    assert thermal_check.thermal_summary(thermal.thermal_frame([])).empty
+    assert thermal_check.events(thermal.thermal_frame([])).empty
 
 
 # --------------------------------------------------------------------------------------------
@@ -342,8 +344,8 @@ def decaying(n=20, burst=50.0, loss=0.082, seed=1):
 
 def test_burst_vs_plateau_reproduces_the_article_loss():
     cells = cells_with(decaying()).sample(frac=1.0, random_state=3)  # row order must not matter
-    out = thermal.burst_vs_plateau(cells)
-    assert list(out.columns) == thermal.BURST_COLUMNS
+    out = drift.burst_vs_plateau(cells)
+    assert list(out.columns) == drift.BURST_COLUMNS
     row = out.iloc[0]
     assert row["n_serial"] == 20
     assert row["change"] == pytest.approx(-0.082, abs=1e-6)
@@ -356,7 +358,7 @@ def test_burst_vs_plateau_reproduces_the_article_loss():
 
 def test_burst_vs_plateau_flat_is_near_zero():
     rng = np.random.default_rng(7)
-    out = thermal.burst_vs_plateau(cells_with(50.0 + rng.normal(0, 0.5, 20)))
+    out = drift.burst_vs_plateau(cells_with(50.0 + rng.normal(0, 0.5, 20)))
     assert abs(out.iloc[0]["change"]) < 0.02
 
 
@@ -365,19 +367,19 @@ def test_burst_vs_plateau_orders_by_time_across_runs_and_targets():
     second = cells_with([46.0] * 4, run="run2", t0=1.7e9 + 10_000)
     other = cells_with([30.0, 30.0, 33.0, 33.0], target="u")
     cells = pd.concat([second, other, first], ignore_index=True)
-    out = thermal.burst_vs_plateau(cells).set_index("target")
+    out = drift.burst_vs_plateau(cells).set_index("target")
     assert out.loc["t", "n_serial"] == 8
     assert out.loc["t", "change"] == pytest.approx(46.0 / 50.0 - 1)
     assert out.loc["u", "change"] == pytest.approx(0.1)
-    per_run = thermal.burst_vs_plateau(cells, by=("target", "run"))
+    per_run = drift.burst_vs_plateau(cells, by=("target", "run"))
     assert per_run.loc[per_run["target"] == "t", "change"].tolist() == [0.0, 0.0]
 
 
 def test_burst_vs_plateau_needs_two_serial_cells():
-    out = thermal.burst_vs_plateau(cells_with([50.0]))
+    out = drift.burst_vs_plateau(cells_with([50.0]))
     assert out.iloc[0]["n_serial"] == 1 and np.isnan(out.iloc[0]["change"])
     with pytest.raises(ValueError, match="burst_frac"):
-        thermal.burst_vs_plateau(cells_with([50.0, 49.0]), burst_frac=0)
+        drift.burst_vs_plateau(cells_with([50.0, 49.0]), burst_frac=0)
 
 
 def test_proc_cpuinfo_is_the_fallback_where_sysfs_has_nothing(tmp_path):

@@ -1,0 +1,221 @@
+"""The shape of the code, read from its source: layers that import only downward, no module
+reaching into another's private names, a report that presents and decides nothing, modules of
+one concern, and conda envs that carry what each rule's scripts import."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from importlib.metadata import packages_distributions
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "scripts"
+PACKAGE = SCRIPTS / "slotbench"
+
+# measurement -> tables -> checks and statistics -> figures -> report -> archive (DESIGN.md)
+LAYERS = [
+    ("vocabulary", {"slotbench", "slotbench.cells", "slotbench.fmt", "slotbench.entry"}),
+    ("measurement", {"slotbench.config", "slotbench.plan", "slotbench.execute",
+                     "slotbench.backends", "slotbench.server", "slotbench.ollama_server",
+                     "slotbench.targets", "slotbench.thermal", "slotbench.rawfiles",
+                     "slotbench.fingerprint"}),
+    ("tables", {"slotbench.consolidate"}),
+    ("checks and statistics", {"slotbench.stats", "slotbench.analyse", "slotbench.checks"}),
+    ("figures", {"slotbench.figures"}),
+    ("report", {"slotbench.report", "slotbench.provenance", "slotbench.explain"}),
+    ("archive", {"slotbench.archive", "slotbench.__main__"}),
+]  # fmt: skip
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(SCRIPTS).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def layer_of(name: str) -> int:
+    best = None
+    for i, (_, names) in enumerate(LAYERS):
+        for prefix in names:
+            if name == prefix or name.startswith(prefix + "."):
+                if best is None or len(prefix) > best[1]:
+                    best = (i, len(prefix))
+    if best is None:
+        raise AssertionError(f"{name} is in no layer: add it to LAYERS in {__file__}")
+    return best[0]
+
+
+def imports(path: Path) -> list[tuple[str, list[str], int]]:
+    """(imported module, names taken from it, line) for every import of a file."""
+    tree = ast.parse(path.read_text(), str(path))
+    inside = PACKAGE in path.parents
+    package = module_name(path).rsplit(".", 0 if path.name == "__init__.py" else 1)[0] if inside \
+        else ""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, [], node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")
+                parent = parent[: len(parent) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            found.append((base, [a.name for a in node.names], node.lineno))
+    return found
+
+
+def test_every_module_sits_in_a_layer():
+    for name in modules():
+        layer_of(name)
+
+
+def test_layers_import_only_downward():
+    problems = []
+    for name, path in modules().items():
+        mine = layer_of(name)
+        for target, names, line in imports(path):
+            for full in [target] + [f"{target}.{n}" for n in names]:
+                if full.split(".")[0] != "slotbench" or full not in modules() and \
+                        full.rsplit(".", 1)[0] not in modules():
+                    continue
+                theirs = layer_of(full if full in modules() else full.rsplit(".", 1)[0])
+                if theirs > mine:
+                    problems.append(f"{path.relative_to(REPO)}:{line} ({LAYERS[mine][0]}) imports "
+                                    f"{full} ({LAYERS[theirs][0]})")
+    assert not problems, "\n".join(sorted(set(problems)))
+
+
+def test_no_module_takes_another_modules_private_names():
+    problems = []
+    for name, path in modules().items():
+        for target, names, line in imports(path):
+            if not target.startswith("slotbench"):
+                continue
+            for n in names:
+                if n.startswith("_") and not n.startswith("__"):
+                    problems.append(f"{path.relative_to(REPO)}:{line} imports {target}.{n}")
+        text = path.read_text()
+        for match in re.finditer(r"\b(?:slotbench\.[\w.]+|prov|stats)\._[a-z]\w*", text):
+            problems.append(f"{path.relative_to(REPO)}: uses {match.group(0)}")
+    assert not problems, "\n".join(problems)
+
+
+def test_no_module_is_over_500_lines():
+    long = {str(p.relative_to(REPO)): n for p in modules().values()
+            if (n := len(p.read_text().splitlines())) > 500}  # fmt: skip
+    assert not long, long
+
+
+REPORT_FORBIDDEN_CALLS = {"median", "mean", "quantile", "std", "var", "corr", "groupby", "agg",
+                          "mode", "nanmedian", "nanquantile", "percentile", "bootstrap"}
+
+
+def test_report_presents_and_decides_nothing():
+    """No statistic is computed and no threshold is compared in slotbench/report/: it reads the
+    analysis, the verdicts and the headline decision."""
+    problems = []
+    for name, path in modules().items():
+        if not name.startswith("slotbench.report"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        for target, names, line in imports(path):
+            if target.split(".")[0] in {"numpy", "scipy"} or target in {
+                    "slotbench.stats", "slotbench.analyse"} or (
+                    target.startswith("slotbench.checks") and names != ["read_verdicts"]):
+                problems.append(f"{path.name}:{line} imports {target} {names}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                    node.func.attr in REPORT_FORBIDDEN_CALLS:
+                problems.append(f"{path.name}:{node.lineno} computes .{node.func.attr}()")
+            if isinstance(node, ast.Compare):
+                text = ast.unparse(node)
+                if re.search(r"threshold|tolerance|_share\b|precision", text) and any(
+                        isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)) for op in node.ops):
+                    problems.append(f"{path.name}:{node.lineno} compares {text}")
+    assert not problems, "\n".join(problems)
+
+
+# --- conda envs carry what each rule's scripts import ------------------------------------------
+
+
+def rules() -> list[dict]:
+    """Each rule's script and conda env, read from rules/*.smk."""
+    found = []
+    for smk in sorted((REPO / "rules").glob("*.smk")):
+        for block in re.split(r"\nrule ", "\n" + smk.read_text())[1:]:
+            script = re.search(r'\n\s+script:\s*\n\s+"([^"]+)"', block)
+            env = re.search(r'\n\s+conda:\s*\n\s+"([^"]+)"', block)
+            if script:
+                found.append({"rule": block.split(":")[0],
+                              "script": (smk.parent / script.group(1)).resolve(),
+                              "env": env and (smk.parent / env.group(1)).resolve()})  # fmt: skip
+    return found
+
+
+def third_party_imports(path: Path, seen=None) -> set[str]:
+    """Top-level third-party modules a script imports, following slotbench modules."""
+    seen = set() if seen is None else seen
+    if path in seen:
+        return set()
+    seen.add(path)
+    found = set()
+    for target, names, _ in imports(path):
+        top = target.split(".")[0]
+        if top == "slotbench":
+            for full in [target] + [f"{target}.{n}" for n in names]:
+                file = modules().get(full)
+                if file is not None:
+                    found |= third_party_imports(file, seen)
+        elif top and top not in sys.stdlib_module_names and top != "__future__":
+            found.add(top)
+    if PACKAGE in path.parents:  # importing a module runs its packages' __init__ first
+        for parent in [module_name(path).rsplit(".", i)[0] for i in (1, 2)]:
+            if parent in modules() and parent != module_name(path):
+                found |= third_party_imports(modules()[parent], seen)
+    return found
+
+
+def env_packages(env: Path) -> set[str]:
+    spec = yaml.safe_load(env.read_text())
+    pkgs = set()
+    for dep in spec["dependencies"]:
+        for item in dep["pip"] if isinstance(dep, dict) else [dep]:
+            pkgs.add(re.split(r"[=<>!~ ]", item)[0].lower().replace("_", "-"))
+    return pkgs
+
+
+@pytest.mark.parametrize("rule", rules(), ids=lambda r: r["rule"])
+def test_each_rules_env_carries_what_its_script_imports(rule):
+    assert rule["env"] is not None, f"rule {rule['rule']} has no conda env"
+    dists = packages_distributions()
+    needed = {}
+    for module in third_party_imports(rule["script"]):
+        for dist in dists.get(module, [module]):
+            needed[dist.lower().replace("_", "-")] = module
+    missing = {d: m for d, m in needed.items() if d not in env_packages(rule["env"])}
+    assert not missing, f"{rule['env'].name} lacks {missing} (imported by {rule['script'].name})"
+
+
+def test_env_pins_match_requirements():
+    pins = {}
+    for line in (REPO / "requirements.txt").read_text().splitlines():
+        if "==" in line and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[name.strip().lower()] = version.strip()
+    for env in (REPO / "envs").glob("*.yaml"):
+        for dep in yaml.safe_load(env.read_text())["dependencies"]:
+            for item in dep["pip"] if isinstance(dep, dict) else []:
+                name, version = item.split("==")
+                assert pins.get(name.lower()) == version, f"{env.name}: {item}"
