@@ -18,6 +18,5 @@ rule fingerprint:
         target=target_cfg,
         measurement=sbconfig.measurement_settings(CFG),
         seed=CFG["seed"],
-        reps=CFG["reps"],
     script:
         "../scripts/fingerprint.py"

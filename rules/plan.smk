@@ -1,5 +1,6 @@
 rule plan:
-    """Rotated arm order per rep and equal-token-length prompts, deterministic from the seed."""
+    """A run's prompt calibration: the token length every prompt must have. It does not depend
+    on reps, so adding reps leaves every existing rep up to date."""
     output:
         "results/plan/{target}/{run}.json",
     log:
@@ -12,7 +13,6 @@ rule plan:
     params:
         target=target_cfg,
         arms=CFG["arms"],
-        reps=CFG["reps"],
         requests_per_cell=CFG["requests_per_cell"],
         seed=CFG["seed"],
         prompt=CFG["prompt"],

@@ -1,5 +1,6 @@
 rule rep:
-    """One rep: warm up, run every arm in the planned order, write the raw file atomically.
+    """One rep: derive its plan from (seed, target, run, rep), warm up, run every arm in its
+    order, write the raw file atomically.
 
     The raw file's SHA-256, computed from the bytes written, goes to rep<N>.json.sha256.
     """
@@ -18,5 +19,7 @@ rule rep:
     params:
         target=target_cfg,
         settings=sbconfig.measurement_settings(CFG),
+        # recorded in the raw file: consolidation refuses to pool reps measured differently
+        experiment=experiment,
     script:
         "../scripts/rep.py"

@@ -11,7 +11,7 @@ from slotbench.targets import connect
 def main(sm) -> None:
     target, run = sm.wildcards.target, sm.wildcards.run
     recorded = {"target": sm.params.target, "measurement": dict(sm.params.measurement),
-                "seed": sm.params.seed, "reps": sm.params.reps}
+                "seed": sm.params.seed}
     with progress_log(sm.log.progress) as log:
         try:
             with connect(sm.params.target, sm.log.server, 30) as conn:

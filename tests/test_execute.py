@@ -8,7 +8,7 @@ import pytest
 from slotbench.backends import Backend, BackendError, RequestRecord
 from slotbench.consolidate import consolidate
 from slotbench.execute import RepError, run_rep
-from slotbench.plan import make_plan
+from slotbench.plan import make_rep_plan, run_plan
 from slotbench.rawfiles import write_json_atomic
 
 SETTINGS = {"arms": [1, 2, 4], "requests_per_cell": 4, "num_predict": 5, "temperature": 0.0,
@@ -58,7 +58,8 @@ class FakeConnection:
 
 
 def plan():
-    return make_plan("t", "run1", [1, 2, 4], 2, 4, 1, "Request {nonce}. Go.", 6)
+    p = run_plan("t", "run1", [1, 2, 4], 4, 1, "Request {nonce}. Go.", 6)
+    return p | {"reps": [make_rep_plan(p, rep) for rep in (1, 2)]}
 
 
 def test_each_arm_keeps_exactly_its_concurrency_in_flight():
@@ -67,9 +68,8 @@ def test_each_arm_keeps_exactly_its_concurrency_in_flight():
     peaks = {}
     for cell in rep["cells"]:
         backend = CountingBackend()
-        one_cell = dict(rep, cells=[cell])
-        run_rep(FakeConnection(backend), dict(p, warmup=p["warmup"][:1]), one_cell, SETTINGS,
-                {"commit": "x", "dirty": False})
+        one_cell = dict(rep, cells=[cell], warmup=rep["warmup"][:1])
+        run_rep(FakeConnection(backend), p, one_cell, SETTINGS, {"commit": "x", "dirty": False})
         peaks[cell["arm"]] = max(backend.peaks[1:])  # the first call is the warm-up
         assert backend.calls == 1 + 4
     assert peaks == {1: 1, 2: 2, 4: 4}

@@ -365,7 +365,7 @@ def test_managed_ollama_target_runs_a_rep_through_connect(tmp_path, monkeypatch)
     from slotbench.config import resolve
     from slotbench.execute import run_rep
     from slotbench.fingerprint import fingerprint
-    from slotbench.plan import make_plan
+    from slotbench.plan import make_rep_plan, run_plan
     from slotbench.targets import connect
 
     bin_dir = tmp_path / "bin"
@@ -377,10 +377,11 @@ def test_managed_ollama_target_runs_a_rep_through_connect(tmp_path, monkeypatch)
     tgt = cfg["targets"][0]
     settings = {"arms": [1, 2], "requests_per_cell": 2, "num_predict": 3, "temperature": 0.0,
                 "warmup_predict": 2, "request_timeout_s": 10}  # fmt: skip
-    plan = make_plan("o", "run1", [1, 2], 1, 2, 1, "Request {nonce}. Go.", 6)
+    plan = run_plan("o", "run1", [1, 2], 2, 1, "Request {nonce}. Go.", 6)
     with connect(tgt, tmp_path / "server.log", 10) as conn:
         fp = fingerprint(conn, "o", "run1", cfg)
-        raw = run_rep(conn, plan, plan["reps"][0], settings, {"commit": "x", "dirty": False})
+        raw = run_rep(conn, plan, make_rep_plan(plan, 1), settings,
+                      {"commit": "x", "dirty": False})
     assert fp["model"] == {"name": MODEL, "quantisation": "Q4_K_M",
                            "digest": fp["server"]["model_tag"]["digest"], "size_bytes": 291554930,
                            "parameter_size": "268.10M", "family": "gemma3"}  # fmt: skip

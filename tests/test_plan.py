@@ -1,10 +1,12 @@
-"""The plan: rotation is a seeded cyclic Latin square; prompts are distinct and equal in tokens."""
+"""The plan: a seeded cyclic Latin square whose rep k's order never depends on how many reps
+there are; each rep's prompts are distinct, equal in tokens and derived from (seed, target, run,
+rep) alone, so adding reps changes nothing already planned."""
 
 from collections import Counter
 
 import pytest
 
-from slotbench.plan import derive_seed, make_plan, rep_plan, rotation
+from slotbench.plan import derive_seed, make_rep_plan, max_reps, rotation, rotation_order, run_plan
 
 TEMPLATE = "Request {nonce}. Summarise: the harbour town changed.\n\nSummary:"
 
@@ -20,10 +22,12 @@ def test_every_block_of_reps_is_a_latin_square():
         assert sorted(order) == arms
 
 
-def test_consecutive_reps_are_cyclic_shifts():
+def test_consecutive_reps_are_cyclic_shifts_and_never_depend_on_the_total():
     orders = rotation([1, 2, 4, 8], 5, seed=3)
     for prev, nxt in zip(orders, orders[1:]):
         assert nxt == prev[1:] + prev[:1]
+    assert rotation([1, 2, 4, 8], 12, seed=3)[:5] == orders
+    assert rotation_order([1, 2, 4, 8], 4, 3) == orders[3]
 
 
 def test_rotation_is_deterministic_and_seeded():
@@ -33,78 +37,94 @@ def test_rotation_is_deterministic_and_seeded():
 
 
 def test_derive_seed_is_stable_across_processes():
-    # a fixed value: Python's salted hash() would change it from one process to the next
     assert derive_seed(1, "embedded", "run1") == derive_seed(1, "embedded", "run1")
     assert derive_seed(1, "embedded", "run1") != derive_seed(1, "embedded", "run2")
 
 
 def _plan(count_tokens=None, **kw):
-    args = dict(target="t", run="run1", arms=[1, 2, 4], reps=4, requests_per_cell=4, seed=5,
-                template=TEMPLATE, nonce_digits=6, count_tokens=count_tokens)
-    return make_plan(**(args | kw))
+    args = dict(
+        target="t",
+        run="run1",
+        arms=[1, 2, 4],
+        requests_per_cell=4,
+        seed=5,
+        template=TEMPLATE,
+        nonce_digits=6,
+        count_tokens=count_tokens,
+    )
+    return run_plan(**(args | kw))
 
 
-def test_plan_is_deterministic_from_the_seed():
+def _reps(plan, n=4, count_tokens=None):
+    return [make_rep_plan(plan, rep, count_tokens) for rep in range(1, n + 1)]
+
+
+def test_the_run_plan_does_not_depend_on_reps_and_each_rep_only_on_itself():
     assert _plan() == _plan()
     assert _plan() != _plan(seed=6)
-    assert _plan()["reps"] != _plan(run="run2")["reps"], "runs must not repeat each other"
+    assert "reps" not in _plan()
+    assert _reps(_plan()) == _reps(_plan())
+    assert _reps(_plan(), 2) == _reps(_plan(), 5)[:2]  # adding reps changes no earlier rep
+    assert _reps(_plan()) != _reps(_plan(run="run2")), "runs must not repeat each other"
 
 
-def test_every_request_has_its_own_nonce_near_the_start():
-    plan = _plan()
-    prompts = [r["prompt"] for rep in plan["reps"] for c in rep["cells"] for r in c["requests"]]
-    prompts += [w["prompt"] for w in plan["warmup"]]
-    assert len(prompts) == 4 * 3 * 4 + 4
-    assert len(set(prompts)) == len(prompts)
+def test_every_request_of_a_run_has_its_own_nonce_near_the_start():
+    reps = _reps(_plan(), 9)
+    prompts = [r["prompt"] for rep in reps for c in rep["cells"] for r in c["requests"]]
+    prompts += [w["prompt"] for rep in reps for w in rep["warmup"]]
+    assert len(prompts) == 9 * (3 * 4 + 4)
     nonces = [p.split()[1].rstrip(".") for p in prompts]
-    assert len(set(nonces)) == len(nonces)
+    assert len(set(nonces)) == len(nonces) == len(set(prompts))
     assert all(p.index(n) < 20 for p, n in zip(prompts, nonces))
+    for rep in reps:  # the nonce starts with the rep's number
+        assert {r["nonce"][:3] for c in rep["cells"] for r in c["requests"]} == {
+            f"{rep['rep']:03d}"
+        }
 
 
 def test_same_work_in_every_arm():
-    for rep in _plan()["reps"]:
+    for rep in _reps(_plan()):
         assert [c["position"] for c in rep["cells"]] == [0, 1, 2]
         assert [c["arm"] for c in rep["cells"]] == rep["order"]
         assert {len(c["requests"]) for c in rep["cells"]} == {4}
 
 
-def test_prompts_are_kept_to_the_modal_token_length():
+def test_prompts_are_kept_to_the_runs_token_length():
     # a fake tokenizer: nonces containing a 7 cost one extra token
     def count(text):
         return len(text.split()) + (1 if "7" in text.split()[1] else 0)
 
     plan = _plan(count_tokens=count)
-    prompts = [r["prompt"] for rep in plan["reps"] for c in rep["cells"] for r in c["requests"]]
-    lengths = Counter(count(p) for p in prompts + [w["prompt"] for w in plan["warmup"]])
-    assert len(lengths) == 1
-    assert plan["prompt_tokens"] == next(iter(lengths))
+    reps = _reps(plan, 6, count)
+    prompts = [r["prompt"] for rep in reps for c in rep["cells"] for r in c["requests"]]
+    lengths = Counter(count(p) for p in prompts + [w["prompt"] for r in reps for w in r["warmup"]])
+    assert len(lengths) == 1 and plan["prompt_tokens"] == next(iter(lengths))
+    assert all(rep["prompt_tokens"] == plan["prompt_tokens"] for rep in reps)
 
 
 def test_impossible_equal_length_is_a_clear_error():
-    lengths = iter(range(10**6))
-    with pytest.raises(RuntimeError, match="tokens long"):
-        _plan(count_tokens=lambda text: next(lengths))
+    plan = _plan(count_tokens=lambda text: 10)
+    with pytest.raises(RuntimeError, match="rep 2: could not find .* 10 tokens long"):
+        make_rep_plan(plan, 2, lambda text: 11)
 
 
-def test_rep_plan_names_a_missing_rep():
-    with pytest.raises(KeyError, match="no rep 9"):
-        rep_plan(_plan(), 9)
+def test_a_rep_number_beyond_the_nonce_is_refused():
+    assert max_reps(6) == 999 and max_reps(8) == 9999
+    with pytest.raises(ValueError, match="raise prompt.nonce_digits"):
+        make_rep_plan(_plan(), 1000)
 
 
 def test_control_arm_shares_one_prompt_and_is_not_rotated():
-    plan = _plan(control_arm=True)
-    for rep in plan["reps"]:
+    for rep in _reps(_plan(control_arm=True)):
         *measured, control = rep["cells"]
         assert [c["position"] for c in measured] == [0, 1, 2]
         assert control["control"] and control["arm"] == 4 and control["position"] == 3
         assert len({r["prompt"] for r in control["requests"]}) == 1
         assert all(r["allow_cache"] for r in control["requests"])
         assert not any(r.get("allow_cache") for c in measured for r in c["requests"])
-    assert _plan(control_arm=True)["reps"][0]["cells"][:3] != [], "measured cells kept"
 
 
 def test_nonces_off_gives_every_measured_request_the_same_prompt():
     plan = _plan(nonces=False)
-    prompts = {r["prompt"] for rep in plan["reps"] for c in rep["cells"] for r in c["requests"]}
-    assert len(prompts) == 1
-    assert plan["nonces"] is False
+    prompts = {r["prompt"] for rep in _reps(plan) for c in rep["cells"] for r in c["requests"]}
+    assert len(prompts) == 1 and plan["nonces"] is False

@@ -56,8 +56,11 @@ def _describe(error: jsonschema.ValidationError) -> str:
     hint = error.schema.get("description") if isinstance(error.schema, dict) else None
     if error.validator in ("oneOf", "anyOf") and error.context:
         # Of the alternatives, the ones that fit the value's type say what is wrong with it.
-        relevant = [e for e in error.context
-                    if not (e.validator == "type" and len(e.relative_schema_path) == 2)]
+        relevant = [
+            e
+            for e in error.context
+            if not (e.validator == "type" and len(e.relative_schema_path) == 2)
+        ]
         if relevant:
             return "; ".join(_describe(e) for e in relevant) + (f" ({hint})" if hint else "")
         msg = f"{error.instance!r} has the wrong type"
@@ -156,7 +159,9 @@ def _semantic_problems(cfg: dict) -> list[str]:
     problems = []
     names = [t["name"] for t in cfg["targets"]]
     for dup in sorted({n for n in names if names.count(n) > 1}):
-        problems.append(f"config key `targets`: the name {dup!r} is used twice; names must be unique")
+        problems.append(
+            f"config key `targets`: the name {dup!r} is used twice; names must be unique"
+        )
     for i, target in enumerate(cfg["targets"]):
         if not target["managed"] and "url" not in target:
             problems.append(
@@ -199,6 +204,15 @@ def _semantic_problems(cfg: dict) -> list[str]:
             f"config key `requests_per_cell`: {cfg['requests_per_cell']} is fewer than the largest "
             f"arm ({biggest}); every arm sends the same requests, so it needs at least {biggest}"
         )
+    from .plan import max_reps  # the nonce holds the rep number
+
+    most = max_reps(cfg["prompt"]["nonce_digits"])
+    if cfg["reps"] > most:
+        problems.append(
+            f"config key `reps`: {cfg['reps']} reps do not fit a {cfg['prompt']['nonce_digits']}-"
+            f"digit nonce, whose leading digits hold the rep number (at most {most}); raise "
+            "prompt.nonce_digits"
+        )
     for i, target in enumerate(cfg["targets"]):
         slots = target.get("server", {}).get("parallel")
         if target["managed"] and slots is not None and slots < biggest:
@@ -228,6 +242,20 @@ def target_by_name(cfg: dict, name: str) -> dict:
         if target["name"] == name:
             return target
     raise ConfigError(f"no target named {name!r} in config")
+
+
+def experiment(cfg: dict, target: str) -> dict:
+    """Everything that defines what a rep of ``target`` measures: the target and its server,
+    the measurement settings, and what the plan derives prompts and order from. Every raw file
+    records it; consolidation refuses to pool reps measured under different ones."""
+    return {"target": target_by_name(cfg, target), "measurement": measurement_settings(cfg),
+            "seed": cfg["seed"], "prompt": canonical(cfg["prompt"]),
+            "control_arm": cfg["control_arm"]}  # fmt: skip
+
+
+def check_settings(cfg: dict) -> dict:
+    """What the checks read: their thresholds, the interval level and resamples, the seed."""
+    return {"checks": cfg["checks"], "analysis": cfg["analysis"], "seed": cfg["seed"]}
 
 
 def measurement_settings(cfg: dict) -> dict:

@@ -12,7 +12,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 from .backends import BackendError
 from .rawfiles import RAW_SCHEMA
-from .thermal import ThermalSampler
+from .sampler import Sampler
 from .targets import Connection
 
 
@@ -60,9 +60,9 @@ def _failure(ctx: dict, arm, position, request, exc: BaseException, conn: Connec
     return RepError(msg)
 
 
-def _warm_up(conn: Connection, plan: dict, settings: dict, ctx: dict, label: str, log) -> None:
+def _warm_up(conn: Connection, warm: list[dict], settings: dict, ctx: dict, label: str,
+             log) -> None:
     """Load the model, then short generations on every slot; nothing here is measured."""
-    warm = plan["warmup"]
     t0 = time.monotonic()
     try:
         conn.backend.load()
@@ -105,11 +105,13 @@ def _measure_cell(conn: Connection, cell: dict, settings: dict, origin: float, c
 
 
 def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code: dict,
-            log=sys.stderr, thermal_sources=(), thermal_interval_s: float = 1.0) -> dict:
+            log=sys.stderr, thermal_sources=(), thermal_interval_s: float = 1.0,
+            host=None) -> dict:
     """Measure one rep and return its raw record (the caller writes it atomically).
 
-    A background sampler records the machine's thermal state from before the warm-up to the
-    end of the last cell; an optional cooldown lets the machine settle before the rep starts.
+    Background samplers record the machine's thermal state and, with a ``host`` source, what the
+    rest of the machine was doing (slotbench.hostload), from before the warm-up to the end of
+    the last cell; an optional cooldown lets the machine settle before the rep starts.
     """
     ctx = {"target": plan["target"], "run": plan["run"], "rep": rep_entry["rep"]}
     label = f"{ctx['target']} {ctx['run']} rep {ctx['rep']}"
@@ -118,9 +120,11 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
         print(f"[{label}] cooling down for {cooldown_s:g} s", file=log)
         time.sleep(cooldown_s)
     started_unix = time.time()
-    sampler = ThermalSampler(list(thermal_sources), interval_s=thermal_interval_s, tags=ctx)
-    with sampler:
-        _warm_up(conn, plan, settings, ctx, label, log)
+    sampler = Sampler(list(thermal_sources), interval_s=thermal_interval_s, tags=ctx)
+    host_sampler = Sampler([host] if host else [], interval_s=thermal_interval_s, tags=ctx,
+                           kind="host")  # fmt: skip
+    with sampler, host_sampler:
+        _warm_up(conn, rep_entry["warmup"], settings, ctx, label, log)
         origin = time.monotonic()
         origin_unix = time.time()
         cells = [_measure_cell(conn, cell, settings, origin, ctx, label, log)
@@ -139,6 +143,7 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
         "code": code,
         "server": conn.describe(),
         "thermal": {"sources": [s.name for s in thermal_sources], "rows": sampler.rows()},
+        "host": {"sources": [host.name] if host else [], "rows": host_sampler.rows()},
         "cells": cells,
     }
 

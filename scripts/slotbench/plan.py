@@ -1,7 +1,16 @@
-"""The plan of a run: rotated arm order per rep, and the prompts with their nonces.
+"""The plan: a run's prompt calibration, and each rep's arm order, nonces and prompts.
 
-Everything derives from the seed, so the same config gives the same plan. Prompt *token*
-length is held equal (rule 2) by keeping only nonces whose prompt tokenizes to the modal length.
+A rep's plan derives from (seed, target, run, rep) alone, never from how many reps or runs the
+config asks for, so raising ``reps`` measures only the new reps and leaves the others as they
+are. The run plan (results/plan/<target>/<run>.json) holds only what every rep shares: the
+prompt's length in tokens (the modal length of a fixed calibration sample, counted by the
+server's tokenizer) and, with nonces off, the one shared prompt. The rep job derives its own plan
+at the start of the rep (the server's tokenizer is at hand then) and records it in its raw file.
+
+Method rule 2: every request carries its own nonce near the start of the prompt, and prompt
+length in tokens is held equal by keeping only nonces whose prompt has the run's length. A nonce
+is the rep number (zero-padded, the first half of its digits) followed by random digits drawn
+without replacement, so no two requests of a run ever share one.
 """
 
 from __future__ import annotations
@@ -11,7 +20,10 @@ import random
 from collections import Counter
 from typing import Callable
 
-PLAN_SCHEMA = "slotbench.plan/1"
+PLAN_SCHEMA = "slotbench.plan/2"
+CALIBRATION_PROMPTS = 30
+# candidates tried per prompt a rep needs, before giving up on finding equal lengths
+ATTEMPTS_PER_PROMPT = 20
 
 
 def derive_seed(*parts: object) -> int:
@@ -20,153 +32,147 @@ def derive_seed(*parts: object) -> int:
     return int(digest[:8], 16)
 
 
-def rotation(arms: list[int], reps: int, seed: int) -> list[list[int]]:
-    """Cyclic Latin square: a seeded base order, shifted by one place per rep.
+def rotation_order(arms: list[int], rep: int, run_seed: int) -> list[int]:
+    """Rep ``rep``'s arm order: a seeded base order shifted cyclically by one place per rep.
 
-    Every block of len(arms) consecutive reps puts each arm in each position exactly once.
+    It depends on the run's seed and the rep alone, so every block of len(arms) consecutive
+    reps is a Latin square (each arm in each position once) however many reps there are.
     """
-    rng = random.Random(seed)
+    rng = random.Random(run_seed)
     base = list(arms)
     rng.shuffle(base)
     offset = rng.randrange(len(base))
     k = len(base)
-    return [[base[(r + offset + i) % k] for i in range(k)] for r in range(reps)]
+    return [base[(rep - 1 + offset + i) % k] for i in range(k)]
 
 
-def nonces(count: int, digits: int, rng: random.Random) -> list[str]:
-    """Distinct zero-padded decimal nonces."""
-    seen: set[str] = set()
-    out = []
-    while len(out) < count:
-        n = f"{rng.randrange(10**digits):0{digits}d}"
+def rotation(arms: list[int], reps: int, seed: int) -> list[list[int]]:
+    """The orders of reps 1..reps (a prefix of the same sequence for any ``reps``)."""
+    return [rotation_order(arms, rep, seed) for rep in range(1, reps + 1)]
+
+
+def rep_digits(nonce_digits: int) -> int:
+    """Leading digits of a nonce that hold the rep number."""
+    return (nonce_digits + 1) // 2
+
+
+def max_reps(nonce_digits: int) -> int:
+    return 10 ** rep_digits(nonce_digits) - 1
+
+
+def nonce_stream(rep: int, digits: int, rng: random.Random):
+    """Distinct nonces of one rep: its number, then random digits without replacement."""
+    head, tail = rep_digits(digits), digits - rep_digits(digits)
+    if not 0 <= rep <= max_reps(digits):
+        raise ValueError(f"rep {rep} does not fit the {head} rep digits of a {digits}-digit nonce; "
+                         "raise prompt.nonce_digits")  # fmt: skip
+    seen: set[int] = set()
+    while len(seen) < 10**tail:
+        n = rng.randrange(10**tail)
         if n not in seen:
             seen.add(n)
-            out.append(n)
-    return out
+            yield f"{rep:0{head}d}{n:0{tail}d}"
 
 
-def equal_length_prompts(
-    template: str,
-    count: int,
-    digits: int,
-    rng: random.Random,
-    count_tokens: Callable[[str], int] | None,
-) -> tuple[list[tuple[str, str]], int | None]:
-    """Pick ``count`` (nonce, prompt) pairs whose prompts all have the same token length.
-
-    Candidates are drawn in seeded order; the modal length of the first batch is the target.
-    Without a tokenizer the lengths cannot be checked and None is returned as the length.
-    """
-    if count_tokens is None:
-        ns = nonces(count, digits, rng)
-        return [(n, template.format(nonce=n)) for n in ns], None
-    pool = nonces(count * 3, digits, rng)
-    lengths = {n: count_tokens(template.format(nonce=n)) for n in pool}
-    target_len = Counter(lengths.values()).most_common(1)[0][0]
-    chosen = [n for n in pool if lengths[n] == target_len]
-    seen = set(pool)
-    attempts = 0
-    while len(chosen) < count:
-        attempts += 1
-        if attempts > count * 20:
-            raise RuntimeError(
-                f"could not find {count} nonces whose prompts are all {target_len} tokens long; "
-                "use a template where the nonce tokenizes uniformly (digits usually do)"
-            )
-        for n in nonces(1, digits, rng):
-            if n in seen:
-                continue
-            seen.add(n)
-            if count_tokens(template.format(nonce=n)) == target_len:
-                chosen.append(n)
-    chosen = chosen[:count]
-    return [(n, template.format(nonce=n)) for n in chosen], target_len
-
-
-def make_plan(
+def run_plan(
     target: str,
     run: str,
     arms: list[int],
-    reps: int,
     requests_per_cell: int,
     seed: int,
     template: str,
     nonce_digits: int,
     count_tokens: Callable[[str], int] | None = None,
-    warmup_requests: int | None = None,
     nonces: bool = True,
     control_arm: bool = False,
 ) -> dict:
-    """The whole plan of one run, as a JSON-ready dict.
-
-    Every request in the run (warm-up included) carries its own nonce, so no two requests share
-    a prefix beyond the words before the nonce, and no arm can reuse another arm's cache.
-
-    ``nonces=False`` gives every measured request the same prompt and lets the server cache it:
-    what a naive benchmark does, kept only so the cache-hit check can be shown to fire.
-    ``control_arm=True`` appends to every rep a control cell at the largest concurrency whose
-    requests share one prompt and may use the cache (MLPerf TEST04's idea): it measures how much
-    a shared prefix would have inflated the parallel arms. It is never part of the headline.
-    """
+    """What every rep of a run shares. Nothing here depends on how many reps there are."""
     run_seed = derive_seed(seed, target, run)
-    rng = random.Random(run_seed)
-    orders = rotation(arms, reps, run_seed)
-    n_warm = warmup_requests if warmup_requests is not None else max(arms)
-    n_measured = reps * len(arms) * requests_per_cell
-    n_control = reps if control_arm else 0
-    pairs, prompt_tokens = equal_length_prompts(
-        template, n_measured + n_warm + n_control, nonce_digits, rng, count_tokens
-    )
-    sampling = [rng.randrange(2**31) for _ in pairs]
-    items = [
-        {"nonce": n, "prompt": p, "seed": s} for (n, p), s in zip(pairs, sampling, strict=True)
-    ]
-    warmup = items[:n_warm]
-    measured = iter(items[n_warm : n_warm + n_measured])
-    control = iter(items[n_warm + n_measured :])
-    shared = items[n_warm]  # the one prompt every request uses when nonces are off
-    plan_reps = []
-    for r, order in enumerate(orders, start=1):
-        cells = []
-        for position, arm in enumerate(order):
-            requests = []
-            for i in range(requests_per_cell):
-                item = next(measured)
-                if not nonces:
-                    item = {**item, "nonce": shared["nonce"], "prompt": shared["prompt"],
-                            "allow_cache": True}  # fmt: skip
-                requests.append({"request": i, **item})
-            cells.append({"arm": arm, "position": position, "requests": requests})
-        if control_arm:
-            one = next(control)
-            cells.append({
-                "arm": max(arms), "position": len(order), "control": True,
-                "requests": [{"request": i, **one, "seed": sampling[i], "allow_cache": True}
-                             for i in range(requests_per_cell)],
-            })  # fmt: skip
-        plan_reps.append({"rep": r, "order": order, "cells": cells})
+    prompt_tokens = None
+    if count_tokens is not None:
+        rng = random.Random(derive_seed(run_seed, "calibration"))
+        stream = nonce_stream(0, nonce_digits, rng)
+        sample = [template.format(nonce=next(stream)) for _ in range(CALIBRATION_PROMPTS)]
+        prompt_tokens = Counter(map(count_tokens, sample)).most_common(1)[0][0]
+    shared = None
+    if not nonces:
+        rng = random.Random(derive_seed(run_seed, "shared"))
+        nonce = next(nonce_stream(0, nonce_digits, rng))
+        shared = {"nonce": nonce, "prompt": template.format(nonce=nonce)}
     return {
-        "schema": PLAN_SCHEMA,
-        "target": target,
-        "run": run,
-        "seed": seed,
-        "run_seed": run_seed,
-        "arms": list(arms),
-        "requests_per_cell": requests_per_cell,
-        "prompt_tokens": prompt_tokens,
-        "tokenizer": "server" if count_tokens is not None else None,
-        "nonces": nonces,
-        "control_arm": control_arm,
-        "warmup": [{"request": i, **w} for i, w in enumerate(warmup)],
-        "reps": plan_reps,
-    }
+        "schema": PLAN_SCHEMA, "target": target, "run": run, "seed": seed, "run_seed": run_seed,
+        "arms": list(arms), "requests_per_cell": requests_per_cell, "template": template,
+        "nonce_digits": nonce_digits, "prompt_tokens": prompt_tokens,
+        "tokenizer": "server" if count_tokens is not None else None, "nonces": nonces,
+        "shared": shared, "control_arm": control_arm,
+    }  # fmt: skip
 
 
-def rep_plan(plan: dict, rep: int) -> dict:
-    for entry in plan["reps"]:
-        if entry["rep"] == rep:
-            return entry
-    raise KeyError(
-        f"target {plan['target']}, run {plan['run']}: the plan has no rep {rep} "
-        f"(it has {len(plan['reps'])}); rerun the plan rule"
+def _prompts(
+    plan: dict, rep: int, count: int, rng: random.Random, count_tokens: Callable[[str], int] | None
+) -> list[tuple[str, str]]:
+    """``count`` (nonce, prompt) pairs of one rep, all of the run's token length."""
+    stream = nonce_stream(rep, plan["nonce_digits"], rng)
+    template, want = plan["template"], plan["prompt_tokens"]
+    chosen = []
+    for _ in range(count * ATTEMPTS_PER_PROMPT):
+        nonce = next(stream, None)
+        if nonce is None:
+            break
+        prompt = template.format(nonce=nonce)
+        if want is None or count_tokens is None or count_tokens(prompt) == want:
+            chosen.append((nonce, prompt))
+            if len(chosen) == count:
+                return chosen
+    raise RuntimeError(
+        f"target {plan['target']}, run {plan['run']}, rep {rep}: could not find {count} nonces "
+        f"whose prompts are all {want} tokens long; use a template where the nonce tokenizes "
+        "uniformly (digits usually do)"
     )
+
+
+def make_rep_plan(
+    plan: dict,
+    rep: int,
+    count_tokens: Callable[[str], int] | None = None,
+    warmup_requests: int | None = None,
+) -> dict:
+    """Rep ``rep``'s order, warm-up and cells, from (seed, target, run, rep) alone.
+
+    ``nonces=False`` gives every measured request the run's shared prompt and lets the server
+    cache it: what a naive benchmark does, kept only so the cache-hit check can be shown to
+    fire. ``control_arm`` appends a control cell at the largest concurrency whose requests share
+    one prompt and may use the cache (MLPerf TEST04's idea); it is never part of the headline.
+    """
+    arms, per_cell = plan["arms"], plan["requests_per_cell"]
+    order = rotation_order(arms, rep, plan["run_seed"])
+    rng = random.Random(derive_seed(plan["run_seed"], "rep", rep))
+    n_warm = warmup_requests if warmup_requests is not None else max(arms)
+    n_measured = len(arms) * per_cell
+    pairs = _prompts(plan, rep, n_warm + n_measured + (1 if plan["control_arm"] else 0), rng,
+                     count_tokens)  # fmt: skip
+    items = [{"nonce": n, "prompt": p, "seed": rng.randrange(2**31)} for n, p in pairs]
+    warmup, measured = items[:n_warm], iter(items[n_warm : n_warm + n_measured])
+    cells = []
+    for position, arm in enumerate(order):
+        requests = []
+        for i in range(per_cell):
+            item = next(measured)
+            if not plan["nonces"]:
+                item = item | plan["shared"] | {"allow_cache": True}
+            requests.append({"request": i, **item})
+        cells.append({"arm": arm, "position": position, "requests": requests})
+    if plan["control_arm"]:
+        one = items[-1]
+        cells.append({
+            "arm": max(arms), "position": len(order), "control": True,
+            "requests": [{"request": i, **one, "seed": items[n_warm + i]["seed"],
+                          "allow_cache": True} for i in range(per_cell)],
+        })  # fmt: skip
+    return {
+        "rep": rep,
+        "order": order,
+        "prompt_tokens": plan["prompt_tokens"],
+        "warmup": [{"request": i, **w} for i, w in enumerate(warmup)],
+        "cells": cells,
+    }
