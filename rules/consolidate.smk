@@ -4,6 +4,7 @@ rule consolidate:
     Each raw file is checked against the SHA-256 recorded when it was written; one that changed
     since is refused by name."""
     input:
+        code=code("consolidate.py"),
         raw=raw_files,
         sha256=raw_sha256_files,
     output:
@@ -12,6 +13,7 @@ rule consolidate:
         servers="results/servers.json",
         control="results/control.parquet",
         thermal="results/thermal.parquet",
+        host="results/host.parquet",
     log:
         "results/logs/consolidate.log",
     conda:

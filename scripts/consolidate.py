@@ -7,9 +7,12 @@ import json
 
 from slotbench.consolidate import (
     CELLS_SCHEMA,
+    HOST_SCHEMA,
+    RawFileError,
     REQUESTS_SCHEMA,
     THERMAL_SCHEMA,
     consolidate,
+    sample_rows,
     server_states,
     split_control,
     thermal_rows,
@@ -27,19 +30,30 @@ def main(sm) -> None:
             recorded = verify_raw_files(raw, list(sm.input.sha256))
         except RawFileChanged as exc:
             fail(f"consolidate: {exc}", log)
-        print(f"consolidate: {len(raw)} raw files match the SHA-256 recorded when they were "
-              "written", file=log)
-        requests, cells = consolidate(raw, recorded)
+        print(
+            f"consolidate: {len(raw)} raw files match the SHA-256 recorded when they were "
+            "written",
+            file=log,
+        )
+        try:
+            requests, cells = consolidate(raw, recorded)
+        except RawFileError as exc:
+            fail(f"consolidate: {exc}", log)
         write_table(requests, REQUESTS_SCHEMA, sm.output.requests, "requests")
         cells, control = split_control(cells)
         write_table(cells, CELLS_SCHEMA, sm.output.cells, "cells")
         write_table(control, CELLS_SCHEMA, sm.output.control, "control cells")
         thermal = thermal_rows(raw)
         write_table(thermal, THERMAL_SCHEMA, sm.output.thermal, "thermal")
+        host = sample_rows(raw, "host")
+        write_table(host, HOST_SCHEMA, sm.output.host, "host")
         with open(sm.output.servers, "w", encoding="utf-8") as fh:
             json.dump(server_states(raw), fh, indent=1, sort_keys=True)
-        print(f"consolidate: {len(raw)} raw files, {len(cells)} cells ({len(control)} control), "
-              f"{len(requests)} requests, {len(thermal)} thermal readings", file=log)
+        print(
+            f"consolidate: {len(raw)} raw files, {len(cells)} cells ({len(control)} control), "
+            f"{len(requests)} requests, {len(thermal)} thermal readings, {len(host)} host samples",
+            file=log,
+        )
 
 
 main(snakemake)  # noqa: F821 - provided by Snakemake

@@ -7,6 +7,7 @@ raw file was written (its .sha256 sidecar); a raw file that no longer matches it
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +95,19 @@ THERMAL_SCHEMA = pa.schema(
     ]
 )  # fmt: skip
 
+HOST_SCHEMA = pa.schema(
+    [
+        pa.field("target", pa.string()), pa.field("run", pa.string()), pa.field("rep", pa.int64()),
+        pa.field("t_s", pa.float64()), pa.field("t_unix", pa.float64()),
+        pa.field("source", pa.string()), pa.field("cpus", pa.int64()),
+        pa.field("busy_cores", pa.float64()), pa.field("steal_cores", pa.float64()),
+        pa.field("iowait_cores", pa.float64()), pa.field("load1", pa.float64()),
+        pa.field("server_cores", pa.float64()), pa.field("harness_cores", pa.float64()),
+        pa.field("other_cores", pa.float64()), pa.field("top", pa.string()),
+        pa.field("detail", pa.string()),
+    ]
+)  # fmt: skip
+
 SERVER_FIELDS = [
     "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "stop_type",
     "eval_count", "eval_duration_ns", "prompt_eval_count", "prompt_eval_duration_ns",
@@ -135,8 +149,9 @@ def cell_metrics(requests: pd.DataFrame) -> dict:
     ttft = requests["t_first_s"] - requests["t_sent_s"]
     return {
         "n_requests": int(len(requests)),
-        "n_client_timed": int((requests["timing_source"] == "client").sum())
-        if "timing_source" in requests else 0,
+        "n_client_timed": (
+            int((requests["timing_source"] == "client").sum()) if "timing_source" in requests else 0
+        ),
         "tokens_out": tokens_out,
         "wall_s": wall_s,
         "agg_tps": tokens_out / wall_s if wall_s > 0 else np.nan,
@@ -156,6 +171,47 @@ def server_build_id(server: dict) -> str:
 def _check(raw: dict, path: str) -> None:
     if raw.get("schema") != RAW_SCHEMA or "cells" not in raw:
         raise RawFileError(f"{path} is not a {RAW_SCHEMA} rep record; delete it and rerun")
+
+
+def _differences(a, b, prefix="") -> list[str]:
+    """Dotted keys where two settings records differ."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [d for k in sorted(set(a) | set(b), key=str)
+                for d in _differences(a.get(k), b.get(k), f"{prefix}{k}.")]  # fmt: skip
+    return [] if a == b else [prefix.rstrip(".")]
+
+
+def check_same_experiment(experiments: dict[str, tuple[str, dict | None]]) -> None:
+    """Refuse to pool the raw files of a target that were measured under different settings.
+
+    ``experiments`` maps raw path -> (target, the settings it recorded). The settings most of a
+    target's files share are the reference; every file that differs is named with the keys.
+    """
+    by_target: dict[str, dict[str, dict | None]] = {}
+    for path, (target, exp) in experiments.items():
+        by_target.setdefault(target, {})[path] = exp
+    problems = []
+    for target, files in sorted(by_target.items()):
+        keys = [json.dumps(e, sort_keys=True) for e in files.values()]
+        reference = max(sorted(set(keys)), key=keys.count)
+        ref = json.loads(reference)
+        for path, exp in sorted(files.items()):
+            if json.dumps(exp, sort_keys=True) == reference:
+                continue
+            what = (
+                "records no settings (measured by an older version)"
+                if exp is None
+                else "was measured under other settings: " + ", ".join(_differences(ref, exp))
+            )
+            problems.append(f"{path} {what}")
+    if problems:
+        raise RawFileError(
+            f"the raw files of a target were measured under different settings, so they cannot "
+            f"be pooled ({len(problems)} differ from the rest):\n  "
+            + "\n  ".join(problems)
+            + "\nDelete those raw files and their .sha256 to re-measure them with the current "
+            "config, or restore the config they were measured with."
+        )
 
 
 def verify_raw_files(raw_paths: list[str], sha256_paths: list[str]) -> dict[str, str]:
@@ -179,10 +235,11 @@ def consolidate(
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Requests and cells tables from raw files; ``recorded`` maps each raw path to the SHA-256
     recorded when it was written (see verify_raw_files), else the file is hashed now."""
-    req_rows, cell_rows = [], []
+    req_rows, cell_rows, experiments = [], [], {}
     for path in raw_paths:
         raw = read_json(path)
         _check(raw, path)
+        experiments[str(path)] = (raw["target"], raw.get("experiment"))
         digest = recorded[str(path)] if recorded is not None else sha256_file(path)
         rows = request_rows(raw, str(path))
         req_rows.extend(rows)
@@ -204,6 +261,7 @@ def consolidate(
                     "control": bool(grp["control"].any()),
                 }
             )  # fmt: skip
+    check_same_experiment(experiments)
     requests = pd.DataFrame(req_rows, columns=REQUESTS_SCHEMA.names)
     cells = pd.DataFrame(cell_rows, columns=CELLS_SCHEMA.names)
     order = ["target", "run", "rep", "position"]
@@ -219,16 +277,22 @@ def split_control(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return cells[~control].reset_index(drop=True), cells[control].reset_index(drop=True)
 
 
-def thermal_rows(raw_paths: list[str]) -> pd.DataFrame:
-    """Every thermal sample of every rep, with its rep, on the rep's clock (t_s) and in unix time."""
+def sample_rows(raw_paths: list[str], kind: str = "thermal") -> pd.DataFrame:
+    """Every background sample of one kind ("thermal" or "host") of every rep, with its rep, on
+    the rep's clock (t_s, negative during the warm-up) and in unix time."""
+    schema = {"thermal": THERMAL_SCHEMA, "host": HOST_SCHEMA}[kind]
     rows = []
     for path in raw_paths:
         raw = read_json(path)
-        for row in (raw.get("thermal") or {}).get("rows", []):
+        for row in (raw.get(kind) or {}).get("rows", []):
             rows.append({**row, "target": raw["target"], "run": raw["run"], "rep": raw["rep"],
                          "t_s": row["t_unix"] - raw["origin_unix"]})  # fmt: skip
-    frame = pd.DataFrame(rows, columns=THERMAL_SCHEMA.names)
+    frame = pd.DataFrame(rows, columns=schema.names)
     return frame.sort_values(["target", "run", "rep", "t_s"], ignore_index=True)
+
+
+def thermal_rows(raw_paths: list[str]) -> pd.DataFrame:
+    return sample_rows(raw_paths, "thermal")
 
 
 def server_states(raw_paths: list[str]) -> list[dict]:
