@@ -1,6 +1,7 @@
 rule analyse:
     """Within-rep ratios against the serial arm; medians across reps with bootstrap CIs."""
     input:
+        code=code("analyse.py"),
         cells="results/cells.parquet",
     output:
         ratios="results/analysis/ratios.parquet",

@@ -2,10 +2,12 @@ rule checks:
     """Every trap's verdict (results/checks/<trap>.json), its detail tables (CSV) and each
     target's headline decision (results/checks/headline.json); see slotbench/checks/."""
     input:
+        code=code("checks.py"),
         cells="results/cells.parquet",
         requests="results/requests.parquet",
         control="results/control.parquet",
         thermal="results/thermal.parquet",
+        host="results/host.parquet",
         servers="results/servers.json",
         summary="results/analysis/summary.csv",
         fingerprints=fingerprint_files,
@@ -16,6 +18,6 @@ rule checks:
     conda:
         "../envs/analyse.yaml"
     params:
-        settings={"checks": CFG["checks"]},
+        settings=sbconfig.check_settings(CFG),
     script:
         "../scripts/checks.py"

@@ -3,6 +3,7 @@ import sys
 
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
+from slotbench import code as sbcode
 from slotbench import config as sbconfig
 
 try:
@@ -20,6 +21,13 @@ wildcard_constraints:
     # run ids: run1, run2, ... from a count, or the ids listed in `runs`; never across a '/'
     run="[A-Za-z0-9_-]+",
     rep=r"\d+",
+
+
+def code(script):
+    """The package modules a cheap rule's script runs: declared as inputs, so that a change to
+    that code reruns the rule and what follows it. Measuring rules never declare code.
+    """
+    return sbcode.module_files(Path(workflow.basedir) / "scripts" / script)
 
 
 def raw_files(wildcards=None):
@@ -43,3 +51,8 @@ def plan_files(wildcards=None):
 
 def target_cfg(wildcards):
     return sbconfig.target_by_name(CFG, wildcards.target)
+
+
+def experiment(wildcards):
+    """What defines a rep's measurement; every raw file records it."""
+    return sbconfig.experiment(CFG, wildcards.target)

@@ -5,6 +5,7 @@ rule figures:
     """Operator vs per-user throughput, TTFT, batching vs pipelining, positions, and the
     timeline annotated with the machine's thermal state."""
     input:
+        code=code("figures.py"),
         cells="results/cells.parquet",
         ratios="results/analysis/ratios.parquet",
         thermal="results/thermal.parquet",

@@ -8,6 +8,7 @@ rule report:
     change re-renders the report; no request is sent for that.
     """
     input:
+        code=code("report.py"),
         summary="results/analysis/summary.csv",
         checks="results/checks",
         cells="results/cells.parquet",

@@ -133,3 +133,19 @@ def summarise(
                                                  row["pipelining"])
         rows.append(row)
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+POSITION_COLUMNS = ["target", "arm", "position", "median_agg_tps", "n_cells", "cells"]
+
+
+def position_medians(cells: pd.DataFrame) -> pd.DataFrame:
+    """Median agg_tps of each arm at each position it occupied (runs pooled, per target): the
+    rotation check's and the positions figure's raw material."""
+    rows = []
+    for (target, arm, position), grp in cells.groupby(["target", "arm", "position"], sort=True):
+        rows.append({
+            "target": target, "arm": int(arm), "position": int(position),
+            "median_agg_tps": stats.median(grp["agg_tps"]), "n_cells": int(len(grp)),
+            "cells": ";".join(cell_labels(grp)),
+        })  # fmt: skip
+    return pd.DataFrame(rows, columns=POSITION_COLUMNS)

@@ -20,7 +20,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
 from slotbench.cells import arm_name, cell_labels, raw_hashes  # noqa: E402
-from slotbench.checks.rotation import position_medians  # noqa: E402
+from slotbench.analyse import position_medians  # noqa: E402
 from slotbench.thermal import is_event  # noqa: E402
 
 DPI = 110

@@ -20,6 +20,8 @@ import pandas as pd
 from slotbench.checks.base import Tables, Verdict
 from slotbench.checks.decision import headline_decision
 
+# Its modules are found by looking (slotbench.code follows them as a rule's code).
+DISCOVERED = True
 # Modules of this package that are not traps.
 INFRASTRUCTURE = {"base", "decision"}
 
