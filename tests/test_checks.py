@@ -10,6 +10,7 @@ import runpy
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -120,76 +121,93 @@ def test_modal_output_is_per_run_and_ties_go_to_the_smallest():
 
 # --- rotation bias ----------------------------------------------------------------------------
 
-
-def test_balanced_rotation_is_not_refused():
-    wobble = [1.0, 1.01, 0.99, 1.005, 0.995, 1.0]
-    cells = rotated_cells(reps=6, tps=lambda arm, pos, rep: BASE_TPS[arm] * wobble[rep])
-    positions, result = rotation.rotation_bias(cells)
-    t = result["t"]
-    assert t["refused"] is False and t["reason"] is None
-    assert 0 <= t["rotation_bias"] < 0.03
-    assert set(t["arms"]) == {"1", "2", "4"}
-    assert all(info["positions_seen"] == [0, 1, 2] for info in t["arms"].values())
-    assert len(positions) == 9
-    assert set(positions.columns) >= {"target", "arm", "position", "median_agg_tps"}
+ROTATION = {"checks": {"rotation_threshold": 0.10}, "analysis": {"bootstrap": 500, "ci": 0.95},
+            "seed": 1}  # fmt: skip
 
 
-def test_position_effect_is_refused_with_a_reason():
-    # Arm 4 runs 20% faster whenever it goes first: 81.6 tok/s at position 0, 68 elsewhere.
-    def tps(arm, position, rep):
-        return BASE_TPS[arm] * (1.2 if arm == 4 and position == 0 else 1.0)
-
-    _, result = rotation.rotation_bias(rotated_cells(reps=6, tps=tps), threshold=0.10)
-    t = result["t"]
-    assert t["refused"] is True
-    assert t["worst_arm"] == 4
-    assert t["rotation_bias"] == pytest.approx(0.2)
-    assert t["arms"]["4"]["spread"] == pytest.approx(0.2)
-    assert t["arms"]["2"]["spread"] == pytest.approx(0.0)
-    assert t["reason"].startswith(
-        "rotation bias 20.0% (arm 4: 81.6 tok/s at position 0 vs 68.0 at position 1) "
-        "exceeds the 10% threshold"
-    )
-    assert "add reps" in t["reason"]
-
-
-def spread_cells(values):
-    """Arm 2 at positions 0, 1, 2 with the given agg_tps; arm 1 flat at 50."""
+def noisy_cells(reps=20, noise=0.10, effect=0.0, seed=0, arms=ARMS, runs=("run1",)):
+    """Rotated cells whose agg_tps is BASE_TPS × a rep factor (drift) × lognormal noise, and
+    1 + ``effect`` at position 0 (a position effect every arm shares)."""
+    rng = np.random.default_rng(seed)
     rows = []
-    for rep, value in enumerate(values):
-        rows.append(make_cell(rep=rep, arm=2, position=rep, wall_s=180 / value))
-        rows.append(make_cell(rep=rep, arm=1, position=(rep + 1) % 3, wall_s=180 / 50.0))
+    for run in runs:
+        for rep in range(1, reps + 1):
+            drift = rng.normal(0, 0.05)
+            for i, arm in enumerate(arms):
+                position = (i + rep) % len(arms)
+                tps = (BASE_TPS[arm] * np.exp(drift + rng.normal(0, noise))
+                       * (1 + effect if position == 0 else 1))  # fmt: skip
+                rows.append(make_cell("t", run, rep, arm, position, 180, 180 / tps))
     return pd.DataFrame(rows)
 
 
-@pytest.mark.parametrize(
-    "values, threshold, refused",
-    [
-        ([100.0, 100.0, 109.0], 0.10, False),  # 9% under a 10% threshold
-        ([100.0, 100.0, 110.0], 0.10, False),  # exactly at the threshold: not above it
-        ([100.0, 100.0, 111.0], 0.10, True),
-        ([100.0, 100.0, 109.0], 0.085, True),
-    ],
-)
-def test_threshold_is_respected(values, threshold, refused):
-    _, result = rotation.rotation_bias(spread_cells(values), threshold=threshold)
-    t = result["t"]
-    assert t["rotation_bias"] == pytest.approx((max(values) - min(values)) / 100.0)
-    assert t["worst_arm"] == 2
-    assert t["refused"] is refused
-    assert (t["reason"] is not None) is refused
-    if refused:
-        assert f"exceeds the {threshold * 100:g}% threshold" in t["reason"]
+def rotation_verdict(cells, **settings):
+    verdicts, tables = rotation.check(tables_of(cells), ROTATION | settings)
+    assert list(tables) == ["positions"]
+    return verdicts[0].record()
 
 
-def test_arm_seen_at_one_position_contributes_no_spread():
-    rows = [make_cell(rep=rep, arm=1, position=0, wall_s=180 / (50.0 + rep)) for rep in range(4)]
-    rows += [make_cell(rep=rep, arm=2, position=1, wall_s=180 / 60.0) for rep in range(4)]
-    _, result = rotation.rotation_bias(pd.DataFrame(rows))
-    arms = result["t"]["arms"]
-    assert arms["1"] == {"spread": 0.0, "positions_seen": [0]}
-    assert arms["2"] == {"spread": 0.0, "positions_seen": [1]}
-    assert result["t"]["rotation_bias"] == 0.0 and result["t"]["refused"] is False
+def test_a_real_position_effect_is_position_bias_and_refused():
+    v = rotation_verdict(noisy_cells(effect=0.15, noise=0.10, seed=4))
+    assert v["verdict"] == "position bias" and v["fired"] and v["effect"] == "refuse"
+    ev = v["evidence"]
+    assert 0.10 < ev["effect"] < 0.25 and ev["lo"] > 0.05 and ev["p_value"] < 0.05
+    assert "position 0 fastest" in v["sentence"] and "refuses a headline" in v["sentence"]
+    assert ev["reason"].startswith("position bias: position moved aggregate tok/s by")
+
+
+def test_noise_alone_is_almost_never_called_position_bias():
+    called = [rotation_verdict(noisy_cells(noise=0.10, seed=seed))["verdict"]
+              for seed in range(100)]  # fmt: skip
+    assert called.count("position bias") <= 5, called.count("position bias")
+    assert set(called) <= {"no position bias", "inconclusive", "position bias"}
+
+
+def test_a_quiet_machine_gives_no_position_bias():
+    v = rotation_verdict(noisy_cells(noise=0.01, seed=2))
+    assert v["verdict"] == "no position bias" and not v["fired"] and v["effect"] == "none"
+    assert v["evidence"]["hi"] < 0.10 and v["assessable"]
+
+
+def test_inconclusive_is_provisional_and_says_how_many_reps_would_resolve_it():
+    v = rotation_verdict(noisy_cells(reps=6, noise=0.10, effect=0.08, seed=3))
+    assert v["verdict"] == "inconclusive" and v["effect"] == "provisional" and not v["fired"]
+    needed = v["evidence"]["reps_to_resolve"]
+    assert needed > 6 and f"about {needed} reps would resolve it" in v["sentence"]
+
+
+@pytest.mark.parametrize("reps", [1, 2])
+def test_an_incomplete_rotation_is_not_assessable_and_names_the_gaps(reps):
+    v = rotation_verdict(noisy_cells(reps=reps, noise=0.01))
+    assert v["verdict"] == "not assessable" and not v["assessable"] and not v["fired"]
+    assert v["effect"] == "provisional"
+    assert "never at position" in v["sentence"] and "in run1" in v["sentence"]
+    assert v["evidence"]["gaps"]
+
+
+def test_a_run_with_an_incomplete_rotation_makes_the_target_not_assessable():
+    cells = pd.concat([noisy_cells(reps=6, noise=0.01), noisy_cells(reps=1, runs=("run2",))])
+    v = rotation_verdict(cells)
+    assert v["verdict"] == "not assessable" and "in run2" in v["sentence"]
+    assert "in run1" not in v["sentence"]
+
+
+def test_whole_rep_slowdowns_do_not_look_like_position_bias():
+    """A neighbour that slows every third rep throughout (so each arm sits at one position in
+    all of them): rep effects absorb it, where the per-arm spread of medians would refuse."""
+    cells = noisy_cells(reps=12, noise=0.01, seed=5)
+    slow = cells["rep"] % 3 == 0
+    cells.loc[slow, "agg_tps"] /= 4
+    v = rotation_verdict(cells)
+    assert v["verdict"] == "no position bias", v["sentence"]
+    assert v["evidence"]["arms"]["1"]["spread"] > 0.5  # the old per-arm spread would refuse
+
+
+def test_per_position_medians_stay_as_the_descriptive_table():
+    v = rotation_verdict(noisy_cells(reps=6, noise=0.01))
+    rows = v["evidence"]["rows"]
+    assert len(rows) == 9 and {r["n_cells"] for r in rows} == {2}
+    assert all(info["positions_seen"] == [0, 1, 2] for info in v["evidence"]["arms"].values())
 
 
 # --- verdict and entry point ------------------------------------------------------------------
@@ -227,13 +245,29 @@ def test_verdicts_are_plain_json_of_one_shape_for_every_target():
     cells = two_target_cells()
     records = []
     for module in (deviance, rotation):
-        verdicts, tables = module.check(tables_of(cells), SETTINGS)
+        verdicts, tables = module.check(tables_of(cells), SETTINGS | {"seed": 1})
         assert set(tables) == set(module.TABLES)
         records += [v.record() for v in verdicts]
     assert all(type(leaf) in (str, int, float, bool, type(None)) for leaf in plain_leaves(records))
     assert json.loads(json.dumps(records, allow_nan=False)) == records
-    shape = {"schema", "trap", "title", "target", "assessable", "fired", "verdict", "summary",
-             "sentence", "threshold", "config_key", "evidence", "cells", "effect", "arms", "order"}
+    shape = {
+        "schema",
+        "trap",
+        "title",
+        "target",
+        "assessable",
+        "fired",
+        "verdict",
+        "summary",
+        "sentence",
+        "threshold",
+        "config_key",
+        "evidence",
+        "cells",
+        "effect",
+        "arms",
+        "order",
+    }
     assert all(set(r) == shape for r in records)
     by = {(r["trap"], r["target"]): r for r in records}
     a, b = by[("deviance", "a")], by[("deviance", "b")]
@@ -242,7 +276,7 @@ def test_verdicts_are_plain_json_of_one_shape_for_every_target():
     assert a["evidence"]["modal_tokens"] == {"run1": 180}
     assert b["evidence"]["modal_tokens"] == {"run1": 200, "run2": 190}
     rot = by[("rotation_bias", "b")]
-    assert rot["config_key"] == "checks.rotation_threshold" and rot["effect"] == "refuse"
+    assert rot["config_key"] == "checks.rotation_threshold"
     assert rot["evidence"]["arms"]["4"]["positions_seen"] == [0, 1, 2]
 
 
@@ -263,8 +297,9 @@ def test_entry_point_writes_every_verdict_table_and_the_headline_decision(tmp_pa
     servers = tmp_path / "servers.json"
     servers.write_text("[]")
     out = tmp_path / "checks"
-    settings = SETTINGS | {"checks": SETTINGS["checks"] | {
-        "precision": 0.05, "send_lag_s": 0.01, "client_cpu_share": 0.1, "drift_threshold": 0.05}}
+    from slotbench.config import check_settings, resolve
+
+    settings = check_settings(resolve({}))
     smk = SimpleNamespace(
         input={**{k: str(v) for k, v in paths.items()}, "summary": str(summary),
                "servers": str(servers), "fingerprints": []},
@@ -274,8 +309,19 @@ def test_entry_point_writes_every_verdict_table_and_the_headline_decision(tmp_pa
     runpy.run_path(str(SCRIPTS / "checks.py"), init_globals={"snakemake": smk})
     assert list(pd.read_csv(out / "deviance.csv")["cell"]) == ["a/run1/rep3/arm2"]
     assert len(pd.read_csv(out / "positions.csv")) == 18
-    for trap in ("serialisation", "rotation_bias", "deviance", "prompts", "cache", "control",
-                 "thermal", "drift", "client", "sufficiency", "versions"):
+    for trap in (
+        "serialisation",
+        "rotation_bias",
+        "deviance",
+        "prompts",
+        "cache",
+        "control",
+        "thermal",
+        "drift",
+        "client",
+        "sufficiency",
+        "versions",
+    ):
         records = json.loads((out / f"{trap}.json").read_text())
         assert {r["target"] for r in records} == {"a", "b"}, trap
     ser = pd.read_csv(out / "serialisation.csv")

@@ -107,3 +107,108 @@ def reps_needed(n_reps: int, rel: float, target_rel: float, min_reps: int) -> fl
         return float("nan")
     # round first: 20 * (0.03 / 0.02)**2 is 45.000000000000007 in floating point
     return float(max(min_reps, math.ceil(round(n_reps * (rel / target_rel) ** 2, 6))))
+
+
+def _dummies(codes: np.ndarray, k: int) -> np.ndarray:
+    """One-hot columns for codes 1..k-1 (code 0 is the reference)."""
+    out = np.zeros((len(codes), max(k - 1, 0)))
+    rows = np.flatnonzero(codes > 0)
+    out[rows, codes[rows] - 1] = 1.0
+    return out
+
+
+def _demean(x: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
+    """x minus its mean within each group (rows of x, groups 0..n_groups-1)."""
+    sums = np.zeros((n_groups,) + x.shape[1:])
+    np.add.at(sums, groups, x)
+    counts = np.bincount(groups, minlength=n_groups).astype(float)
+    return x - (sums / counts.reshape((-1,) + (1,) * (x.ndim - 1)))[groups]
+
+
+def _position_range(xtx: np.ndarray, xty: np.ndarray, n_arm: int) -> np.ndarray:
+    """exp(max - min of the position coefficients) - 1, for stacked normal equations."""
+    beta = np.full(xty.shape, np.nan)
+    for i in range(len(xty)):
+        if np.linalg.matrix_rank(xtx[i]) == xtx.shape[-1]:
+            beta[i] = np.linalg.solve(xtx[i], xty[i])
+    pos = np.concatenate([np.zeros((len(beta), 1)), beta[:, n_arm:]], axis=1)
+    return np.exp(pos.max(axis=1) - pos.min(axis=1)) - 1.0
+
+
+def position_effect(
+    values,
+    blocks,
+    arms,
+    positions,
+    *,
+    n_boot: int = 2000,
+    n_perm: int = 2000,
+    ci: float = 0.95,
+    seed: int = 0,
+) -> dict:
+    """How much position (the place in the rep's order) moves a value, reps and arms accounted.
+
+    The Latin-square analysis of the rotated design: log(value) = rep effect + arm effect +
+    position effect + noise, the rep (block) effects absorbed by demeaning within each block.
+    The effect is exp(max - min of the position coefficients) - 1: how much the best position
+    beats the worst. Its interval is a percentile bootstrap over blocks; its p-value comes from
+    shuffling the positions within each block (what noise alone gives when position does
+    nothing). NaN effect when the design cannot separate position from arm and block.
+    """
+    y = np.log(np.asarray(values, dtype=float))
+    keep = np.isfinite(y)
+    y = y[keep]
+    block_codes, block_index = np.unique(np.asarray(blocks)[keep], return_inverse=True)
+    arm_codes, arm_index = np.unique(np.asarray(arms)[keep], return_inverse=True)
+    pos_codes, pos_index = np.unique(np.asarray(positions)[keep], return_inverse=True)
+    n_blocks, n_arm = len(block_codes), len(arm_codes) - 1
+    nan = {"effect": float("nan"), "lo": float("nan"), "hi": float("nan"),
+           "p_value": float("nan"), "coefficients": {}, "blocks": n_blocks}  # fmt: skip
+    if n_blocks < 2 or len(pos_codes) < 2:
+        return nan
+    x_arm = _demean(_dummies(arm_index, len(arm_codes)), block_index, n_blocks)
+    raw_pos = _dummies(pos_index, len(pos_codes))
+    pos_means = raw_pos - _demean(raw_pos, block_index, n_blocks)  # shuffling keeps them
+    yd = _demean(y, block_index, n_blocks)
+
+    def normal_equations(x_pos, weights):
+        x = np.concatenate([np.broadcast_to(x_arm, x_pos.shape[:-1] + x_arm.shape[-1:]), x_pos],
+                           axis=-1)  # fmt: skip
+        w = weights[..., block_index]
+        return (
+            np.einsum("...n,...ni,...nj->...ij", w, x, x),
+            np.einsum("...n,...ni,...n->...i", w, x, yd),
+        )
+
+    x_pos = raw_pos - pos_means
+    xtx, xty = normal_equations(x_pos[None], np.ones((1, n_blocks)))
+    effect = float(_position_range(xtx, xty, n_arm)[0])
+    if not np.isfinite(effect):
+        return nan
+    beta = np.linalg.solve(xtx[0], xty[0])
+    rng = np.random.default_rng(seed)
+    counts = np.stack([np.bincount(rng.integers(0, n_blocks, n_blocks), minlength=n_blocks)
+                       for _ in range(n_boot)]).astype(float)  # fmt: skip
+    boot = _position_range(*normal_equations(x_pos[None], counts), n_arm)
+    boot = boot[np.isfinite(boot)]
+    alpha = (1.0 - ci) / 2.0
+    lo, hi = np.quantile(boot, [alpha, 1 - alpha]) if boot.size else (np.nan, np.nan)
+    perms = np.empty((n_perm, len(y)), dtype=int)
+    order = np.argsort(block_index, kind="stable")
+    starts = np.searchsorted(block_index[order], np.arange(n_blocks))
+    ends = np.append(starts[1:], len(y))
+    for b in range(n_perm):
+        shuffled = order.copy()
+        for s, e in zip(starts, ends):
+            shuffled[s:e] = rng.permutation(order[s:e])
+        perms[b, order] = pos_index[shuffled]
+    perm_x = np.stack([_dummies(p, len(pos_codes)) for p in perms]) - pos_means
+    null = _position_range(*normal_equations(perm_x, np.ones((n_perm, n_blocks))), n_arm)
+    null = null[np.isfinite(null)]
+    coefs = {int(p): float(np.exp(c) - 1) for p, c in
+             zip(pos_codes, np.concatenate([[0.0], beta[n_arm:]]))}  # fmt: skip
+    return {"effect": effect, "lo": float(lo), "hi": float(hi),
+            "p_value": float((1 + (null >= effect - 1e-12).sum()) / (1 + null.size)),
+            "null_median": float(np.median(null)) if null.size else float("nan"),
+            "null_p95": float(np.quantile(null, 0.95)) if null.size else float("nan"),
+            "coefficients": coefs, "blocks": n_blocks}  # fmt: skip

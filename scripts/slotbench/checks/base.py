@@ -3,9 +3,9 @@
 A verdict record says, for one trap and one target: whether the check could look at all
 (``assessable``), whether the trap fired, the verdict in words, the threshold and the config
 key that sets it, the evidence numbers, the cells behind it and one sentence. ``effect`` says
-what the verdict does to the headline: "refuse" (no headline), "provisional" (a headline marked
-provisional), "warn" (a warning before the headline), "none". The report renders any list of
-them without knowing the trap.
+what the verdict does to the headline now: "refuse" (no headline), "provisional" (a headline
+marked provisional), "warn" (a warning before the headline), "none" (a quiet check). The report
+renders any list of them without knowing the trap.
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ class Tables:
     summary: pd.DataFrame
     fingerprints: list[dict] = field(default_factory=list)
     servers: list[dict] = field(default_factory=list)
+    host: pd.DataFrame | None = None  # what the rest of the machine did (hostload samples)
 
     @property
     def targets(self) -> list[str]:
@@ -121,19 +122,31 @@ def load_tables(inputs: dict) -> Tables:
         summary=pd.read_csv(inputs["summary"]),
         fingerprints=[json.loads(Path(p).read_text()) for p in inputs.get("fingerprints", [])],
         servers=json.loads(Path(inputs["servers"]).read_text()) if "servers" in inputs else [],
+        host=pd.read_parquet(inputs["host"]) if "host" in inputs else None,
     )
 
 
-def judged(trap: str, title: str, target: str, fired, summary: str, sentence: str,
-           **fields) -> Verdict:
-    """A verdict of a check that could look: "yes" when the trap fired, else "no"."""
+def judged(
+    trap: str,
+    title: str,
+    target: str,
+    fired,
+    summary: str,
+    sentence: str,
+    effect: str = "none",
+    verdict: str | None = None,
+    **fields,
+) -> Verdict:
+    """A verdict of a check that could look: "yes" when the trap fired, else "no". ``effect``
+    is what it does to the headline when it fired; a quiet verdict does nothing."""
     return Verdict(trap, title, target, assessable=True, fired=bool(fired),
-                   verdict="yes" if fired else "no", summary=summary, sentence=sentence,
-                   **fields)  # fmt: skip
+                   verdict=verdict or ("yes" if fired else "no"), summary=summary,
+                   sentence=sentence, effect=effect if fired else "none", **fields)  # fmt: skip
 
 
-def not_assessable(trap: str, title: str, target: str, summary: str, sentence: str,
-                   **fields) -> Verdict:
+def not_assessable(
+    trap: str, title: str, target: str, summary: str, sentence: str, **fields
+) -> Verdict:
     """A verdict of a check that lacked what it needs: never a pass (method rule 10)."""
     return Verdict(trap, title, target, assessable=False, fired=False, verdict="not assessable",
                    summary=summary, sentence=sentence, **fields)  # fmt: skip

@@ -1,18 +1,32 @@
 """Trap: arm order, not concurrency, moving throughput (method rule 3).
 
 Arm order rotates by rep (a cyclic Latin square), so each arm is measured at every position.
-Each arm's median aggregate tok/s at each position it occupied is compared; an arm's spread is
-(max - min of its per-position medians) / its median over all cells, and the widest spread over
-arms is the rotation bias. Strictly above the threshold the headline is refused.
+The check analyses the design the way a Latin square is analysed: log aggregate tok/s = rep +
+arm + position, the reps' effects (drift, a busy machine) absorbed within each rep. The
+position effect is how much the best position beats the worst, with a bootstrap interval over
+reps and a p-value from shuffling positions within reps (the spread noise alone gives). Four
+verdicts:
+
+- position bias: the effect is above the threshold and distinguishable from noise: refused;
+- no position bias: the whole interval lies below the threshold;
+- inconclusive: neither; the headline is provisional and the sentence says how many reps would
+  resolve it;
+- not assessable: in some run an arm never occupied some position, so order cannot be
+  separated from the arm; the headline is provisional.
+
+Each arm's median at each position it occupied (positions.csv) stays as the descriptive table.
 """
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
 from slotbench import stats
-from slotbench.cells import arm_name, cell_labels
-from slotbench.checks.base import Tables, Verdict, judged, records, setting
+from slotbench.analyse import position_medians
+from slotbench.cells import arm_name
+from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records, setting
 from slotbench.fmt import fmt_pct
 
 TRAP = "rotation_bias"
@@ -20,90 +34,119 @@ TITLE = "Rotation bias"
 ORDER = 20
 TABLES = ("positions",)
 CONFIG_KEY = "checks.rotation_threshold"
-POSITION_COLUMNS = ["target", "arm", "position", "median_agg_tps", "n_cells", "cells"]
+# The position effect is "distinguishable from noise" below this permutation p-value.
+ALPHA = 0.05
+# Reps to resolve an inconclusive verdict are not quoted beyond this.
+MAX_REPS_QUOTED = 10_000
 
 
-def position_medians(cells: pd.DataFrame) -> pd.DataFrame:
-    """Median agg_tps of each arm at each position it occupied (runs pooled, per target)."""
-    rows = []
-    for (target, arm, position), grp in cells.groupby(["target", "arm", "position"], sort=True):
-        rows.append({
-            "target": target, "arm": int(arm), "position": int(position),
-            "median_agg_tps": stats.median(grp["agg_tps"]), "n_cells": int(len(grp)),
-            "cells": ";".join(cell_labels(grp)),
-        })  # fmt: skip
-    return pd.DataFrame(rows, columns=POSITION_COLUMNS)
-
-
-def _refusal_reason(bias: float, arm: int, hi: pd.Series, lo: pd.Series, threshold: float) -> str:
-    """A sentence for the report: which arm, where it ran fast and slow, and what to do."""
-    return (
-        f"rotation bias {bias:.1%} (arm {arm}: {hi['median_agg_tps']:.1f} tok/s at position "
-        f"{int(hi['position'])} vs {lo['median_agg_tps']:.1f} at position "
-        f"{int(lo['position'])}) exceeds the {threshold * 100:g}% threshold: arm order, not "
-        "concurrency, may be driving the result; add reps or cool the machine between reps"
-    )
-
-
-def rotation_bias(
-    cells: pd.DataFrame, threshold: float = 0.10
-) -> tuple[pd.DataFrame, dict[str, dict]]:
-    """Per-position medians and, per target, whether arm order moved throughput too much."""
-    positions = position_medians(cells)
-    arm_medians = cells.groupby(["target", "arm"])["agg_tps"].median()
-    targets: dict[str, dict] = {}
-    for target, tpos in positions.groupby("target", sort=True):
-        arms, extremes = {}, {}
-        for arm, apos in tpos.groupby("arm", sort=True):
-            hi = apos.loc[apos["median_agg_tps"].idxmax()]
-            lo = apos.loc[apos["median_agg_tps"].idxmin()]
-            spread = (hi["median_agg_tps"] - lo["median_agg_tps"]) / arm_medians[(target, arm)]
-            arms[int(arm)] = {
-                "spread": float(spread),
-                "positions_seen": sorted(int(p) for p in apos["position"]),
-            }
-            extremes[int(arm)] = (hi, lo)
-        worst_arm = max(arms, key=lambda a: arms[a]["spread"])  # ties -> smallest arm
-        bias = arms[worst_arm]["spread"]
-        refused = bias > threshold
-        targets[str(target)] = {
-            "rotation_bias": bias,
-            "worst_arm": worst_arm,
-            "refused": bool(refused),
-            "reason": (
-                _refusal_reason(bias, worst_arm, *extremes[worst_arm], threshold)
-                if refused
-                else None
-            ),
-            "arms": {str(arm): info for arm, info in arms.items()},
+def arm_spreads(positions: pd.DataFrame, cells: pd.DataFrame) -> dict[str, dict]:
+    """Per arm: (max - min of its per-position medians) / its median, and positions seen."""
+    medians = cells.groupby("arm")["agg_tps"].median()
+    out = {}
+    for arm, apos in positions.groupby("arm", sort=True):
+        spread = (apos["median_agg_tps"].max() - apos["median_agg_tps"].min()) / medians[arm]
+        out[str(int(arm))] = {
+            "spread": float(spread),
+            "positions_seen": sorted(int(p) for p in apos["position"]),
         }
-    return positions, targets
+    return out
+
+
+def incomplete_rotation(cells: pd.DataFrame) -> list[str]:
+    """Per run, each arm and the positions it never occupied (a complete rotation has none)."""
+    gaps = []
+    for run, grp in cells.groupby("run", sort=True):
+        arms = sorted(grp["arm"].astype(int).unique())
+        every = set(range(len(arms)))
+        for arm in arms:
+            seen = set(grp.loc[grp["arm"] == arm, "position"].astype(int))
+            missing = sorted(every - seen)
+            if missing:
+                where = ", ".join(map(str, missing))
+                gaps.append(f"{arm_name(arm)} never at position{'s' if len(missing) > 1 else ''} "
+                            f"{where} in {run}")  # fmt: skip
+    return gaps
+
+
+def reps_to_resolve(n_reps: int, effect: float, lo: float, hi: float, threshold: float) -> int:
+    """Reps for the interval to leave the threshold, if it narrows as 1/sqrt(reps)."""
+    distance = abs(effect - threshold)
+    if not distance:
+        return MAX_REPS_QUOTED
+    return min(MAX_REPS_QUOTED, math.ceil(n_reps * ((hi - lo) / 2 / distance) ** 2))
+
+
+def judge(target: str, cells: pd.DataFrame, threshold: float, settings: dict) -> Verdict:
+    rows = position_medians(cells)
+    evidence = {"arms": arm_spreads(rows, cells), "rows": records(rows)}
+    common = {"threshold": threshold, "config_key": CONFIG_KEY, "evidence": evidence,
+              "cells": sorted({c for cs in rows["cells"] for c in cs.split(";")})}  # fmt: skip
+    gaps = incomplete_rotation(cells)
+    if gaps:
+        text = "; ".join(gaps)
+        return not_assessable(
+            TRAP, TITLE, target, f"rotation incomplete: {text}",
+            f"Rotation bias is not assessable: {text}, so arm order cannot be told apart from "
+            f"the arm; run at least {cells['arm'].nunique()} reps per run (a full rotation).",
+            effect="provisional", **common | {"evidence": evidence | {"gaps": gaps}},
+        )  # fmt: skip
+    analysis = settings.get("analysis", {})
+    n_boot = int(analysis.get("bootstrap", 2000))
+    fit = stats.position_effect(
+        cells["agg_tps"], cells["run"].astype(str) + "/" + cells["rep"].astype(str),
+        cells["arm"], cells["position"], n_boot=n_boot, n_perm=n_boot,
+        ci=float(analysis.get("ci", 0.95)), seed=int(settings.get("seed", 0)),
+    )  # fmt: skip
+    effect, lo, hi, p = fit["effect"], fit["lo"], fit["hi"], fit["p_value"]
+    coefs = fit["coefficients"]
+    evidence |= {k: fit[k] for k in ("effect", "lo", "hi", "p_value", "null_median", "null_p95")}
+    evidence |= {"position_effects": {str(k): v for k, v in coefs.items()}, "reps": fit["blocks"]}
+    if not math.isfinite(effect):
+        return not_assessable(
+            TRAP, TITLE, target, "the design cannot separate position from arm and rep",
+            "Rotation bias is not assessable: the cells cannot separate position from arm and "
+            "rep.", effect="provisional", **common)  # fmt: skip
+    best, worst = max(coefs, key=coefs.get), min(coefs, key=coefs.get)
+    moved = (f"Position moved aggregate tok/s by {fmt_pct(effect, 1)} [{fmt_pct(lo, 1)}, "
+             f"{fmt_pct(hi, 1)}] (position {best} fastest, position {worst} slowest, reps and "
+             "arms accounted for)")  # fmt: skip
+    summary = (f"position effect {fmt_pct(effect, 1)} [{fmt_pct(lo, 1)}, {fmt_pct(hi, 1)}], "
+               f"p = {p:.2f}, against a {fmt_pct(threshold)} threshold")  # fmt: skip
+    if effect > threshold and p < ALPHA:
+        evidence["reason"] = (
+            f"position bias: position moved aggregate tok/s by {fmt_pct(effect, 1)} "
+            f"[{fmt_pct(lo, 1)}, {fmt_pct(hi, 1)}], above the {fmt_pct(threshold)} threshold and "
+            f"more than noise alone gives (p = {p:.3f}): arm order, not concurrency, may be "
+            "driving the result; cool the machine between reps (cooldown_s) or find what else "
+            "ran"
+        )
+        return judged(TRAP, TITLE, target, True, summary + "; headline refused",
+                      f"{moved}: above the {fmt_pct(threshold)} threshold and more than noise "
+                      f"alone gives (p = {p:.3f}). The report refuses a headline.",
+                      effect="refuse", verdict="position bias", **common)  # fmt: skip
+    if hi < threshold:
+        return judged(TRAP, TITLE, target, False, summary,
+                      f"{moved}: the whole interval is below the {fmt_pct(threshold)} threshold.",
+                      verdict="no position bias", **common)  # fmt: skip
+    needed = reps_to_resolve(fit["blocks"], effect, lo, hi, threshold)
+    evidence["reps_to_resolve"] = needed
+    noise = (
+        "no more than noise alone gives"
+        if p >= ALPHA
+        else "more than noise alone gives but not above the threshold"
+    )
+    return Verdict(
+        TRAP, TITLE, target, assessable=True, fired=False, verdict="inconclusive",
+        summary=summary + f"; about {needed} reps would resolve it",
+        sentence=f"{moved}, {noise} (p = {p:.2f}), and its interval reaches across the "
+        f"{fmt_pct(threshold)} threshold: inconclusive; about {needed} reps would resolve it. "
+        "The headline is provisional.", effect="provisional", **common,
+    )  # fmt: skip
 
 
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     threshold = float(setting(settings, CONFIG_KEY))
-    positions, result = rotation_bias(tables.cells, threshold)
-    verdicts = []
-    for target in tables.targets:
-        info = result[target]
-        bias, worst = info["rotation_bias"], info["worst_arm"]
-        side = "above" if info["refused"] else "within"
-        summary = f"rotation bias {fmt_pct(bias, 1)} against a {fmt_pct(threshold)} threshold"
-        if info["refused"]:
-            summary += "; headline refused"
-        rows = positions[positions["target"] == target]
-        verdicts.append(judged(
-            TRAP, TITLE, target, info["refused"], summary,
-            (
-                f"Rotation bias {fmt_pct(bias, 1)} (worst arm {arm_name(worst)}): the widest "
-                "relative spread of an arm's median aggregate tok/s across the positions it "
-                f"occupied. That is {side} the {fmt_pct(threshold)} threshold (above it the "
-                "report refuses a headline)."
-            ),
-            threshold=threshold, config_key=CONFIG_KEY, effect="refuse",
-            evidence={"rotation_bias": bias, "worst_arm": worst, "reason": info["reason"],
-                      "arms": info["arms"], "rows": records(rows)},
-            cells=sorted({c for cs in rows["cells"] for c in cs.split(";")}),
-            arms=[worst] if info["refused"] else [],
-        ))  # fmt: skip
-    return verdicts, {"positions": positions}
+    cells = tables.cells
+    verdicts = [judge(t, cells[cells["target"] == t], threshold, settings) for t in tables.targets]
+    return verdicts, {"positions": position_medians(cells)}

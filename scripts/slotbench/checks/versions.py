@@ -78,7 +78,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 TRAP, TITLE, target, assessable=bool(code or server), fired=False,
                 verdict="no" if code or server else "not assessable",
                 summary=line.removeprefix("Versions: ").rstrip("."), sentence=line,
-                evidence=evidence, effect="warn",
+                evidence=evidence,
             ))  # fmt: skip
             continue
         code_txt = _describe(code, lambda cd: code_text(*cd), "pipeline code versions",
@@ -94,6 +94,16 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             text += (" A dirty work tree's changes are not recorded, so dirty cells of one "
                      "commit may differ too.")  # fmt: skip
         summary = f"{len(code)} code versions, {len(server)} server builds pooled"
-        verdicts.append(judged(TRAP, TITLE, target, True, summary, text,
-                               evidence=evidence | {"warnings": [text]}, effect="warn"))
+        verdicts.append(
+            judged(
+                TRAP,
+                TITLE,
+                target,
+                True,
+                summary,
+                text,
+                evidence=evidence | {"warnings": [text]},
+                effect="warn",
+            )
+        )
     return verdicts, {}

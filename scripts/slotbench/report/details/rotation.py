@@ -16,12 +16,12 @@ def render(verdict: dict, ctx) -> list:
     rows = ev.get("rows") or []
     if not rows:
         return blocks
-    bias = ev.get("rotation_bias")
+    bias = ev.get("effect")
     slots = sorted({int(r["position"]) for r in rows})
     columns = ["arm", *[f"position {p}" for p in slots], "spread"]
     table_id = prov.rotation_id(ctx.target)
     labels = union(r["cells"] for r in rows)
-    metric = None if bias is None else {"name": "rotation_bias", "value": bias,
+    metric = None if bias is None else {"name": "position_effect", "value": bias,
                                         "text": fmt_pct(bias, 1)}  # fmt: skip
     refs = [prov.Ref(table_id, "table", f"Rotation bias of {ctx.target}: median aggregate tok/s "
                      "of each arm at each position", prov.with_roles((labels, "source")),
