@@ -46,9 +46,22 @@ def raw_path(target: str, run: str, rep: int) -> str:
     return f"results/raw/{target}/{run}/rep{rep}.json"
 
 
-def make_requests(target=TARGET, run=RUN, reps=5, *, arms=ARMS, slots=None, drift=0.0,
-                  position_factor=None, odd_prompt=None, cached=None, tokens=None,
-                  timing="server", ollama=False, rate=None) -> pd.DataFrame:
+def make_requests(
+    target=TARGET,
+    run=RUN,
+    reps=5,
+    *,
+    arms=ARMS,
+    slots=None,
+    drift=0.0,
+    position_factor=None,
+    odd_prompt=None,
+    cached=None,
+    tokens=None,
+    timing="server",
+    ollama=False,
+    rate=None,
+) -> pd.DataFrame:
     """Requests of every cell of one run; rep r's arm order is ARMS rotated by r.
 
     slots: the server's slots (None: as many as requests); drift: fractional slow-down per rep;
@@ -60,7 +73,7 @@ def make_requests(target=TARGET, run=RUN, reps=5, *, arms=ARMS, slots=None, drif
     rate = rate or RATE
     rows = []
     for rep in range(1, reps + 1):
-        order = arms[rep % len(arms):] + arms[: rep % len(arms)]
+        order = arms[rep % len(arms) :] + arms[: rep % len(arms)]
         t = 0.0
         for position, arm in enumerate(order):
             n_tok = tokens(rep, arm) if tokens else TOKENS
@@ -103,8 +116,14 @@ def make_requests(target=TARGET, run=RUN, reps=5, *, arms=ARMS, slots=None, drif
     return pd.DataFrame(rows)
 
 
-def make_cells(requests: pd.DataFrame, *, hashes=sha, commit=lambda run, rep: (COMMIT, False),
-               build=lambda run, rep: BUILD, cpu_s=0.0005) -> pd.DataFrame:
+def make_cells(
+    requests: pd.DataFrame,
+    *,
+    hashes=sha,
+    commit=lambda run, rep: (COMMIT, False),
+    build=lambda run, rep: BUILD,
+    cpu_s=0.0005,
+) -> pd.DataFrame:
     """The cells table the way consolidate builds it, from the requests' own metrics."""
     rows = []
     for (target, run, rep, arm, position), grp in requests.groupby(CELL_KEYS, sort=True):
@@ -152,8 +171,18 @@ def empty_like(frame_columns) -> pd.DataFrame:
     return pd.DataFrame(columns=frame_columns)
 
 
-def tables(requests, *, control=None, thermal=None, fingerprints=None, servers=None,
-           cells=None, summary=None, cfg=None) -> Tables:
+def tables(
+    requests,
+    *,
+    control=None,
+    thermal=None,
+    fingerprints=None,
+    servers=None,
+    cells=None,
+    summary=None,
+    cfg=None,
+    host=None,
+) -> Tables:
     cells = make_cells(requests) if cells is None else cells
     cfg = cfg or config()
     if summary is None:
@@ -167,7 +196,7 @@ def tables(requests, *, control=None, thermal=None, fingerprints=None, servers=N
                      "freq_mhz", "throttled", "pressure", "detail"]),
         summary=summary,
         fingerprints=[fingerprint(t) for t in targets] if fingerprints is None else fingerprints,
-        servers=servers or [],
+        servers=servers or [], host=host,
     )  # fmt: skip
 
 
@@ -179,7 +208,7 @@ def run(requests, *, cfg=None, summary_override=None, sources=None, paths=None, 
     """
     cfg = cfg or config()
     t = tables(requests, cfg=cfg, **kwargs)
-    verdicts, _ = run_checks(t, {"checks": cfg["checks"]})
+    verdicts, _ = run_checks(t, sbconfig.check_settings(cfg))
     records = [v.record() for v in verdicts]
     return ReportData(
         summary=t.summary if summary_override is None else summary_override,

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from slotbench import thermal
+from slotbench.sampler import Sampler
 from slotbench.checks import drift
 from slotbench.checks import thermal as thermal_check
 
@@ -209,14 +210,14 @@ class Broken:
 
 
 def run_sampler(sources, seconds=0.4, interval=0.05, **kw):
-    sampler = thermal.ThermalSampler(sources, interval_s=interval, **kw)
+    sampler = Sampler(sources, interval_s=interval, **kw)
     with sampler:
         time.sleep(seconds)
     return sampler
 
 
 def test_sampler_collects_at_its_interval_and_stops_promptly():
-    sampler = thermal.ThermalSampler([FakeSource()], interval_s=0.05, tags={"target": "t"})
+    sampler = Sampler([FakeSource()], interval_s=0.05, tags={"target": "t"})
     sampler.start()
     time.sleep(0.5)
     t0 = time.monotonic()
@@ -234,7 +235,7 @@ def test_sampler_collects_at_its_interval_and_stops_promptly():
 
 
 def test_sampler_stop_does_not_wait_for_the_interval():
-    sampler = thermal.ThermalSampler([FakeSource()], interval_s=30.0).start()
+    sampler = Sampler([FakeSource()], interval_s=30.0).start()
     time.sleep(0.05)
     t0 = time.monotonic()
     sampler.stop()
@@ -295,7 +296,7 @@ def test_clean_source_gives_no_events():
 def test_summary_of_real_linux_rows(tmp_path):
     root = fake_sysfs(tmp_path)
     src = thermal.LinuxThermal(root)
-    sampler = thermal.ThermalSampler([src], interval_s=0.05, tags={"target": "t", "run": "r"})
+    sampler = Sampler([src], interval_s=0.05, tags={"target": "t", "run": "r"})
     sampler.sample_once()
     sampler.sample_once()
     write(root / "sys/devices/system/cpu/cpu1/thermal_throttle/package_throttle_count", "1")

@@ -1,0 +1,65 @@
+"""Details of the host-contention check: what else used the machine, per rep."""
+
+from __future__ import annotations
+
+from slotbench import provenance as prov
+from slotbench.fmt import fmt_num, fmt_pct, missing
+from slotbench.report.blocks import Heading, Paragraph, Table
+
+TRAP = "host"
+MAX_ROWS = 30
+COLUMNS = ["rep", "samples", "other CPU, cores (share)", "other CPU max", "steal (share)",
+           "load avg", "server CPU", "top other processes", "shared machine"]  # fmt: skip
+
+
+def render(verdict: dict, ctx) -> list:
+    heading = Heading(4, "Host contention")
+    rows = verdict["evidence"].get("rows") or []
+    if not verdict["assessable"]:
+        return [heading, Paragraph(verdict["sentence"], "note")]
+    tid = prov.integrity_id(ctx.target, "host")
+    shown = rows if len(rows) <= MAX_ROWS else [r for r in rows if r["contended"]][:MAX_ROWS]
+    table_rows, row_ids, refs = [], [], []
+    for r in shown:
+        steal = "n/a" if missing(r.get("steal_share")) else fmt_pct(r["steal_share"], 1)
+        table_rows.append([
+            f"{r['run']} rep {r['rep']}", str(r["samples"]),
+            f"{fmt_num(r['other_cores'], 2)} ({fmt_pct(r['other_share'], 1)})",
+            fmt_num(r["other_max_cores"], 2), steal, fmt_num(r["load1"], 2),
+            fmt_num(r["server_cores"], 2), r["top"] or "none",
+            "yes" if r["contended"] else "no",
+        ])  # fmt: skip
+        rid = prov.integrity_id(ctx.target, "host", r["run"], f"rep{r['rep']}")
+        row_ids.append(rid)
+        cells = [c for c in ctx.index.labels(ctx.target, run=r["run"])
+                 if c.startswith(f"{ctx.target}/{r['run']}/rep{r['rep']}/")]  # fmt: skip
+        refs.append(
+            prov.Ref(
+                rid,
+                "table-row",
+                f"What else ran on the machine during {r['run']} "
+                f"rep {r['rep']} of {ctx.target}",
+                prov.with_roles((cells, "source")),
+                anchor=rid,
+                parent=tid,
+                row=dict(zip(COLUMNS, table_rows[-1])),
+            )
+        )
+    note = (
+        "CPU in cores over each rep's measured cells (1.00 = one core busy throughout); "
+        "other = everything but the target server and the harness."
+    )
+    if len(shown) < len(rows):
+        note += (
+            f" Only the shared reps are listed ({len(rows) - len(shown)} quiet ones are in "
+            "results/checks/host.csv)."
+        )
+    contended = [f"{ctx.target}/{r['run']}/rep{r['rep']}/" for r in rows if r["contended"]]
+    flagged = [c for c in ctx.cells if any(c.startswith(p) for p in contended)]
+    table_ref = prov.Ref(tid, "table", f"Host contention of {ctx.target}",
+                         prov.with_roles((flagged, "deviant"), (ctx.cells, "source")), tid,
+                         parent=ctx.overview_id)  # fmt: skip
+    return [heading, Paragraph(verdict["sentence"], "warning" if verdict["fired"] else ""),
+            Table("What else ran on the machine, per rep", COLUMNS, table_rows, note, anchor=tid,
+                  row_ids=row_ids),
+            ctx.sources(ctx.cells, tid, (table_ref, *refs))]  # fmt: skip
