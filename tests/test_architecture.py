@@ -19,11 +19,12 @@ PACKAGE = SCRIPTS / "slotbench"
 
 # measurement -> tables -> checks and statistics -> figures -> report -> archive (DESIGN.md)
 LAYERS = [
-    ("vocabulary", {"slotbench", "slotbench.cells", "slotbench.fmt", "slotbench.entry"}),
+    ("vocabulary", {"slotbench", "slotbench.cells", "slotbench.fmt", "slotbench.entry",
+                    "slotbench.code"}),
     ("measurement", {"slotbench.config", "slotbench.plan", "slotbench.execute",
                      "slotbench.backends", "slotbench.server", "slotbench.ollama_server",
                      "slotbench.targets", "slotbench.thermal", "slotbench.rawfiles",
-                     "slotbench.fingerprint"}),
+                     "slotbench.fingerprint", "slotbench.sampler", "slotbench.hostload"}),
     ("tables", {"slotbench.consolidate"}),
     ("checks and statistics", {"slotbench.stats", "slotbench.analyse", "slotbench.checks"}),
     ("figures", {"slotbench.figures"}),
@@ -48,7 +49,7 @@ def layer_of(name: str) -> int:
     best = None
     for i, (_, names) in enumerate(LAYERS):
         for prefix in names:
-            if name == prefix or name.startswith(prefix + "."):
+            if name == prefix or (prefix != "slotbench" and name.startswith(prefix + ".")):
                 if best is None or len(prefix) > best[1]:
                     best = (i, len(prefix))
     if best is None:
@@ -60,8 +61,9 @@ def imports(path: Path) -> list[tuple[str, list[str], int]]:
     """(imported module, names taken from it, line) for every import of a file."""
     tree = ast.parse(path.read_text(), str(path))
     inside = PACKAGE in path.parents
-    package = module_name(path).rsplit(".", 0 if path.name == "__init__.py" else 1)[0] if inside \
-        else ""
+    package = (
+        module_name(path).rsplit(".", 0 if path.name == "__init__.py" else 1)[0] if inside else ""
+    )
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -87,13 +89,18 @@ def test_layers_import_only_downward():
         mine = layer_of(name)
         for target, names, line in imports(path):
             for full in [target] + [f"{target}.{n}" for n in names]:
-                if full.split(".")[0] != "slotbench" or full not in modules() and \
-                        full.rsplit(".", 1)[0] not in modules():
+                if (
+                    full.split(".")[0] != "slotbench"
+                    or full not in modules()
+                    and full.rsplit(".", 1)[0] not in modules()
+                ):
                     continue
                 theirs = layer_of(full if full in modules() else full.rsplit(".", 1)[0])
                 if theirs > mine:
-                    problems.append(f"{path.relative_to(REPO)}:{line} ({LAYERS[mine][0]}) imports "
-                                    f"{full} ({LAYERS[theirs][0]})")
+                    problems.append(
+                        f"{path.relative_to(REPO)}:{line} ({LAYERS[mine][0]}) imports "
+                        f"{full} ({LAYERS[theirs][0]})"
+                    )
     assert not problems, "\n".join(sorted(set(problems)))
 
 
@@ -118,8 +125,21 @@ def test_no_module_is_over_500_lines():
     assert not long, long
 
 
-REPORT_FORBIDDEN_CALLS = {"median", "mean", "quantile", "std", "var", "corr", "groupby", "agg",
-                          "mode", "nanmedian", "nanquantile", "percentile", "bootstrap"}
+REPORT_FORBIDDEN_CALLS = {
+    "median",
+    "mean",
+    "quantile",
+    "std",
+    "var",
+    "corr",
+    "groupby",
+    "agg",
+    "mode",
+    "nanmedian",
+    "nanquantile",
+    "percentile",
+    "bootstrap",
+}
 
 
 def test_report_presents_and_decides_nothing():
@@ -131,18 +151,24 @@ def test_report_presents_and_decides_nothing():
             continue
         tree = ast.parse(path.read_text(), str(path))
         for target, names, line in imports(path):
-            if target.split(".")[0] in {"numpy", "scipy"} or target in {
-                    "slotbench.stats", "slotbench.analyse"} or (
-                    target.startswith("slotbench.checks") and names != ["read_verdicts"]):
+            if (
+                target.split(".")[0] in {"numpy", "scipy"}
+                or target in {"slotbench.stats", "slotbench.analyse"}
+                or (target.startswith("slotbench.checks") and names != ["read_verdicts"])
+            ):
                 problems.append(f"{path.name}:{line} imports {target} {names}")
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-                    node.func.attr in REPORT_FORBIDDEN_CALLS:
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in REPORT_FORBIDDEN_CALLS
+            ):
                 problems.append(f"{path.name}:{node.lineno} computes .{node.func.attr}()")
             if isinstance(node, ast.Compare):
                 text = ast.unparse(node)
                 if re.search(r"threshold|tolerance|_share\b|precision", text) and any(
-                        isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)) for op in node.ops):
+                    isinstance(op, (ast.Lt, ast.LtE, ast.Gt, ast.GtE)) for op in node.ops
+                ):
                     problems.append(f"{path.name}:{node.lineno} compares {text}")
     assert not problems, "\n".join(problems)
 

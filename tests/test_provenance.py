@@ -126,7 +126,7 @@ def test_rows_of_every_table_have_entries(work):
         assert entries[f"headline/embedded/arm{arm}"]["kind"] == "table-row"
     for arm in (2, 4):
         assert entries[f"serialisation/embedded/arm{arm}"]["kind"] == "table-row"
-    assert entries["rotation/embedded"]["metric"]["name"] == "rotation_bias"
+    assert entries["rotation/embedded"]["metric"]["name"] == "position_effect"
     deviant = cell_label(TARGET, "run1", 3, 4)
     row = entries[f"deviance/{deviant}"]  # deviance/embedded/run1/rep3/arm4
     # the deviant cell and the cells its effects are measured against

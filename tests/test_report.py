@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 import synthetic as syn
+from slotbench import config as sbconfig
 from slotbench import report
 from slotbench.checks import run_checks, write_checks
 from slotbench.report.blocks import Figure, Sources, Table
@@ -86,8 +87,10 @@ def test_headline_table_shows_the_analysed_numbers():
     requests = syn.make_requests()
     md, page, _, data = syn.rendered(requests)
     row = data.summary.set_index("arm").loc[4]
-    expected = (f"| parallel-4 | 5 | {row['agg_tps']:.1f} | {row['speedup']:.2f}× "
-                f"[{row['speedup_lo']:.2f}×, {row['speedup_hi']:.2f}×] | {row['user_tps']:.1f} |")
+    expected = (
+        f"| parallel-4 | 5 | {row['agg_tps']:.1f} | {row['speedup']:.2f}× "
+        f"[{row['speedup_lo']:.2f}×, {row['speedup_hi']:.2f}×] | {row['user_tps']:.1f} |"
+    )
     assert expected in md
     assert f"<td>{row['agg_tps']:.1f}</td>" in page
     serial = data.summary.set_index("arm").loc[1]
@@ -113,7 +116,11 @@ def test_the_analysis_decides_the_reading_and_whether_the_interval_includes_one(
     summary = article_summary()
     four = summary["arm"] == 4
     summary.loc[four, ["speedup", "speedup_lo", "speedup_hi", "speedup_includes_one"]] = [
-        1.03, 0.97, 1.08, True]
+        1.03,
+        0.97,
+        1.08,
+        True,
+    ]
     summary.loc[four, "decomposition"] = "batching-lost"
     md, _, _, _ = syn.rendered(syn.make_requests(), summary_override=summary)
     assert "The speedup's 95% interval (0.97× to 1.08×) includes 1×" in md
@@ -130,18 +137,17 @@ def test_interval_level_follows_the_config():
 
 
 def test_position_effect_refuses_first_and_marks_the_table():
-    # parallel-4 runs 30% slower whenever it goes first: arm order, not concurrency
-    requests = syn.make_requests(reps=6, position_factor=lambda arm, pos: 1.3 if arm == 4 and
-                                 pos == 0 else 1.0)  # fmt: skip
+    # every arm runs 30% slower whenever it goes first: arm order, not concurrency
+    requests = syn.make_requests(reps=6, position_factor=lambda arm, pos: 1.3 if pos == 0 else 1)
     md, page, _, data = syn.rendered(requests)
     assert data.decision[TARGET]["status"] == "refused"
     for text in (md, html_text(page)):
-        refusal = text.index("Refused: no headline for embedded. Reason: rotation bias")
+        refusal = text.index("Refused: no headline for embedded. Reason: position bias")
         assert refusal < text.index("parallel-4")
         assert text.lower().index("not a headline") < text.index("parallel-4")
         assert "buys the operator" not in text and "batching is the whole story" not in text
     assert 'class="refusal"' in page and 'class="not-headline"' in page
-    assert "That is above the 10% threshold" in md
+    assert "above the 10% threshold and more than noise alone gives" in md
 
 
 def test_no_verdicts_is_a_refusal_not_a_headline():
@@ -155,8 +161,8 @@ def test_no_verdicts_is_a_refusal_not_a_headline():
 def test_rotation_section_shows_every_arm_at_every_position():
     md, _, _, data = syn.rendered(syn.make_requests(reps=6))
     rotation = next(v for v in data.verdicts if v["trap"] == "rotation_bias")
-    assert f"Rotation bias {rotation['evidence']['rotation_bias'] * 100:.1f}%" in md
-    assert "within the 10% threshold" in md
+    assert f"Position moved aggregate tok/s by {rotation['evidence']['effect'] * 100:.1f}%" in md
+    assert "the whole interval is below the 10% threshold" in md
     assert re.search(r"\| parallel-4 \| [\d.]+ \(n=2\) \| [\d.]+ \(n=2\) \| [\d.]+ \(n=2\) \|", md)
 
 
@@ -195,9 +201,14 @@ def test_fingerprint_is_flattened_and_escaped():
     fp = syn.fingerprint(server={"props": {"note": "<script>alert(1)</script>"}})
     fp["gpu"] = {"devices": [{"name": "Imaginary GPU", "vram_gb": 8}], "driver": None}
     md, page, _, _ = syn.rendered(syn.make_requests(), fingerprints=[fp])
-    for key, value in [("host.cpu_model", "Synthetic CPU 9000"), ("server.flags.parallel", "4"),
-                       ("model.sha256", "f" * 64), ("pipeline.dirty", "False"),
-                       ("gpu.devices[0].name", "Imaginary GPU"), ("gpu.driver", "null")]:
+    for key, value in [
+        ("host.cpu_model", "Synthetic CPU 9000"),
+        ("server.flags.parallel", "4"),
+        ("model.sha256", "f" * 64),
+        ("pipeline.dirty", "False"),
+        ("gpu.devices[0].name", "Imaginary GPU"),
+        ("gpu.driver", "null"),
+    ]:
         assert f"| {key} | {value} |" in md
         assert f"<td>{key}</td><td>{value}</td>" in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<script" not in md
@@ -223,11 +234,14 @@ def test_markdown_sources_are_compact_and_the_lists_are_there_once():
     md, page, _, data = syn.rendered(syn.make_requests())
     line = "<sub>Sources: 15 cells (all of embedded), 5 raw files — provenance id `headline/embedded`</sub>"
     assert line in md
-    appendix = md[md.index("## Cells and raw files"):]
+    appendix = md[md.index("## Cells and raw files") :]
     for rep in range(1, 6):
         digest = syn.sha(TARGET, "run1", rep)
         assert md.count(digest) == 1 and digest in appendix
-        assert f"| embedded/run1/rep{rep} | results/raw/embedded/run1/rep{rep}.json | {digest} | arm1, arm2, arm4 |" in appendix
+        assert (
+            f"| embedded/run1/rep{rep} | results/raw/embedded/run1/rep{rep}.json | {digest} | arm1, arm2, arm4 |"
+            in appendix
+        )
         assert f"<code>{digest}</code>" in page
     assert "embedded/run1/rep3/arm2" in page and "`embedded/run1/rep3/arm2`" not in md
 
@@ -235,13 +249,14 @@ def test_markdown_sources_are_compact_and_the_lists_are_there_once():
 def test_two_targets_get_their_own_sections():
     requests = pd.concat([
         syn.make_requests(reps=6),
-        syn.make_requests("other", reps=6, position_factor=lambda arm, pos: 1.4 if arm == 4 and
-                          pos == 0 else 1.0)])  # fmt: skip
+        syn.make_requests("other", reps=6, position_factor=lambda arm, pos: 1.4 if pos == 0
+                          else 1.0)])  # fmt: skip
     md, _, _, _ = syn.rendered(requests)
     embedded, other = syn.section(md, TARGET), syn.section(md, "other")
     assert "Four-way concurrency" in embedded and "Refused" not in embedded
     assert "Refused: no headline for other" in other and "buys the operator" not in other
-    assert "| Rotation bias | no |" in embedded and "| Rotation bias | yes |" in other
+    assert "| Rotation bias | no position bias |" in embedded
+    assert "| Rotation bias | position bias |" in other
 
 
 def test_entry_point_reads_the_pipeline_files(tmp_path, figure):
@@ -253,7 +268,7 @@ def test_entry_point_reads_the_pipeline_files(tmp_path, figure):
     t.summary.to_csv(res / "analysis/summary.csv", index=False)
     t.cells.to_parquet(res / "cells.parquet")
     cfg = syn.config()
-    verdicts, details = run_checks(t, {"checks": cfg["checks"]})
+    verdicts, details = run_checks(t, sbconfig.check_settings(cfg))
     write_checks(res / "checks", verdicts, details)
     (res / "sources.json").write_text(json.dumps(sources))
     (res / "fp.json").write_text(json.dumps(syn.fingerprint()))
@@ -274,7 +289,8 @@ def test_entry_point_reads_the_pipeline_files(tmp_path, figure):
     assert f"Versions: all cells: commit {syn.COMMIT} (clean), server build {syn.BUILD}." in md
     record = json.loads((res / "provenance.json").read_text())
     assert record["entries"]["headline/embedded/arm4/speedup"]["code"] == [
-        {"commit": syn.COMMIT, "dirty": False}]
+        {"commit": syn.COMMIT, "dirty": False}
+    ]
 
 
 # --- serialisation, Ollama, timing source, pinned output length ---------------------------------
@@ -292,7 +308,7 @@ def test_serialised_arm_is_warned_before_the_table_and_not_read_as_the_engine():
     assert "The stated setting is --parallel 4" in head
     assert head.index(warning) < head.index("| parallel-4 |")
     assert "> ⚠ **Warning: parallel-4" in md and 'class="warning"' in page
-    readings = head[head.index("### Batching or pipelining"):head.index("**Per-arm results**")]
+    readings = head[head.index("### Batching or pipelining") : head.index("**Per-arm results**")]
     four = next(line for line in readings.splitlines() if "At four-way" in line)
     assert "ran one request at a time" in four and "not what this engine's batching can do" in four
     assert "see the warning above): this is what that server setting costs" in head
@@ -335,15 +351,22 @@ def test_ollama_section_facts_and_cpu_share_warning():
     md, page, _, _ = syn.rendered(syn.make_requests(OLLAMA, ollama=True),
                                   fingerprints=[ollama_fp()], servers=servers)  # fmt: skip
     sec = syn.section(md, OLLAMA)
-    sec = sec[sec.index("#### Ollama server"):]
-    for row in ["| version | 0.12.3 |", f"| digest | {'d' * 64} |",
-                "| size | 291.6 MB (291554930 bytes) |", "| quantization_level | Q8_0 |",
-                "| requested num_ctx | 4096 |", "| stated OLLAMA_NUM_PARALLEL | 4 |"]:
+    sec = sec[sec.index("#### Ollama server") :]
+    for row in [
+        "| version | 0.12.3 |",
+        f"| digest | {'d' * 64} |",
+        "| size | 291.6 MB (291554930 bytes) |",
+        "| quantization_level | Q8_0 |",
+        "| requested num_ctx | 4096 |",
+        "| stated OLLAMA_NUM_PARALLEL | 4 |",
+    ]:
         assert row in sec, row
     assert "| before run1 | gemma3:270m | 1.0 GB | 600.0 MB | 40% | 4096 |" in sec
     assert "| after run1/rep2 | llama3:8b | 1.0 GB | 0 B | 100% |" in sec
-    warning = ("Warning: gemma3:270m was partly on the CPU: 40% of its 1.0 GB was in system "
-               "memory, not VRAM (ollama ps: before run1, after run1/rep1, after run1/rep2).")
+    warning = (
+        "Warning: gemma3:270m was partly on the CPU: 40% of its 1.0 GB was in system "
+        "memory, not VRAM (ollama ps: before run1, after run1/rep1, after run1/rep2)."
+    )
     assert warning in sec and sec.index(warning) < sec.index("| version |")
     assert "llama3:8b ran entirely on the CPU" not in md
     assert syn.trap_row(md, "Model placement and context (Ollama)")[1] == "yes"
@@ -353,38 +376,57 @@ def test_ollama_section_facts_and_cpu_share_warning():
 def test_ollama_entirely_on_cpu_and_context_mismatch():
     on_cpu = {**PS_ENTRY, "size_vram": 0}
     servers = [server_state(1, [{**on_cpu, "context_length": 16384}])]
-    md, page, _, _ = syn.rendered(syn.make_requests(OLLAMA, ollama=True),
-                                  fingerprints=[ollama_fp([on_cpu])], servers=servers)
+    md, page, _, _ = syn.rendered(
+        syn.make_requests(OLLAMA, ollama=True), fingerprints=[ollama_fp([on_cpu])], servers=servers
+    )
     sec = syn.section(md, OLLAMA)
-    assert ("gemma3:270m ran entirely on the CPU: ollama ps reports none of its 1.0 GB in VRAM "
-            "(before run1, after run1/rep1). These are CPU numbers.") in sec
-    assert ("Warning: ollama ps reports a context length of 16384 for gemma3:270m (after "
-            "run1/rep1), but the pipeline requested num_ctx 4096.") in sec
+    assert (
+        "gemma3:270m ran entirely on the CPU: ollama ps reports none of its 1.0 GB in VRAM "
+        "(before run1, after run1/rep1). These are CPU numbers."
+    ) in sec
+    assert (
+        "Warning: ollama ps reports a context length of 16384 for gemma3:270m (after "
+        "run1/rep1), but the pipeline requested num_ctx 4096."
+    ) in sec
     assert "16384 is 4× 4096" in sec
     assert html_text(page).count("Warning: ollama ps reports a context length") == 1
 
 
 def test_timing_source_lines():
     md = syn.rendered(syn.make_requests())[0]
-    assert ("Timing source: server, for all 60 requests: every per-user number (per-user tok/s, "
-            "its change, gen_gain, pipelining) comes from the server's own generation timings.") in md
+    assert (
+        "Timing source: server, for all 60 requests: every per-user number (per-user tok/s, "
+        "its change, gen_gain, pipelining) comes from the server's own generation timings."
+    ) in md
     client = syn.rendered(syn.make_requests(timing="client"))[0]
     assert "Timing source: client, for all 60 requests" in client
-    assert "token arrival times measured on the client, because the server sent no timings" in client
-    mixed = syn.rendered(syn.make_requests(timing=lambda arm: "client" if arm == 4 else "server"))[0]
-    assert ("Timing source (per-user numbers per arm): serial-1: server; parallel-2: server; "
-            "parallel-4: client (client = derived from token arrival times") in mixed
+    assert (
+        "token arrival times measured on the client, because the server sent no timings" in client
+    )
+    mixed = syn.rendered(syn.make_requests(timing=lambda arm: "client" if arm == 4 else "server"))[
+        0
+    ]
+    assert (
+        "Timing source (per-user numbers per arm): serial-1: server; parallel-2: server; "
+        "parallel-4: client (client = derived from token arrival times"
+    ) in mixed
     head = syn.section(mixed, TARGET)
-    assert head.index("| parallel-4 |") < head.index("Timing source") < head.index("### Measurement")
+    assert (
+        head.index("| parallel-4 |") < head.index("Timing source") < head.index("### Measurement")
+    )
 
 
 def test_pinned_output_length_lines():
     pinned = syn.fingerprint()
     pinned["config"]["target"]["ignore_eos"] = True
     md = syn.rendered(syn.make_requests(), fingerprints=[pinned])[0]
-    assert ("Output length pinned: yes. ignore_eos is set, so every request generates up to "
-            f"num_predict ({syn.TOKENS} tokens)") in md
-    assert "Output length pinned: no (ignore_eos is not set)." in syn.rendered(syn.make_requests())[0]
+    assert (
+        "Output length pinned: yes. ignore_eos is set, so every request generates up to "
+        f"num_predict ({syn.TOKENS} tokens)"
+    ) in md
+    assert (
+        "Output length pinned: no (ignore_eos is not set)." in syn.rendered(syn.make_requests())[0]
+    )
     md = syn.rendered(syn.make_requests(OLLAMA, ollama=True), fingerprints=[ollama_fp()])[0]
     assert "Output length pinned: no. Ollama ignores ignore_eos, so output length cannot be" in md
     md = syn.rendered(syn.make_requests(), fingerprints=[])[0]
@@ -392,8 +434,9 @@ def test_pinned_output_length_lines():
 
 
 def test_two_targets_with_different_backends_keep_their_own_facts():
-    requests = pd.concat([syn.make_requests(),
-                          syn.make_requests(OLLAMA, slots=1, ollama=True, timing="client")])
+    requests = pd.concat(
+        [syn.make_requests(), syn.make_requests(OLLAMA, slots=1, ollama=True, timing="client")]
+    )
     pinned = syn.fingerprint()
     pinned["config"]["target"]["ignore_eos"] = True
     md, page, _, _ = syn.rendered(requests, fingerprints=[pinned, ollama_fp()],

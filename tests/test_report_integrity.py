@@ -67,14 +67,20 @@ def test_clean_run_is_quiet_and_says_so():
     assert "Control arm off: set control_arm: true to measure how much a shared prefix" in sec
     assert "Cooldown between reps: none, 0 s (recorded in the fingerprint)." in sec
     assert "Thermal state: no throttling or thermal pressure reported in 30 samples" in sec
-    for trap in ("Unequal prompt lengths", "Prefix-cache hits", "Thermal throttling",
-                 "Client distortion (self-check)", "Too few reps (interval width)",
-                 "Drift (serial arm, burst vs plateau)", "Rotation bias", "Output deviance",
-                 "Serialised arm (server ran one request at a time)",
-                 "Mixed versions (code or server build)"):
+    for trap in (
+        "Unequal prompt lengths",
+        "Prefix-cache hits",
+        "Thermal throttling",
+        "Client distortion (self-check)",
+        "Too few reps (interval width)",
+        "Drift (serial arm, burst vs plateau)",
+        "Output deviance",
+        "Serialised arm (server ran one request at a time)",
+        "Mixed versions (code or server build)",
+    ):
         assert row(md, trap)[1] == "no", trap
     assert row(md, "Shared-prefix inflation (control arm)")[1] == "off"
-    assert row(md, "Rotation bias")[2] == "10% (checks.rotation_threshold)"
+    assert row(md, "Rotation bias")[1:3] == ["no position bias", "10% (checks.rotation_threshold)"]
     assert row(md, "Drift (serial arm, burst vs plateau)")[2] == "5% (checks.drift_threshold)"
     assert "Warning" not in md and 'class="warning"' not in page
     for trap in ("prompts", "cache", "thermal", "burst", "client", "sufficiency"):
@@ -98,13 +104,16 @@ def test_unequal_prompt_is_named():
     r = row(md, "Unequal prompt lengths")
     assert r[1] == "yes" and f"e.g. {cell} request 3: 161 tokens, modal 160" in r[3]
     sec = integrity(md)
-    assert ("> ⚠ **Warning: 1 measured request of 60 had a prompt length different from its "
-            "run's modal 160 tokens") in sec
+    assert (
+        "> ⚠ **Warning: 1 measured request of 60 had a prompt length different from its "
+        "run's modal 160 tokens"
+    ) in sec
     rid = f"integrity/{TARGET}/prompts/{RUN}/rep2/arm4/request3"
     assert f"| {cell} | 0 | 3 | 161 | 160 | +1 | {rid} |" in sec  # rep 2 runs arm 4 first
     assert [c["cell"] for c in record["entries"][rid]["cells"]] == [cell]
     assert record["entries"][rid]["raw_files"] == [
-        {"path": syn.raw_path(TARGET, RUN, 2), "sha256": syn.sha(TARGET, RUN, 2)}]
+        {"path": syn.raw_path(TARGET, RUN, 2), "sha256": syn.sha(TARGET, RUN, 2)}
+    ]
     assert f'<tr id="{rid}">' in page
 
 
@@ -114,7 +123,9 @@ def test_cache_hit_is_named():
     r = row(md, "Prefix-cache hits")
     assert r[1] == "yes" and cell in r[3]
     sec = integrity(md)
-    assert "Warning: 1 measured request of 60 was served, at least partly, from a prefix cache" in sec
+    assert (
+        "Warning: 1 measured request of 60 was served, at least partly, from a prefix cache" in sec
+    )
     assert f"| {cell} | 1 | 0 | 160 | 1 | 159 prompt tokens came from the cache (cache_n) |" in sec
     assert f"integrity/{TARGET}/cache/{RUN}/rep3/arm2/request0" in record["entries"]
 
@@ -160,7 +171,9 @@ def test_drift_threshold_is_the_config_key():
     assert row(render(requests)[0], "Drift (serial arm, burst vs plateau)")[1] == "yes"
     md = render(requests, cfg=syn.config(checks__drift_threshold=0.5))[0]
     assert row(md, "Drift (serial arm, burst vs plateau)")[1:3] == [
-        "no", "50% (checks.drift_threshold)"]
+        "no",
+        "50% (checks.drift_threshold)",
+    ]
 
 
 def test_no_thermal_source_is_not_assessable():
@@ -206,18 +219,26 @@ def test_control_line_is_separate_from_the_headline():
     roles = {}
     for c in entry["cells"]:
         roles.setdefault(c["role"], set()).add(c["cell"])
-    assert roles["control"] == roles["comparison"] == {
-        f"{TARGET}/{RUN}/rep{rep}/arm4" for rep in range(1, 6)}
+    assert (
+        roles["control"]
+        == roles["comparison"]
+        == {f"{TARGET}/{RUN}/rep{rep}/arm4" for rep in range(1, 6)}
+    )
     assert row(md, "Shared-prefix inflation (control arm)")[3].startswith(
-        "measured: a shared prompt would have shown +")
+        "measured: a shared prompt would have shown +"
+    )
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"odd_prompt": (1, 1, 0), "cached": (2, 2, 1),
                                          "drift": 0.03}])  # fmt: skip
 def test_every_integrity_table_has_sources_and_anchors(kwargs):
     requests = syn.make_requests(**kwargs)
-    data = syn.run(requests, thermal=thermal_rows((3,)), cells=syn.make_cells(requests, cpu_s=0.02),
-                   cfg=syn.config(checks__precision=0.001))
+    data = syn.run(
+        requests,
+        thermal=thermal_rows((3,)),
+        cells=syn.make_cells(requests, cpu_s=0.02),
+        cfg=syn.config(checks__precision=0.001),
+    )
     blocks, record = report.build_document(data)
     md, page, _ = report.render(data)
     for i, block in enumerate(blocks):
@@ -232,7 +253,8 @@ def test_every_integrity_table_has_sources_and_anchors(kwargs):
         assert f"prov-{eid}" in ids and (not entry["anchor"] or entry["anchor"] in ids), eid
     overview = record["entries"][f"integrity/{TARGET}"]
     assert {f"integrity/{TARGET}/{t}" for t in ("prompts", "cache", "thermal", "client")} <= set(
-        overview["children"])
+        overview["children"]
+    )
     assert provenance.dumps(record) == provenance.dumps(report.build_document(data)[1])
 
 

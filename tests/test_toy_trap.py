@@ -54,7 +54,7 @@ def render(verdict, ctx):
     return [Heading(4, "Toy details"), Bullets([f"toy cell {c}" for c in verdict["cells"]])]
 '''
 
-DRIVER = '''
+DRIVER = """
 import json, sys
 sys.path.insert(1, sys.argv[1])  # tests/, after the copied package
 import synthetic as syn
@@ -64,12 +64,13 @@ from slotbench.report import render
 requests = syn.make_requests(tokens=lambda rep, arm: 70 if (rep, arm) == (2, 4) else 60)
 data = syn.run(requests)
 tables = syn.tables(requests)
-verdicts, details = run_checks(tables, {"checks": data.config["checks"]})
+from slotbench.config import check_settings
+verdicts, details = run_checks(tables, check_settings(data.config))
 decision = write_checks(sys.argv[2], verdicts, details)
 md, page, record = render(data)
 print(json.dumps({"traps": [m.TRAP for m in trap_modules()], "md": md,
                   "status": decision["embedded"]["status"]}))
-'''
+"""
 
 
 def test_a_toy_trap_needs_one_module_and_an_optional_renderer(tmp_path):
@@ -81,8 +82,13 @@ def test_a_toy_trap_needs_one_module_and_an_optional_renderer(tmp_path):
     (tmp_path / "driver.py").write_text(DRIVER)
     out = tmp_path / "checks"
     env = os.environ | {"PYTHONPATH": str(scripts)}
-    proc = subprocess.run([sys.executable, str(tmp_path / "driver.py"), str(REPO / "tests"),
-                           str(out)], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "driver.py"), str(REPO / "tests"), str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["traps"][0] == "toy"  # ORDER 5: first in the table
@@ -97,8 +103,13 @@ def test_a_toy_trap_needs_one_module_and_an_optional_renderer(tmp_path):
     assert "#### Toy details" in md and "- toy cell embedded/run1/rep2/arm4" in md
     # without its renderer, the trap still gets its row and the generic details
     (scripts / "slotbench/report/details/toy.py").unlink()
-    proc = subprocess.run([sys.executable, str(tmp_path / "driver.py"), str(REPO / "tests"),
-                           str(out)], capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "driver.py"), str(REPO / "tests"), str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     md = json.loads(proc.stdout.splitlines()[-1])["md"]
     assert "#### Toy trap (too many tokens)" in md and "integrity/embedded/toy" in md
     assert "Toy details" not in md

@@ -249,9 +249,12 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         else:
             summary = f"client kept up: {lag_text}{cpu_text or ', CPU not assessed'}"
             warnings = []
-        flagged = set(info["cells_over_lag"]) | set(info["cells_over_cpu"]) | set(info["early_cells"])
+        flagged = (
+            set(info["cells_over_lag"]) | set(info["cells_over_cpu"]) | set(info["early_cells"])
+        )
         verdicts.append(judged(
-            TRAP, TITLE, target, info["distorted"], summary, info["sentence"], threshold=lag_s, config_key=CONFIG_KEY, effect="warn",
+            TRAP, TITLE, target, info["distorted"], summary, info["sentence"], threshold=lag_s,
+            config_key=CONFIG_KEY, effect="warn",
             evidence=plain(info) | {"thresholds": {CONFIG_KEY: lag_s, CPU_KEY: cpu_share},
                                     "warnings": warnings},
             cells=sorted(flagged, key=label_key),

@@ -97,8 +97,11 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         summary = (f"serial arm: burst {fmt_num(r['burst_tps'])} tok/s, plateau "
                    f"{fmt_num(r['plateau_tps'])} tok/s ({fmt_change(1 + change, 1)})")  # fmt: skip
         sentence = f"Drift: {summary} over {count(n, 'serial cell')}"
-        sentence += (f"; a loss beyond {fmt_pct(threshold)} means the machine slowed during the "
-                     "run." if fired else f", within the {fmt_pct(threshold)} threshold.")
+        sentence += (
+            f"; a loss beyond {fmt_pct(threshold)} means the machine slowed during the " "run."
+            if fired
+            else f", within the {fmt_pct(threshold)} threshold."
+        )
         verdicts.append(judged(
             TRAP, TITLE, target, fired, summary, sentence, threshold=threshold,
             config_key=CONFIG_KEY, evidence=evidence,

@@ -130,8 +130,12 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         models = {full_name(m) for fp in fps
                   for m in ((fp.get("model") or {}).get("name"), _target_conf(fp).get("model"))
                   if m}  # fmt: skip
-        requested = {_int_or_none((fp.get("server") or {}).get("requested_num_ctx")
-                                  or _target_conf(fp).get("num_ctx")) for fp in fps} - {None}
+        requested = {
+            _int_or_none(
+                (fp.get("server") or {}).get("requested_num_ctx") or _target_conf(fp).get("num_ctx")
+            )
+            for fp in fps
+        } - {None}
         snaps = snapshots(target, fps, tables.servers)
         rows = [dict(r, run=s["run"], rep=s["rep"]) for s in snaps for r in ps_rows(s)]
         found = warnings(rows, models, requested, len(snaps))
@@ -143,9 +147,11 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 "be seen.", evidence={"snapshots": rows, "notes": found},
             ))  # fmt: skip
             continue
-        summary = (f"{sum(w['kind'] == 'warning' for w in found)} placement or context "
-                   "warning(s)" if fired else
-                   f"the model ran as requested in {len(snaps)} ollama ps snapshots")
+        summary = (
+            f"{sum(w['kind'] == 'warning' for w in found)} placement or context " "warning(s)"
+            if fired
+            else f"the model ran as requested in {len(snaps)} ollama ps snapshots"
+        )
         verdicts.append(judged(
             TRAP, TITLE, target, fired, summary,
             " ".join(w["text"] for w in found) or f"Ollama: {summary}.",

@@ -92,7 +92,9 @@ def sufficiency(
             rel = stats.relative_half_width(value, lo, hi)
             meets = bool(n_reps >= max(2, min_reps) and math.isfinite(rel) and rel <= target_rel)
             needed = (
-                stats.reps_needed(n_reps, rel, target_rel, min_reps) if n_reps >= 2 else float("nan")
+                stats.reps_needed(n_reps, rel, target_rel, min_reps)
+                if n_reps >= 2
+                else float("nan")
             )
             rows.append(
                 {
@@ -143,8 +145,10 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             summary = (f"{len(misses)} of {count(m, 'interval')} miss {target_text} with "
                        f"{reps_text}{need_text}")  # fmt: skip
             widest_rel = "n/a" if pd.isna(widest["rel"]) else f"±{float(widest['rel']) * 100:.1f}%"
-            evidence |= {"reps_needed": None if pd.isna(needed) else int(needed),
-                         "widest": f"{arm_name(widest['arm'])} {widest['metric']} {widest_rel}"}
+            evidence |= {
+                "reps_needed": None if pd.isna(needed) else int(needed),
+                "widest": f"{arm_name(widest['arm'])} {widest['metric']} {widest_rel}",
+            }
             sentence = (f"Too few reps: {summary} if the spread stays as it is (widest: "
                         f"{evidence['widest']}).")  # fmt: skip
         verdicts.append(judged(

@@ -134,8 +134,11 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                     "cooldown_s": _cooldown(tables.fingerprints_of(target))}  # fmt: skip
         facts_text = f"; {'; '.join(facts)}" if facts else ""
         if not n_samples:
-            verdict, summary, assessable = "not assessable", (
-                "no thermal source readable on this machine"), False
+            verdict, summary, assessable = (
+                "not assessable",
+                ("no thermal source readable on this machine"),
+                False,
+            )
         elif n_events:
             where = ""
             if len(ev):
@@ -143,8 +146,10 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 where = (f" (first: {_rep_text(e['run'], e['rep'])}, {fmt_num(e['t_s'])} s into "
                          "the rep)")  # fmt: skip
             verdict, assessable = "yes", True
-            summary = f"{count(n_events, 'throttle/pressure reading')} in " \
-                      f"{count(n_samples, 'sample')}{where}"
+            summary = (
+                f"{count(n_events, 'throttle/pressure reading')} in "
+                f"{count(n_samples, 'sample')}{where}"
+            )
         elif not observable:
             verdict, assessable = "not assessable", False
             summary = (f"no source reports throttling here (only {sources}); "

@@ -67,7 +67,9 @@ def render_markdown(blocks: list, image_dir: str = "figures") -> str:
             out.append(_table(b))
         elif isinstance(b, kinds.Figure):
             link = f"{image_dir.rstrip('/')}/{b.file}" if image_dir else b.file
-            img = f"![{escape(b.title)}]({link})" if b.path is not None else "_(figure file missing)_"
+            img = (
+                f"![{escape(b.title)}]({link})" if b.path is not None else "_(figure file missing)_"
+            )
             out.append(f"### {escape(b.title)}\n\n{img}\n\n_{escape(b.caption)}_")
         elif isinstance(b, kinds.Sources):
             out.append(_sources(b))

@@ -48,7 +48,8 @@ def pinned_line(target, fps: list[dict]) -> str:
     for fp in fps:
         conf = fp.get("config") or {}
         backend = (fp.get("server") or {}).get("backend") or (conf.get("target") or {}).get(
-            "backend")
+            "backend"
+        )
         ignore = ((conf.get("target") or {}).get("ignore_eos")) is True
         answers[str(fp.get("run"))] = (ignore, backend, conf.get("measurement") or {})
     if len({a[0] for a in answers.values()}) > 1:

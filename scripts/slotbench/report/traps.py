@@ -135,6 +135,12 @@ def flagged_table(ctx, trap, rows, columns, make_row, title, row_title, metric, 
 def quiet_evidence(ctx, trap, text, title) -> list:
     """A quiet check's sentence, anchored, with the cells it looked at."""
     tid = prov.integrity_id(ctx.target, trap)
-    ref = prov.Ref(tid, "table", f"{title} ({ctx.target}): {text}",
-                   prov.with_roles((ctx.cells, "source")), tid, parent=ctx.overview_id)
+    ref = prov.Ref(
+        tid,
+        "table",
+        f"{title} ({ctx.target}): {text}",
+        prov.with_roles((ctx.cells, "source")),
+        tid,
+        parent=ctx.overview_id,
+    )
     return [Paragraph(text, anchor=tid), ctx.sources(ctx.cells, tid, (ref,))]

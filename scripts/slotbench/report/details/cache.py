@@ -18,8 +18,10 @@ HOW = (
 def render(verdict: dict, ctx) -> list:
     ev = verdict["evidence"]
     if not verdict["fired"]:
-        text = (f"{verdict['sentence']} No measured request was served, even partly, from a "
-                f"prefix cache. {HOW}")
+        text = (
+            f"{verdict['sentence']} No measured request was served, even partly, from a "
+            f"prefix cache. {HOW}"
+        )
         return [Heading(4, "Prefix cache"), *quiet_evidence(ctx, "cache", text, verdict["title"])]
     rows, n_req, k = ev["rows"], ev["measured_requests"], len(ev["rows"])
     text = (

@@ -53,9 +53,12 @@ def render(verdict: dict, ctx) -> list:
     return [
         Heading(4, "Client self-check"),
         Paragraph(verdict["sentence"], "warning" if verdict["fired"] else ""),
-        Paragraph("The client checks itself: a request sent later than the moment its slot freed "
-                  "leaves the server idle (send lag), and a client that spends much CPU per "
-                  "streamed token takes it from a server on the same cores.", "note"),
+        Paragraph(
+            "The client checks itself: a request sent later than the moment its slot freed "
+            "leaves the server idle (send lag), and a client that spends much CPU per "
+            "streamed token takes it from a server on the same cores.",
+            "note",
+        ),
         Table("Client self-check", COLUMNS, table_rows, anchor=tid, row_ids=row_ids),
         ctx.sources(ctx.cells, tid, (table_ref, *refs)),
     ]

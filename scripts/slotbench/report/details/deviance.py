@@ -12,9 +12,9 @@ COLUMNS = ["cell", "tokens", "modal", "deviation", "wall s", "wall effect", "agg
 WHY = (
     "Each is named below with its wall-clock and throughput effect against the same arm's "
     "normal cells in its run (a wall effect of +13% with a throughput effect of +14% is the "
-    "article's cell: more tokens, slower by the clock, faster by throughput). Throughput here is tokens produced over the wall clock that produced them, so such a "
-    "cell is still measured correctly; a wall-over-wall comparison would book its extra output "
-    "as a concurrency effect."
+    "article's cell: more tokens, slower by the clock, faster by throughput). Throughput here is "
+    "tokens produced over the wall clock that produced them, so such a cell is still measured "
+    "correctly; a wall-over-wall comparison would book its extra output as a concurrency effect."
 )
 
 

@@ -44,9 +44,15 @@ def ollama_facts(fp: dict) -> list[list[str]]:
 def _ps_row(r: dict) -> list[str]:
     if "size" not in r:
         return [r["when"], r["model"], *["n/a"] * 5]
-    return [r["when"], r["model"], fmt_bytes(r["size"]), fmt_bytes(r["vram"]),
-            "n/a" if r["cpu_share"] is None else fmt_pct(r["cpu_share"]),
-            "n/a" if r["ctx"] is None else str(r["ctx"]), str(r.get("expires_at") or "n/a")]
+    return [
+        r["when"],
+        r["model"],
+        fmt_bytes(r["size"]),
+        fmt_bytes(r["vram"]),
+        "n/a" if r["cpu_share"] is None else fmt_pct(r["cpu_share"]),
+        "n/a" if r["ctx"] is None else str(r["ctx"]),
+        str(r.get("expires_at") or "n/a"),
+    ]
 
 
 def _snapshot_cells(ctx, r: dict) -> list[str]:
@@ -74,7 +80,8 @@ def render(verdict: dict, ctx) -> list:
     blocks.append(Table(title, PS_COLUMNS, [_ps_row(r) for r in snapshots],
                         note="size, size_vram and context_length as /api/ps reports them; on "
                         "CPU = 1 − size_vram / size.", anchor=ps_id))  # fmt: skip
-    ref = prov.Ref(ps_id, "table", f"{title} ({ctx.target})", prov.with_roles((labels, "source")),
-                   ps_id)
+    ref = prov.Ref(
+        ps_id, "table", f"{title} ({ctx.target})", prov.with_roles((labels, "source")), ps_id
+    )
     blocks.append(ctx.sources(labels, ps_id, (ref,)))
     return blocks

@@ -30,8 +30,10 @@ def render(verdict: dict, ctx) -> list:
     if not verdict["assessable"]:
         return [Heading(4, "Prompt length"), Paragraph(f"{verdict['sentence']} {tokenizer}")]
     if not verdict["fired"]:
-        text = (f"{verdict['sentence'][:-1]}. Every request carries its own nonce, and equal "
-                f"length in tokens gives every arm the same prefill work. {tokenizer}")
+        text = (
+            f"{verdict['sentence'][:-1]}. Every request carries its own nonce, and equal "
+            f"length in tokens gives every arm the same prefill work. {tokenizer}"
+        )
         return [Heading(4, "Prompt length"),
                 *quiet_evidence(ctx, "prompts", text, verdict["title"])]  # fmt: skip
     rows, n_req = ev["rows"], ev["measured_requests"]

@@ -22,8 +22,14 @@ def render(verdict: dict, ctx) -> list:
         return [Heading(4, "Enough reps?"), Paragraph(verdict["sentence"], "note")]
     tid = prov.integrity_id(ctx.target, "sufficiency")
     cols = columns(ctx.ci)
-    rows = sorted(ev["rows"], key=lambda r: (int(r["arm"]), ORDER.index(r["metric"])
-                                             if r["metric"] in ORDER else len(ORDER), r["metric"]))
+    rows = sorted(
+        ev["rows"],
+        key=lambda r: (
+            int(r["arm"]),
+            ORDER.index(r["metric"]) if r["metric"] in ORDER else len(ORDER),
+            r["metric"],
+        ),
+    )
     table_rows, row_ids, refs = [], [], []
     for r in rows:
         arm, metric = int(r["arm"]), str(r["metric"])
@@ -49,10 +55,18 @@ def render(verdict: dict, ctx) -> list:
             "headline's ratios with their intervals."
         )
     else:
-        text = (f"{verdict['sentence'][:-2]}: each headline ratio of each parallel arm, {ctx.ci} "
-                "bootstrap interval half-width relative to the value).")
-    table_ref = prov.Ref(tid, "table", f"Interval width of every headline ratio of {ctx.target}",
-                         prov.with_roles((ctx.cells, "source")), tid, parent=ctx.overview_id)
+        text = (
+            f"{verdict['sentence'][:-2]}: each headline ratio of each parallel arm, {ctx.ci} "
+            "bootstrap interval half-width relative to the value)."
+        )
+    table_ref = prov.Ref(
+        tid,
+        "table",
+        f"Interval width of every headline ratio of {ctx.target}",
+        prov.with_roles((ctx.cells, "source")),
+        tid,
+        parent=ctx.overview_id,
+    )
     return [
         Heading(4, "Enough reps?"),
         Paragraph(text),

@@ -75,7 +75,9 @@ def render(verdict: dict, ctx) -> list:
         return [heading, cooldown, *quiet_evidence(ctx, "thermal", text, verdict["title"])]
     kind, text = _text(verdict)
     if ev["errors"]:
-        text += f" {count(ev['errors'], 'reading')} failed (detail \"error: …\" in thermal.parquet)."
+        text += (
+            f" {count(ev['errors'], 'reading')} failed (detail \"error: …\" in thermal.parquet)."
+        )
     table_rows, row_ids, refs = [], [], []
     for r in ev["rows"]:
         run = str(r["run"])

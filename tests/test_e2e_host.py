@@ -1,0 +1,84 @@
+"""Host contention on the real embedded server: a CPU burner started during one rep of a smoke
+run is named, with that rep and its process name; the same run without it stays quiet."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from e2e_helpers import copy_repo, snakemake
+
+pytestmark = pytest.mark.e2e
+
+SMOKE = ["--configfile", "config/smoke.yaml"]
+# a busy loop whose process name (PR_SET_NAME) is "cpuburner", so the report can name it
+BURNER = ("import ctypes; ctypes.CDLL('libc.so.6').prctl(15, b'cpuburner', 0, 0, 0)\n"
+          "while True:\n    pass\n")  # fmt: skip
+
+
+def host_verdict(work) -> dict:
+    (record,) = json.loads((work / "results/checks/host.json").read_text())
+    return record
+
+
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_burner_during_one_rep_is_named_and_a_quiet_run_is_not(tmp_path):
+    cache = tmp_path / "cache"
+    quiet = copy_repo(tmp_path / "quiet")
+    proc = snakemake(quiet, *SMOKE, cache=cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    v = host_verdict(quiet)
+    assert v["assessable"] and not v["fired"], v["summary"]
+
+    work = copy_repo(tmp_path / "burner")
+    raw_dir, log_dir = work / "results/raw/embedded/run1", work / "results/logs/rep/embedded/run1"
+
+    def measuring_second():
+        """The rep measuring (first cell done) once another rep is complete, in any order."""
+        done = {p.stem for p in raw_dir.glob("rep*.json")}
+        for log in log_dir.glob("rep*.log") if done else ():
+            rep = log.name.removesuffix(".log")
+            if not rep.endswith(".server") and rep not in done and "position 0" in log.read_text():
+                return rep
+        return None
+
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *SMOKE]
+    env = os.environ | {"SLOTBENCH_CACHE": str(cache)}
+    run = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, env=env)  # fmt: skip
+    burner = None
+    try:
+        rep = _wait_for(measuring_second, 300, "a second rep to be measuring")
+        burner = subprocess.Popen([sys.executable, "-c", BURNER])
+        _wait_for(lambda: (raw_dir / f"{rep}.json").exists(), 300, f"{rep} to finish")
+        burner.kill()
+        out, _ = run.communicate(timeout=600)
+    finally:
+        for p in (burner, run):
+            if p is not None and p.poll() is None:
+                p.kill()
+    assert run.returncode == 0, out[-3000:]
+    v = host_verdict(work)
+    number = int(rep.removeprefix("rep"))
+    assert v["fired"] and v["effect"] == "warn", v["summary"]
+    rows = {r["rep"]: r for r in v["evidence"]["rows"]}
+    assert rows[number]["contended"] and "cpuburner" in rows[number]["top"], rows[number]
+    assert f"run1 rep {number} (" in v["summary"]
+    md = (work / "results/report.md").read_text()
+    head = md[md.index("## Target: embedded") : md.index("**Per-arm results**")]
+    assert "Warning: other processes took more than 10% of the machine's CPU" in head
+    assert "cpuburner" in head

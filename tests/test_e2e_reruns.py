@@ -1,0 +1,101 @@
+"""Reruns you can trust, on the real embedded server: adding reps measures only the new ones; a
+change to analysis code reruns the analysis and what follows, never a rep; a change to
+measurement code re-measures nothing; one rep cannot assess the rotation, so its headline is
+only provisional."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from e2e_helpers import copy_repo, file_states, jobs_run, snakemake
+
+pytestmark = pytest.mark.e2e
+
+SMOKE = ["--configfile", "config/smoke.yaml"]
+MEASURING = {"rep", "plan", "fingerprint"}
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("cache")
+
+
+def run(work, cache, reps: int):
+    (work / "reps.yaml").write_text(yaml.safe_dump({"reps": reps}))
+    proc = snakemake(work, *SMOKE, "reps.yaml", cache=cache)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc
+
+
+@pytest.fixture(scope="module")
+def two_reps(tmp_path_factory, cache):
+    work = copy_repo(tmp_path_factory.mktemp("reruns"))
+    run(work, cache, 2)
+    return work
+
+
+def raw_files(work):
+    return sorted((work / "results/raw").rglob("rep*.json*"))
+
+
+def test_adding_a_rep_measures_only_that_rep(two_reps, cache):
+    work = two_reps
+    before = file_states(raw_files(work))
+    assert len(before) == 4  # two raw files and their .sha256
+    proc = run(work, cache, 3)
+    ran = jobs_run(proc)
+    assert ran.count("rep") == 1 and "plan" not in ran and "fingerprint" not in ran, ran
+    assert "results/raw/embedded/run1/rep3.json" in proc.stdout + proc.stderr
+    after = file_states(raw_files(work))
+    assert {k: after[k] for k in before} == before, "reps 1 and 2 must stay byte-identical"
+    assert len(after) == 6
+    cells = pd.read_parquet(work / "results/cells.parquet")
+    assert sorted(cells["rep"].unique()) == [1, 2, 3]
+    md = (work / "results/report.md").read_text()
+    assert "| serial-1 | 3 |" in md and "| parallel-4 | 3 |" in md
+    # rep 3's order continues the Latin square: every arm has now been at every position
+    assert cells.groupby("arm")["position"].nunique().eq(3).all()
+
+
+def test_an_analysis_code_change_reruns_the_analysis_and_what_follows(two_reps, cache):
+    work = two_reps
+    raws = file_states(raw_files(work))
+    with open(work / "scripts/slotbench/analyse.py", "a") as fh:
+        fh.write("\n# an edit: the analysis must rerun\n")
+    proc = snakemake(work, *SMOKE, "reps.yaml", cache=cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ran = set(jobs_run(proc))
+    assert {"analyse", "checks", "figures", "report"} <= ran, ran
+    assert not ran & MEASURING, ran
+    assert file_states(raw_files(work)) == raws
+
+
+def test_a_measurement_code_change_re_measures_nothing(two_reps, cache):
+    work = two_reps
+    raws = file_states(raw_files(work))
+    with open(work / "scripts/slotbench/execute.py", "a") as fh:
+        fh.write("\n# an edit: measurement code, the raw files stay\n")
+    proc = snakemake(work, *SMOKE, "reps.yaml", cache=cache)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not set(jobs_run(proc)) & MEASURING, jobs_run(proc)
+    assert file_states(raw_files(work)) == raws
+
+
+def test_one_rep_cannot_assess_the_rotation_and_its_headline_is_provisional(tmp_path, cache):
+    work = copy_repo(tmp_path / "one")
+    run(work, cache, 1)
+    (rotation,) = json.loads((work / "results/checks/rotation_bias.json").read_text())
+    assert rotation["verdict"] == "not assessable" and not rotation["assessable"]
+    assert "never at position" in rotation["sentence"]
+    decision = json.loads((work / "results/checks/headline.json").read_text())["embedded"]
+    assert decision["status"] == "provisional"
+    md = (work / "results/report.md").read_text()
+    assert "| Rotation bias | not assessable |" in md
+    head = md[md.index("## Target: embedded") : md.index("**Per-arm results**")]
+    # the headline is shown, but only after it is marked provisional, and says why
+    assert "> ⚠ **Provisional: Rotation bias is not assessable" in head
+    assert head.index("Provisional:") < head.index("Four-way concurrency")
