@@ -92,8 +92,11 @@ class Instrumented:
             rec = self.backend.generate(prompt, num_predict, 0.0, 1)
         finally:
             times, self.local.times = self.local.times, None
-        # times: t_sent, one per chunk (openai, ollama; llamacpp only the first), ..., t_done
-        chunk_times = times[1:1 + rec.chunks] if len(times) >= rec.chunks + 2 else None
+        # after the now() that became t_sent: one per chunk (openai, ollama; llamacpp takes
+        # one for the first token only), then the final line's and/or t_done
+        start = max(i for i, t in enumerate(times) if t == rec.t_sent) + 1
+        after = times[start:]
+        chunk_times = after[: rec.chunks] if len(after) > rec.chunks else None
         return rec, chunk_times
 
 
