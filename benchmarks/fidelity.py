@@ -197,7 +197,7 @@ def analyse(level: dict, truth_rows: list[dict]) -> dict:
         "arrival_lag_p50": pct(arr_lag, 0.5), "arrival_lag_p99": pct(arr_lag, 0.99),
         "itl_err_p50": pct(itl_err, 0.5), "itl_err_p99": pct(itl_err, 0.99),
         "rate_err_p50": pct(rate_err, 0.5), "agg_tps_err": agg_err,
-        "send_lag_p99": pct(send_lag, 0.99),
+        "send_lag_p50": pct(send_lag, 0.5), "send_lag_p99": pct(send_lag, 0.99),
         "cpu_us_per_token": level["cpu_s"] / tokens_client * 1e6 if tokens_client else None,
         "true_gap_p50": pct(pacer_late, 0.5), "true_gap_p99": pct(pacer_late, 0.99),
         "tokens_client": tokens_client, "tokens_truth": tokens_truth,
@@ -212,7 +212,7 @@ COLUMNS = [  # (header, key, scale, format)
     ("wire lag p50 ms", "wire_lag_p50", 1e3, ".3f"), ("p99", "wire_lag_p99", 1e3, ".3f"),
     ("ITL err p50 ms", "itl_err_p50", 1e3, ".3f"), ("p99", "itl_err_p99", 1e3, ".3f"),
     ("user-rate err", "rate_err_p50", 100, ".2f%"), ("agg tok/s err", "agg_tps_err", 100, ".2f%"),
-    ("send lag p99 ms", "send_lag_p99", 1e3, ".3f"), ("CPU µs/tok", "cpu_us_per_token", 1, ".0f"),
+    ("send lag p50 ms", "send_lag_p50", 1e3, ".3f"), ("p99", "send_lag_p99", 1e3, ".3f"), ("CPU µs/tok", "cpu_us_per_token", 1, ".0f"),
     ("true gap p99 ms", "true_gap_p99", 1e3, ".2f"),
 ]  # fmt: skip
 
@@ -274,6 +274,7 @@ def main(argv=None) -> int:
     print(f"pacer at {url} (ttft {args.ttft_ms} ms, gap {args.gap_ms} ms, "
           f"{args.tokens} tokens); backends from {args.scripts}; pid {os.getpid()}", flush=True)
     all_results = {}
+    load0 = tuple(round(x, 2) for x in os.getloadavg())
     offset = 0
     gid = 1
     try:
@@ -302,6 +303,7 @@ def main(argv=None) -> int:
     finally:
         proc.terminate()
         proc.wait(10)
+    print(f"\nload average before/after: {load0} / {tuple(round(x, 2) for x in os.getloadavg())}")
     print()
     for c in levels:
         print(table(c, all_results.get(c, {})))

@@ -222,7 +222,14 @@ class Backend:
         Raises what ``session.post`` raises."""
         timeout = kwargs.pop("timeout", None)
         prepared = session.prepare_request(requests.Request("POST", url, **kwargs))
-        settings = session.merge_environment_settings(prepared.url, {}, True, None, None)
+        # proxies/verify from the environment, resolved once per session and origin: the
+        # lookup scans os.environ and no_proxy on every call (~0.15 ms here)
+        origin = prepared.url.split("/", 3)[:3]
+        cache = session.__dict__.setdefault("_slotbench_env_settings", {})
+        key = "/".join(origin)
+        if key not in cache:
+            cache[key] = session.merge_environment_settings(prepared.url, {}, True, None, None)
+        settings = cache[key]
         rec.t_sent = self.now()
         _send_clock.stamp = lambda: setattr(rec, "t_sent", self.now())
         try:
