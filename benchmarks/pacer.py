@@ -507,11 +507,17 @@ class PacerThread:
 
     def _run(self):
         self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
         self.pacer = Pacer(self.config)
         self.url = self._loop.run_until_complete(self.pacer.start())
         self._ready.set()
         self._loop.run_forever()
         self.pacer.close()
+        tasks = asyncio.all_tasks(self._loop)  # connections still open: end them quietly
+        for task in tasks:
+            task.cancel()
+        self._loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self._loop.close()
 
     def start(self) -> str:
         self._thread.start()
