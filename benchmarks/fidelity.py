@@ -244,15 +244,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
-    ap.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64, 256])
+    ap.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64, 256],
+                    help="concurrency levels (default 1 4 16 64 256)")
     ap.add_argument("--quick", action="store_true", help="concurrency 1 and 4 only")
-    ap.add_argument("--formats", nargs="+", default=list(FORMATS), choices=list(FORMATS))
+    ap.add_argument("--formats", nargs="+", default=list(FORMATS), choices=list(FORMATS),
+                    help="backends/wire formats to measure (default: all)")
     ap.add_argument("--requests", type=int, default=None,
                     help="requests per level (default max(4*C, 32))")
     ap.add_argument("--tokens", type=int, default=32, help="num_predict per request (32)")
-    ap.add_argument("--prompt-words", type=int, default=24)
-    ap.add_argument("--ttft-ms", type=float, default=50.0)
-    ap.add_argument("--gap-ms", type=float, default=10.0)
+    ap.add_argument("--prompt-words", type=int, default=24, help="prompt length in words (24)")
+    ap.add_argument("--ttft-ms", type=float, default=50.0, help="pacer TTFT (50)")
+    ap.add_argument("--gap-ms", type=float, default=10.0, help="pacer inter-token gap (10)")
     ap.add_argument("--pacer-arg", action="append", default=[],
                     help="extra argument for pacer.py (repeatable), e.g. --pacer-arg=--no-nodelay")
     ap.add_argument("--scripts", type=Path, default=REPO / "scripts",

@@ -421,16 +421,19 @@ def main(argv=None) -> int:
                                  epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
     sub = ap.add_subparsers(dest="cmd", required=True)
     ins = sub.add_parser("install", help="create each peer's venv and install it")
-    ins.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS))
+    ins.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS),
+                     help="peers to install (default: all)")
     ins.add_argument("--force", action="store_true", help="reinstall even if the marker matches")
     sub.add_parser("tokenizer", help="(re)build the shared local tokenizer")
     run = sub.add_parser("run", help="run peers against the pacer and grade them")
-    run.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS))
-    run.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64])
+    run.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS),
+                     help="peers to run (default: all installed)")
+    run.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64],
+                     help="concurrency levels (default 1 4 16 64)")
     run.add_argument("--requests", type=int, default=None,
                      help="requests per level (default max(2*C, 32))")
-    run.add_argument("--ttft-ms", type=float, default=50.0)
-    run.add_argument("--gap-ms", type=float, default=10.0)
+    run.add_argument("--ttft-ms", type=float, default=50.0, help="pacer TTFT (50)")
+    run.add_argument("--gap-ms", type=float, default=10.0, help="pacer inter-token gap (10)")
     run.add_argument("--timeout-s", type=float, default=900.0, help="per peer run")
     run.add_argument("--json", type=Path, help="write all results here")
     args = ap.parse_args(argv)
