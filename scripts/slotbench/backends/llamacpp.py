@@ -11,7 +11,7 @@ import json
 
 import requests
 
-from .base import Backend, BackendError, RequestRecord
+from .base import Backend, BackendError, RequestRecord, finish, make_session, stream_lines
 
 # stop_type → the done_reason vocabulary shared with Ollama and OpenAI ("stop" or "length").
 DONE_REASON = {"eos": "stop", "word": "stop", "limit": "length"}
@@ -33,7 +33,7 @@ class LlamaCppBackend(Backend):
 
     def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
         super().__init__(base_url, target, timeout_s)
-        self.session = requests.Session()
+        self.session = make_session()
         # pin every output to num_predict tokens (llama-server biases the EOG tokens to -inf)
         self.ignore_eos = bool(self.target.get("ignore_eos", False))
 
@@ -100,23 +100,23 @@ class LlamaCppBackend(Backend):
         body["cache_prompt"] = allow_cache
         rec = RequestRecord(t_sent=self.now())
         try:
-            resp = self.session.post(
-                self.base_url + "/completion", json=body, stream=True, timeout=(10, self.timeout_s)
-            )
+            resp = self.post_stream(self.session, rec, self.base_url + "/completion", json=body,
+                                    timeout=(10, self.timeout_s))
         except requests.RequestException as exc:
             raise BackendError(f"POST /completion: cannot reach {self.base_url}: {exc}") from exc
         with resp:
             if resp.status_code != 200:
                 raise BackendError(f"POST /completion: HTTP {resp.status_code}: {_error_text(resp)}")
             final = self._read_stream(resp, rec)
-        rec.t_done = self.now()
+            rec.t_done = self.now()
+            finish(resp)
         self._apply_final(rec, final)
         rec.server["ignore_eos"] = self.ignore_eos
         return rec
 
     def _read_stream(self, resp: requests.Response, rec: RequestRecord) -> dict:
         try:
-            for line in resp.iter_lines(decode_unicode=False):
+            for line in stream_lines(resp):
                 if not line.startswith(b"data: "):
                     continue
                 event = json.loads(line[6:])

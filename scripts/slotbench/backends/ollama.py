@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from .base import Backend, BackendError, RequestRecord
+from .base import Backend, BackendError, RequestRecord, finish, make_session, stream_lines
 
 # final-chunk field → name in RequestRecord.server (durations keep Ollama's nanoseconds)
 FINAL_FIELDS = {
@@ -58,7 +58,7 @@ class OllamaBackend(Backend):
 
     def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
         super().__init__(base_url, target, timeout_s)
-        self.session = requests.Session()
+        self.session = make_session()
         self.num_ctx = self.target.get("num_ctx")
         self.keep_alive = self.target.get("keep_alive")
 
@@ -163,21 +163,22 @@ class OllamaBackend(Backend):
         rec = RequestRecord(t_sent=self.now())
         url, timeout = self.base_url + "/api/generate", (10, self.timeout_s)
         try:
-            resp = self.session.post(url, json=body, stream=True, timeout=timeout)
+            resp = self.post_stream(self.session, rec, url, json=body, timeout=timeout)
         except requests.RequestException as exc:
             raise self._unreachable("POST /api/generate", exc) from exc
         with resp:
             if resp.status_code != 200:
                 raise self._http_error("POST /api/generate", resp)
             final = self._read_stream(resp, rec)
-        rec.t_done = self.now()
+            rec.t_done = self.now()
+            finish(resp)
         self._apply_final(rec, final)
         return rec
 
     def _read_stream(self, resp: requests.Response, rec: RequestRecord) -> dict:
         first_any = None  # arrival of the first non-final chunk, if none carried text
         try:
-            for line in resp.iter_lines():
+            for line in stream_lines(resp):
                 if not line.strip():
                     continue
                 now = self.now()

@@ -29,7 +29,7 @@ import threading
 import requests
 import requests.auth
 
-from .base import Backend, BackendError, RequestRecord
+from .base import Backend, BackendError, RequestRecord, finish, make_session, stream_lines
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 TIMING_FIELDS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n")
@@ -129,7 +129,7 @@ class OpenAIBackend(Backend):
         self.ignore_eos = bool(self.target.get("ignore_eos", False))
         self.api_key_env = self.target.get("api_key_env")
         self._key = _read_key(self.api_key_env)
-        self.session = requests.Session()
+        self.session = make_session()
         self._llama_server: bool | None = None  # learnt from the first response's headers
         self._probe_lock = threading.Lock()
 
@@ -273,8 +273,8 @@ class OpenAIBackend(Backend):
             body["cache_prompt"] = allow_cache
         rec = RequestRecord(t_sent=self.now())
         try:
-            resp = self.session.post(
-                self.root + self.path, json=body, auth=self._auth(), stream=True,
+            resp = self.post_stream(
+                self.session, rec, self.root + self.path, json=body, auth=self._auth(),
                 headers={"Accept": "text/event-stream"}, timeout=(10, self.timeout_s),
             )
         except requests.RequestException as exc:
@@ -283,7 +283,8 @@ class OpenAIBackend(Backend):
             if resp.status_code != 200:
                 raise self._http_error("POST", self.path, resp)
             state = self._read_stream(resp, rec)
-        rec.t_done = self.now()
+            rec.t_done = self.now()
+            finish(resp)
         self._apply_final(rec, state)
         return rec
 
@@ -291,7 +292,7 @@ class OpenAIBackend(Backend):
         """Consume the SSE stream; return what the final chunks said."""
         state: dict = {"usage": None, "timings": None, "finish_reason": None, "t_last": None}
         try:
-            for line in resp.iter_lines(decode_unicode=False):
+            for line in stream_lines(resp):
                 if not line.startswith(b"data:"):
                     continue  # blank separators, ": keep-alive" comments, "event:" names
                 data = line[5:].strip()

@@ -1,0 +1,319 @@
+"""How faithfully does slotbench's own client measure a server whose truth is known?
+
+Why: every number slotbench reports (TTFT, per-user rate, aggregate tok/s) is measured by its
+client on the same 2 cores as the server. This script runs slotbench's backends (llamacpp,
+ollama, openai completions and chat) against benchmarks/pacer.py, a server that logs when it
+read each request body and when it wrote each token, and reports the client's error per
+concurrency level, the way slotbench itself drives them (execute.py: one shared backend, a
+thread pool of C workers, N requests).
+
+Joined by request id (the prompt starts "Request 000123"), per level and format:
+
+- TTFT error: client TTFT (t_first - t_sent) - true TTFT (body read -> first token written);
+  split into wire lag (t_sent -> body read at the server) and receive lag (first token
+  written -> client t_first).
+- ITL error: client chunk-arrival gaps - true write gaps (openai and ollama backends take a
+  timestamp per chunk; llamacpp only for the first token, so only its gen_s is compared).
+- user-rate error: output_tokens/gen_s vs the truth; agg tok/s error: client
+  tokens / (last t_done - first t_sent) vs truth tokens / (last write - first body read).
+- send lag: t_sent - the moment that request's worker became free (previous request returned,
+  or the level's start); CPU per token: the client process's time.process_time() per token.
+- lost / duplicated / unexpected requests: every request sent must appear exactly once in the
+  truth log and vice versa.
+
+    python benchmarks/fidelity.py             # levels 1 4 16 64 256, all formats
+    python benchmarks/fidelity.py --quick     # levels 1 and 4
+    python benchmarks/fidelity.py --scripts /work/main/scripts   # another copy's backends
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+from pacer import start_subprocess  # noqa: E402
+
+FORMATS = {  # name → target fields
+    "llamacpp": {"backend": "llamacpp"},
+    "ollama": {"backend": "ollama"},
+    "openai": {"backend": "openai", "endpoint": "completions"},
+    "openai-chat": {"backend": "openai", "endpoint": "chat"},
+}
+FILLER = "tell me a short story about a lighthouse keeper and the sea at night".split()
+
+
+def pct(values, q: float):
+    """The q-quantile (0..1), nearest-rank on sorted values; None when empty."""
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return None
+    k = min(len(vals) - 1, max(0, round(q * (len(vals) - 1))))
+    return vals[k]
+
+
+def prompt_for(gid: int, words: int) -> str:
+    body = (FILLER * (words // len(FILLER) + 1))[: max(words - 2, 0)]
+    return f"Request {gid:06d} " + " ".join(body)
+
+
+class Instrumented:
+    """Wraps one slotbench backend: every ``now()`` it takes is recorded per thread, so the
+    chunk arrival times it saw are known without changing its code."""
+
+    def __init__(self, backend):
+        self.backend = backend
+        self.local = threading.local()
+        base_now = backend.now
+
+        def now():
+            t = base_now()
+            times = getattr(self.local, "times", None)
+            if times is not None:
+                times.append(t)
+            return t
+
+        backend.now = now  # instance attribute shadows the static method
+
+    def generate(self, prompt, num_predict):
+        self.local.times = []
+        try:
+            rec = self.backend.generate(prompt, num_predict, 0.0, 1)
+        finally:
+            times, self.local.times = self.local.times, None
+        # after the now() that became t_sent: one per chunk (openai, ollama; llamacpp takes
+        # one for the first token only), then the final line's and/or t_done
+        start = max(i for i, t in enumerate(times) if t == rec.t_sent) + 1
+        after = times[start:]
+        chunk_times = after[: rec.chunks] if len(after) > rec.chunks else None
+        return rec, chunk_times
+
+
+def read_truth(path: Path, offset: int) -> tuple[list[dict], int]:
+    with open(path) as f:
+        f.seek(offset)
+        text = f.read()
+        end = f.tell()
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return rows, end
+
+
+def run_level(inst: Instrumented, concurrency: int, n: int, num_predict: int, words: int,
+              first_gid: int) -> dict:
+    """N requests through a pool of C workers, as execute.py sends a cell."""
+    worker_free: dict[int, float] = {}
+    lock = threading.Lock()
+    t_level = time.monotonic()
+    errors = []
+
+    def one(gid: int):
+        me = threading.get_ident()
+        with lock:
+            t_free = worker_free.get(me, t_level)
+        try:
+            rec, chunk_times = inst.generate(prompt_for(gid, words), num_predict)
+        except Exception as exc:  # noqa: BLE001 - a failure is a result here
+            errors.append(f"request {gid}: {exc}")
+            rec, chunk_times = None, None
+        with lock:
+            worker_free[me] = time.monotonic()
+        return gid, t_free, rec, chunk_times
+
+    cpu0 = time.process_time()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        results = list(pool.map(one, range(first_gid, first_gid + n)))
+    cpu = time.process_time() - cpu0
+    return {"results": results, "cpu_s": cpu, "errors": errors}
+
+
+def analyse(level: dict, truth_rows: list[dict]) -> dict:
+    by_id = collections.defaultdict(list)
+    for row in truth_rows:
+        by_id[row["id"]].append(row)
+    sent = {f"{gid:06d}": (t_free, rec, ct) for gid, t_free, rec, ct in level["results"]}
+    lost = [i for i in sent if i not in by_id]
+    dup = [i for i in sent if len(by_id.get(i, [])) > 1]
+    unexpected = [i for i in by_id if i not in sent]
+    incomplete = [r["id"] for r in truth_rows if not r.get("completed")]
+    ttft_err, recv_lag, wire_lag, send_lag, itl_err, rate_err, arr_lag = ([] for _ in range(7))
+    pacer_late = []
+    tokens_client = 0
+    t_sent, t_done = [], []
+    for rid, (t_free, rec, chunk_times) in sent.items():
+        if rec is None:
+            continue
+        tokens_client += rec.output_tokens or 0
+        t_sent.append(rec.t_sent)
+        t_done.append(rec.t_done)
+        send_lag.append(rec.t_sent - t_free)
+        rows = by_id.get(rid)
+        if not rows or not rows[0]["t_tok"]:
+            continue
+        tr = rows[0]
+        tok = tr["t_tok"]
+        true_ttft = tok[0] - tr["t_body"]
+        if rec.t_first is not None:
+            ttft_err.append((rec.t_first - rec.t_sent) - true_ttft)
+            recv_lag.append(rec.t_first - tok[0])
+        wire_lag.append(tr["t_body"] - rec.t_sent)
+        if chunk_times and len(chunk_times) == len(tok):
+            arr_lag += [c - t for c, t in zip(chunk_times, tok)]
+            itl_err += [(chunk_times[i] - chunk_times[i - 1]) - (tok[i] - tok[i - 1])
+                        for i in range(1, len(tok))]  # fmt: skip
+        if rec.gen_s and len(tok) > 1:
+            # the per-user rate each backend reports vs the rate the truth log implies; a
+            # server-timed backend uses the pacer's true gen_s (first → last write), a
+            # client-timed one scales n-1 gaps to n tokens, so compare like with like
+            true_gen = tok[-1] - tok[0]
+            if rec.timing_source == "client":
+                true_gen *= len(tok) / (len(tok) - 1)
+            rate_err.append(true_gen / rec.gen_s - 1)
+        pacer_late += [tok[i] - tok[i - 1] for i in range(1, len(tok))]
+    ok = [r for r in truth_rows if r["id"] in sent and r["t_tok"]]
+    tokens_truth = sum(r["n_written"] for r in ok)
+    agg_err = None
+    if ok and t_sent:
+        truth_wall = max(r["t_tok"][-1] for r in ok) - min(r["t_body"] for r in ok)
+        client_wall = max(t_done) - min(t_sent)
+        agg_err = (tokens_client / client_wall) / (tokens_truth / truth_wall) - 1
+    return {
+        "requests": len(sent), "ok": sum(1 for v in sent.values() if v[1] is not None),
+        "errors": level["errors"][:3], "lost": len(lost), "duplicated": len(dup),
+        "unexpected": len(unexpected), "incomplete": len(incomplete),
+        "ttft_err_p50": pct(ttft_err, 0.5), "ttft_err_p99": pct(ttft_err, 0.99),
+        "recv_lag_p50": pct(recv_lag, 0.5), "recv_lag_p99": pct(recv_lag, 0.99),
+        "wire_lag_p50": pct(wire_lag, 0.5), "wire_lag_p99": pct(wire_lag, 0.99),
+        "arrival_lag_p50": pct(arr_lag, 0.5), "arrival_lag_p99": pct(arr_lag, 0.99),
+        "itl_err_p50": pct(itl_err, 0.5), "itl_err_p99": pct(itl_err, 0.99),
+        "rate_err_p50": pct(rate_err, 0.5), "agg_tps_err": agg_err,
+        "send_lag_p50": pct(send_lag, 0.5), "send_lag_p99": pct(send_lag, 0.99),
+        "cpu_us_per_token": level["cpu_s"] / tokens_client * 1e6 if tokens_client else None,
+        "true_gap_p50": pct(pacer_late, 0.5), "true_gap_p99": pct(pacer_late, 0.99),
+        "tokens_client": tokens_client, "tokens_truth": tokens_truth,
+    }
+
+
+COLUMNS = [  # (header, key, scale, format)
+    ("ok/sent", None, None, None),
+    ("lost", "lost", 1, "d"), ("dup", "duplicated", 1, "d"), ("unexp", "unexpected", 1, "d"),
+    ("TTFT err p50 ms", "ttft_err_p50", 1e3, ".3f"), ("p99", "ttft_err_p99", 1e3, ".3f"),
+    ("recv lag p50 ms", "recv_lag_p50", 1e3, ".3f"), ("p99", "recv_lag_p99", 1e3, ".3f"),
+    ("wire lag p50 ms", "wire_lag_p50", 1e3, ".3f"), ("p99", "wire_lag_p99", 1e3, ".3f"),
+    ("ITL err p50 ms", "itl_err_p50", 1e3, ".3f"), ("p99", "itl_err_p99", 1e3, ".3f"),
+    ("user-rate err", "rate_err_p50", 100, ".2f%"), ("agg tok/s err", "agg_tps_err", 100, ".2f%"),
+    ("send lag p50 ms", "send_lag_p50", 1e3, ".3f"), ("p99", "send_lag_p99", 1e3, ".3f"), ("CPU µs/tok", "cpu_us_per_token", 1, ".0f"),
+    ("true gap p99 ms", "true_gap_p99", 1e3, ".2f"),
+]  # fmt: skip
+
+
+def _cell(res: dict, key, scale, fmt) -> str:
+    if key is None:
+        return f"{res['ok']}/{res['requests']}"
+    v = res.get(key)
+    if v is None:
+        return "–"
+    if fmt.endswith("%"):
+        return f"{v * scale:{fmt[:-1]}}%"
+    return f"{v * scale:{fmt}}"
+
+
+def table(concurrency: int, rows: dict[str, dict]) -> str:
+    out = [f"### concurrency {concurrency}", "",
+           "| format | " + " | ".join(h for h, *_ in COLUMNS) + " |",
+           "| --- | " + " | ".join("---" for _ in COLUMNS) + " |"]  # fmt: skip
+    for name, res in rows.items():
+        out.append(f"| {name} | " + " | ".join(_cell(res, *c[1:]) for c in COLUMNS) + " |")
+    for name, res in rows.items():
+        for e in res["errors"]:
+            out.append(f"\n{name} error: {e}")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
+    ap.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64, 256],
+                    help="concurrency levels (default 1 4 16 64 256)")
+    ap.add_argument("--quick", action="store_true", help="concurrency 1 and 4 only")
+    ap.add_argument("--formats", nargs="+", default=list(FORMATS), choices=list(FORMATS),
+                    help="backends/wire formats to measure (default: all)")
+    ap.add_argument("--requests", type=int, default=None,
+                    help="requests per level (default max(4*C, 32))")
+    ap.add_argument("--tokens", type=int, default=32, help="num_predict per request (32)")
+    ap.add_argument("--prompt-words", type=int, default=24, help="prompt length in words (24)")
+    ap.add_argument("--ttft-ms", type=float, default=50.0, help="pacer TTFT (50)")
+    ap.add_argument("--gap-ms", type=float, default=10.0, help="pacer inter-token gap (10)")
+    ap.add_argument("--pacer-arg", action="append", default=[],
+                    help="extra argument for pacer.py (repeatable), e.g. --pacer-arg=--no-nodelay")
+    ap.add_argument("--scripts", type=Path, default=REPO / "scripts",
+                    help="directory holding the slotbench package to measure (default: this "
+                         "worktree's scripts/)")  # fmt: skip
+    ap.add_argument("--json", type=Path, help="write every level's results here")
+    ap.add_argument("--truth-log", type=Path, help="keep the truth log here (default: temp)")
+    args = ap.parse_args(argv)
+    levels = [1, 4] if args.quick else args.levels
+
+    sys.path.insert(0, str(args.scripts.resolve()))
+    from slotbench.backends import make_backend
+
+    tmp = tempfile.TemporaryDirectory()
+    truth = args.truth_log or Path(tmp.name) / "truth.jsonl"
+    truth.write_text("")
+    proc, url = start_subprocess(["--ttft-ms", str(args.ttft_ms), "--gap-ms", str(args.gap_ms),
+                                  "--truth-log", str(truth), *args.pacer_arg])  # fmt: skip
+    print(f"pacer at {url} (ttft {args.ttft_ms} ms, gap {args.gap_ms} ms, "
+          f"{args.tokens} tokens); backends from {args.scripts}; pid {os.getpid()}", flush=True)
+    all_results = {}
+    load0 = tuple(round(x, 2) for x in os.getloadavg())
+    offset = 0
+    gid = 1
+    try:
+        for name in args.formats:
+            target = {"name": "pacer", "managed": False, "url": url, "model": "pacer",
+                      **FORMATS[name]}  # fmt: skip
+            backend = make_backend(target, url, 60)
+            inst = Instrumented(backend)
+            # warm-up: connections, the openai backend's server probe; not measured
+            warm = run_level(inst, 4, 8, 4, args.prompt_words, 900000 + gid)
+            gid += 8
+            if warm["errors"]:
+                raise SystemExit(f"{name} warm-up failed: {warm['errors'][0]}")
+            time.sleep(0.1)
+            offset = len(truth.read_bytes())
+            for c in levels:
+                n = args.requests or max(4 * c, 32)
+                level = run_level(inst, c, n, args.tokens, args.prompt_words, gid)
+                gid += n
+                time.sleep(0.2)  # the pacer logs a request right after its last write
+                rows, offset = read_truth(truth, offset)
+                res = analyse(level, rows)
+                all_results.setdefault(c, {})[name] = res
+                print(f"[{name} C={c}] ok {res['ok']}/{res['requests']} TTFT err p50 "
+                      f"{(res['ttft_err_p50'] or 0) * 1e3:.3f} ms", file=sys.stderr, flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    print(f"\nload average before/after: {load0} / {tuple(round(x, 2) for x in os.getloadavg())}")
+    print()
+    for c in levels:
+        print(table(c, all_results.get(c, {})))
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
+                                         "results": all_results}, indent=1))  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
