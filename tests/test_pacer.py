@@ -6,6 +6,7 @@ slotbench's own, so this also checks the streaming client against a known schedu
 
 import json
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,8 +32,15 @@ def pacer(tmp_path):
         yield url, log
 
 
-def truth(log: Path) -> dict:
-    return {r["id"]: r for r in map(json.loads, log.read_text().splitlines())}
+def truth(log: Path, wait_for: str | None = None) -> dict:
+    """The truth log by request id; the pacer writes a request's line just after its last
+    bytes, so the client can be a moment ahead of it."""
+    deadline = time.monotonic() + 2
+    while True:
+        found = {r["id"]: r for r in map(json.loads, log.read_text().splitlines())}
+        if wait_for is None or wait_for in found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -44,11 +52,13 @@ def test_every_format_streams_the_requested_tokens_and_logs_them(pacer, fmt):
     rec = backend.generate("Request 004711 tell me a story", 6, 0.0, 1)
     assert (rec.output_tokens, rec.chunks, rec.prompt_tokens) == (6, 6, 6)
     assert rec.done_reason == "length"
-    row = truth(log)["004711"]
+    row = truth(log, "004711")["004711"]
     assert row["completed"] and row["n_written"] == 6
     assert row["t_tok"][0] - row["t_slot"] >= 0.020  # never early
-    # the client saw every write after it happened, and in time order
-    assert rec.t_sent <= row["t_body"] <= row["t_tok"][0] <= rec.t_first <= rec.t_done
+    # the client saw every write after it happened, and in time order; the pacer stamps a token
+    # when its write has drained, which a loaded machine can let the client see first
+    assert rec.t_sent <= row["t_body"] <= row["t_tok"][0] <= rec.t_first + 0.002
+    assert rec.t_first <= rec.t_last <= rec.t_done
     if rec.timing_source == "server":  # llama.cpp and Ollama report the truth-log durations
         assert rec.gen_s == pytest.approx(row["t_tok"][-1] - row["t_tok"][0], abs=1e-6)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .backends import Backend, make_backend
+from .entry import Interrupted
 from .ollama_server import ManagedOllama
 from .server import ManagedServer
 
@@ -33,7 +34,7 @@ class Connection:
 
 
 def _sigterm_as_exit(signum, frame):  # so that `finally` stops the server on SIGTERM too
-    raise SystemExit(f"terminated by signal {signum}")
+    raise Interrupted("terminated")
 
 
 @contextmanager

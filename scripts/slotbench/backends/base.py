@@ -1,22 +1,17 @@
-"""What every backend returns for one streamed request, and how it fails."""
+"""What every backend returns for one streamed request, how it fails, and the one way every
+backend streams: post, check the status, read within the request's deadline, finish."""
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from urllib.parse import urlsplit
 
 import requests
-import requests.adapters
-import urllib3.connectionpool
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.exceptions import DecodeError, ProtocolError, ReadTimeoutError, SSLError
 
-# Connections a backend's session keeps per host. With requests' default (10) and more than
-# 10 requests in flight, connections beyond the 10th were closed after use, so later requests
-# paid a fresh TCP connect inside their measured TTFT (benchmarks/PEERS-NOTES.md).
-POOL_SIZE = 512
-READ_SIZE = 1 << 16
+from .transport import finish, post_stream
 
 
 class BackendError(RuntimeError):
@@ -29,6 +24,7 @@ class RequestRecord:
 
     t_sent: float
     t_first: float | None = None
+    t_last: float | None = None  # arrival of the last chunk that carried generated text
     t_done: float | None = None
     prompt_tokens: int | None = None
     output_tokens: int | None = None
@@ -43,131 +39,10 @@ class RequestRecord:
     def to_raw(self, origin: float) -> dict:
         """Times relative to ``origin`` (the rep's start), as stored in raw files."""
         out = asdict(self)
-        for key in ("t_sent", "t_first", "t_done"):
+        for key in ("t_sent", "t_first", "t_last", "t_done"):
             value = out.pop(key)
             out[f"{key}_s"] = None if value is None else value - origin
         return out
-
-
-# per thread: what to call just before a request's first byte is written (post_stream)
-_send_clock = threading.local()
-
-
-class _OneWrite:
-    """Connection mixin: the header block and the body go out in one write, and the moment
-    of that write is the request's t_sent.
-
-    urllib3 writes the header block and then the body: two segments, and on the server two
-    wake-ups before the body is read (measured 0.3-0.5 ms on 2 shared cores). Holding the
-    header block until the body is there makes the request one segment.
-    """
-
-    _hold = False
-    _held = None
-
-    def request(self, method, url, body=None, headers=None, **kwargs):
-        self._hold, self._held = bool(body), None
-        try:
-            super().request(method, url, body=body, headers=headers, **kwargs)
-            if self._held is not None:  # no body was written after all: the headers alone
-                self._write(self._held)
-        finally:
-            self._hold, self._held = False, None
-
-    def send(self, data):
-        if self._hold and self._held is None:
-            self._held = data  # the header block; the body follows at once
-            return
-        if self._held is not None:
-            data, self._held = self._held + data, None
-        self._write(data)
-
-    def _write(self, data):
-        stamp = getattr(_send_clock, "stamp", None)
-        if stamp is not None:
-            _send_clock.stamp = None
-            stamp()
-        super().send(data)
-
-
-class _Connection(_OneWrite, HTTPConnection):
-    pass
-
-
-class _TLSConnection(_OneWrite, HTTPSConnection):
-    pass
-
-
-# named as urllib3's own pools: their names appear in connection errors, which stay as before
-class HTTPConnectionPool(urllib3.connectionpool.HTTPConnectionPool):
-    ConnectionCls = _Connection
-
-
-class HTTPSConnectionPool(urllib3.connectionpool.HTTPSConnectionPool):
-    ConnectionCls = _TLSConnection
-
-
-class _Adapter(requests.adapters.HTTPAdapter):
-    def init_poolmanager(self, *args, **kwargs):
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": HTTPConnectionPool,
-                                                  "https": HTTPSConnectionPool}
-
-
-def make_session() -> requests.Session:
-    """A session whose pool keeps a connection per concurrent request for reuse, and whose
-    connections write a request in one segment and stamp its t_sent then (_OneWrite)."""
-    session = requests.Session()
-    adapter = _Adapter(pool_connections=4, pool_maxsize=POOL_SIZE)
-    session.mount("http://", adapter)
-    session.mount("https://", adapter)
-    return session
-
-
-def stream_lines(resp: requests.Response):
-    """The lines of a streamed body (without line endings), each as soon as it has arrived.
-
-    ``resp.iter_lines()`` goes through ``iter_content(512)``: a fixed-size read that, on a
-    body that is not chunked (close-delimited streams), waits for 512 bytes or the end, so
-    tokens arrive late and in bursts; and, chunked or not, it costs several generator layers
-    per token. ``raw.read1`` returns whatever has arrived (chunked decoding and
-    content-encoding included). urllib3's errors are raised as the requests exceptions
-    ``iter_lines`` raises, so callers' ``except requests.RequestException`` still holds.
-    """
-    raw = resp.raw
-    pending = b""
-    while True:
-        try:
-            data = raw.read1(READ_SIZE, decode_content=True)
-        except ProtocolError as exc:
-            raise requests.exceptions.ChunkedEncodingError(exc) from exc
-        except DecodeError as exc:
-            raise requests.exceptions.ContentDecodingError(exc) from exc
-        except ReadTimeoutError as exc:
-            raise requests.exceptions.ConnectionError(exc) from exc
-        except SSLError as exc:
-            raise requests.exceptions.SSLError(exc) from exc
-        if not data:
-            break
-        if pending:
-            data = pending + data
-        lines = data.split(b"\n")
-        pending = lines.pop()
-        for line in lines:
-            yield line[:-1] if line.endswith(b"\r") else line
-    if pending:
-        yield pending
-
-
-def finish(resp: requests.Response) -> None:
-    """Read what is left of a response whose final event has been seen (the end of the
-    chunked body), so the connection goes back to the pool instead of being closed: a closed
-    one makes the next request pay a TCP connect inside its TTFT. Errors here are ignored:
-    everything measured has already arrived."""
-    try:
-        resp.raw.drain_conn()
-    except Exception:  # noqa: BLE001 - see docstring
-        pass
 
 
 class Backend:
@@ -213,26 +88,75 @@ class Backend:
     def now() -> float:
         return time.monotonic()
 
-    def post_stream(self, session: requests.Session, rec: RequestRecord, url: str,
-                    **kwargs) -> requests.Response:
-        """``session.post(url, stream=True, **kwargs)``, with ``rec.t_sent`` the moment the
-        request's bytes are written (make_session's connections), or, through any other
-        connection, the moment it is prepared (body encoded, proxies and auth resolved): the
-        client's own set-up work is not the server's latency and must not count in TTFT.
-        Raises what ``session.post`` raises."""
-        timeout = kwargs.pop("timeout", None)
-        prepared = session.prepare_request(requests.Request("POST", url, **kwargs))
-        # proxies/verify from the environment, resolved once per session and origin: the
-        # lookup scans os.environ and no_proxy on every call (~0.15 ms here)
-        origin = prepared.url.split("/", 3)[:3]
-        cache = session.__dict__.setdefault("_slotbench_env_settings", {})
-        key = "/".join(origin)
-        if key not in cache:
-            cache[key] = session.merge_environment_settings(prepared.url, {}, True, None, None)
-        settings = cache[key]
-        rec.t_sent = self.now()
-        _send_clock.stamp = lambda: setattr(rec, "t_sent", self.now())
+    def stream(self, rec: RequestRecord, url: str, read, unreachable, http_error, **kwargs):
+        """POST ``url`` as a stream, check its status and ``read(resp, rec)`` its body within
+        the request's deadline (``request_timeout_s`` from the moment it was sent, however
+        slowly the server trickles), then leave the connection for the next request.
+
+        unreachable(exc) and http_error(resp) make the backend's own errors; read's result is
+        returned; rec.t_done is the moment the final event arrived.
+        """
         try:
-            return session.send(prepared, timeout=timeout, allow_redirects=True, **settings)
-        finally:
-            _send_clock.stamp = None
+            resp = post_stream(self.session, rec, url, self.now, timeout=(10, self.timeout_s),
+                               **kwargs)  # fmt: skip
+        except requests.RequestException as exc:
+            raise unreachable(exc) from None
+        with resp:
+            if resp.status_code != 200:
+                raise http_error(resp)
+            remaining = self.timeout_s - (self.now() - rec.t_sent)
+            with Deadline(resp, remaining) as deadline:
+                try:
+                    result = read(resp, rec)
+                except Exception as exc:
+                    if deadline.expired:
+                        raise BackendError(
+                            f"POST {urlsplit(url).path} took longer than request_timeout_s ({self.timeout_s:g} s) after "
+                            f"{rec.chunks} chunks; the server is too slow or stalled (raise "
+                            "request_timeout_s if it is only slow)"
+                        ) from None
+                    raise
+            rec.t_done = self.now()
+            finish(resp)
+        return result
+
+
+class Deadline:
+    """Closes a streamed response when its time is up, so a read blocked on a server that
+    trickles or stalls returns (with an error) instead of holding the request forever."""
+
+    def __init__(self, resp: requests.Response, seconds: float):
+        self.resp, self.expired = resp, False
+        self.timer = threading.Timer(max(0.0, seconds), self._expire)
+        self.timer.daemon = True
+
+    def _expire(self) -> None:
+        self.expired = True
+        try:
+            self.resp.raw.close()
+        except Exception:  # noqa: BLE001 - closing is all we can do; the read will fail
+            pass
+
+    def __enter__(self) -> "Deadline":
+        self.timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.timer.cancel()
+
+
+def finite(value, field_name: str, rec: RequestRecord):
+    """A server's number as sent, or None when it is not a finite number (NaN, infinity, text),
+    noted in rec.server["invalid"] so the cross-check names it and raw files stay valid JSON."""
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if math.isfinite(number):
+        return value
+    note = f"{field_name}={value!r}"
+    if note not in rec.server.setdefault("invalid", []):
+        rec.server["invalid"].append(note)
+    return None

@@ -11,10 +11,12 @@ import json
 
 import requests
 
-from .base import Backend, BackendError, RequestRecord, finish, make_session, stream_lines
+from .base import Backend, BackendError, RequestRecord, finite
+from .transport import make_session, stream_lines
 
 # stop_type → the done_reason vocabulary shared with Ollama and OpenAI ("stop" or "length").
 DONE_REASON = {"eos": "stop", "word": "stop", "limit": "length"}
+TIMINGS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
 
 
 def _error_text(resp: requests.Response) -> str:
@@ -44,7 +46,13 @@ class LlamaCppBackend(Backend):
             raise BackendError(f"GET {path} failed: {exc}") from exc
         if resp.status_code != 200:
             raise BackendError(f"GET {path}: HTTP {resp.status_code}: {_error_text(resp)}")
-        return resp.json()
+        try:
+            return resp.json()
+        except ValueError:
+            raise BackendError(
+                f"GET {path}: {self.base_url} answered {resp.text[:120]!r}, not llama-server's "
+                "JSON; is the target's url a llama-server (backend llamacpp)?"
+            ) from None
 
     def tokenizer(self):
         return self.count_tokens
@@ -58,7 +66,13 @@ class LlamaCppBackend(Backend):
             raise BackendError(f"POST /tokenize failed: {exc}") from exc
         if resp.status_code != 200:
             raise BackendError(f"POST /tokenize: HTTP {resp.status_code}: {_error_text(resp)}")
-        return len(resp.json()["tokens"])
+        try:
+            return len(resp.json()["tokens"])
+        except (ValueError, KeyError, TypeError):
+            raise BackendError(
+                f"POST /tokenize: {self.base_url} answered {resp.text[:120]!r}, not "
+                "llama-server's token list"
+            ) from None
 
     def describe(self) -> dict:
         props = self._get("/props")
@@ -99,17 +113,13 @@ class LlamaCppBackend(Backend):
         body = self.payload(prompt, num_predict, temperature, seed)
         body["cache_prompt"] = allow_cache
         rec = RequestRecord(t_sent=self.now())
-        try:
-            resp = self.post_stream(self.session, rec, self.base_url + "/completion", json=body,
-                                    timeout=(10, self.timeout_s))
-        except requests.RequestException as exc:
-            raise BackendError(f"POST /completion: cannot reach {self.base_url}: {exc}") from exc
-        with resp:
-            if resp.status_code != 200:
-                raise BackendError(f"POST /completion: HTTP {resp.status_code}: {_error_text(resp)}")
-            final = self._read_stream(resp, rec)
-            rec.t_done = self.now()
-            finish(resp)
+        final = self.stream(
+            rec, self.base_url + "/completion", self._read_stream, json=body,
+            unreachable=lambda exc: BackendError(
+                f"POST /completion: cannot reach {self.base_url}: {exc}"),
+            http_error=lambda resp: BackendError(
+                f"POST /completion: HTTP {resp.status_code}: {_error_text(resp)}"),
+        )  # fmt: skip
         self._apply_final(rec, final)
         rec.server["ignore_eos"] = self.ignore_eos
         return rec
@@ -119,13 +129,22 @@ class LlamaCppBackend(Backend):
             for line in stream_lines(resp):
                 if not line.startswith(b"data: "):
                     continue
-                event = json.loads(line[6:])
+                try:
+                    event = json.loads(line[6:])
+                except ValueError:
+                    raise BackendError(
+                        f"POST /completion: not a llama-server stream event after {rec.chunks} "
+                        f"tokens: {line[:200]!r}"
+                    ) from None
+                if not isinstance(event, dict):
+                    raise BackendError(f"POST /completion: unexpected stream event {line[:200]!r}")
                 if "error" in event:
                     raise BackendError(f"server error mid-stream: {event['error']}")
                 if event.get("stop"):
                     return event
+                rec.t_last = self.now()
                 if rec.t_first is None:
-                    rec.t_first = self.now()
+                    rec.t_first = rec.t_last
                 rec.chunks += 1
         except requests.RequestException as exc:
             raise BackendError(f"stream broke after {rec.chunks} tokens: {exc}") from exc
@@ -134,18 +153,16 @@ class LlamaCppBackend(Backend):
     @staticmethod
     def _apply_final(rec: RequestRecord, final: dict) -> None:
         timings = final.get("timings") or {}
-        if "predicted_n" not in timings:
+        if not isinstance(timings, dict) or "predicted_n" not in timings:
             raise BackendError("final event carries no timings; is this a llama-server?")
-        rec.output_tokens = int(timings["predicted_n"])
-        rec.gen_s = float(timings["predicted_ms"]) / 1000.0
-        rec.prompt_tokens = int(final.get("tokens_evaluated", timings.get("prompt_n", 0)))
+        tokens = finite(timings["predicted_n"], "predicted_n", rec)
+        rec.output_tokens = None if tokens is None else int(tokens)
+        ms = finite(timings.get("predicted_ms"), "predicted_ms", rec)
+        rec.gen_s = None if ms is None else float(ms) / 1000.0
+        prompt = finite(final.get("tokens_evaluated", timings.get("prompt_n", 0)), "prompt_n", rec)
+        rec.prompt_tokens = None if prompt is None else int(prompt)
         stop_type = final.get("stop_type", "none")
         rec.done_reason = DONE_REASON.get(stop_type, stop_type)
-        rec.server = {
-            "prompt_n": timings.get("prompt_n"),
-            "prompt_ms": timings.get("prompt_ms"),
-            "predicted_n": timings.get("predicted_n"),
-            "predicted_ms": timings.get("predicted_ms"),
-            "cache_n": timings.get("cache_n", 0),
-            "stop_type": stop_type,
-        }
+        rec.server |= {k: finite(timings.get(k), k, rec) for k in TIMINGS}
+        rec.server |= {"cache_n": finite(timings.get("cache_n", 0), "cache_n", rec),
+                       "stop_type": stop_type}  # fmt: skip

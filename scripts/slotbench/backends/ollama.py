@@ -18,7 +18,8 @@ from urllib.parse import urlsplit
 
 import requests
 
-from .base import Backend, BackendError, RequestRecord, finish, make_session, stream_lines
+from .base import Backend, BackendError, RequestRecord, finite
+from .transport import make_session, stream_lines
 
 # final-chunk field → name in RequestRecord.server (durations keep Ollama's nanoseconds)
 FINAL_FIELDS = {
@@ -161,17 +162,11 @@ class OllamaBackend(Backend):
         # Ollama has no per-request switch: it always reuses a cached prefix when it can.
         body = self.payload(prompt, num_predict, temperature, seed)
         rec = RequestRecord(t_sent=self.now())
-        url, timeout = self.base_url + "/api/generate", (10, self.timeout_s)
-        try:
-            resp = self.post_stream(self.session, rec, url, json=body, timeout=timeout)
-        except requests.RequestException as exc:
-            raise self._unreachable("POST /api/generate", exc) from exc
-        with resp:
-            if resp.status_code != 200:
-                raise self._http_error("POST /api/generate", resp)
-            final = self._read_stream(resp, rec)
-            rec.t_done = self.now()
-            finish(resp)
+        final = self.stream(
+            rec, self.base_url + "/api/generate", self._read_stream, json=body,
+            unreachable=lambda exc: self._unreachable("POST /api/generate", exc),
+            http_error=lambda resp: self._http_error("POST /api/generate", resp),
+        )  # fmt: skip
         self._apply_final(rec, final)
         return rec
 
@@ -194,14 +189,21 @@ class OllamaBackend(Backend):
                         f"POST /api/generate: Ollama reported an error mid-stream after "
                         f"{rec.chunks} chunks: {chunk['error']}"
                     )
+                if not isinstance(chunk, dict):
+                    raise BackendError(
+                        f"POST /api/generate: not an Ollama stream line after {rec.chunks} chunks: "
+                        f"{line[:200]!r}"
+                    )
                 if chunk.get("done"):
                     rec.t_first = rec.t_first if rec.t_first is not None else first_any
                     return chunk
                 rec.chunks += 1
                 if first_any is None:
                     first_any = now
-                if rec.t_first is None and chunk.get("response"):
-                    rec.t_first = now
+                if chunk.get("response"):
+                    rec.t_last = now
+                    if rec.t_first is None:
+                        rec.t_first = now
         except requests.RequestException as exc:
             raise BackendError(
                 f"POST /api/generate: stream from {self.base_url} broke after {rec.chunks} "
@@ -214,13 +216,14 @@ class OllamaBackend(Backend):
 
     @staticmethod
     def _apply_final(rec: RequestRecord, final: dict) -> None:
-        server = {name: final.get(key) for key, name in FINAL_FIELDS.items()}
-        server["done_reason"] = final.get("done_reason")
-        rec.server = server
-        rec.output_tokens = int(final.get("eval_count") or 0)  # omitted means zero tokens
-        duration = final.get("eval_duration")
+        rec.server |= {name: finite(final.get(key), key, rec) for key, name in FINAL_FIELDS.items()}
+        rec.server["done_reason"] = final.get("done_reason")
+        count = rec.server["eval_count"]
+        rec.output_tokens = 0 if count is None and "eval_count" not in final else (
+            None if count is None else int(count))  # omitted means zero tokens
+        duration = rec.server["eval_duration_ns"]
         rec.gen_s = None if duration is None else duration / 1e9
-        count = final.get("prompt_eval_count")
+        count = rec.server["prompt_eval_count"]
         rec.prompt_tokens = None if count is None else int(count)
         rec.done_reason = final.get("done_reason")
 

@@ -29,7 +29,8 @@ import threading
 import requests
 import requests.auth
 
-from .base import Backend, BackendError, RequestRecord, finish, make_session, stream_lines
+from .base import Backend, BackendError, RequestRecord, finite
+from .transport import make_session, stream_lines
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 TIMING_FIELDS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n")
@@ -272,19 +273,13 @@ class OpenAIBackend(Backend):
         if "cache_prompt" in body:  # llama-server: its own switch (module docstring)
             body["cache_prompt"] = allow_cache
         rec = RequestRecord(t_sent=self.now())
-        try:
-            resp = self.post_stream(
-                self.session, rec, self.root + self.path, json=body, auth=self._auth(),
-                headers={"Accept": "text/event-stream"}, timeout=(10, self.timeout_s),
-            )
-        except requests.RequestException as exc:
-            raise self._error(f"POST {self.path}: cannot reach {self.root}: {exc}") from None
-        with resp:
-            if resp.status_code != 200:
-                raise self._http_error("POST", self.path, resp)
-            state = self._read_stream(resp, rec)
-            rec.t_done = self.now()
-            finish(resp)
+        state = self.stream(
+            rec, self.root + self.path, self._read_stream, json=body, auth=self._auth(),
+            headers={"Accept": "text/event-stream"},
+            unreachable=lambda exc: self._error(
+                f"POST {self.path}: cannot reach {self.root}: {exc}"),
+            http_error=lambda resp: self._http_error("POST", self.path, resp),
+        )  # fmt: skip
         self._apply_final(rec, state)
         return rec
 
@@ -332,7 +327,7 @@ class OpenAIBackend(Backend):
                 now = self.now()
                 if rec.t_first is None:
                     rec.t_first = now
-                state["t_last"] = now
+                state["t_last"] = rec.t_last = now
                 rec.chunks += 1
             if choice.get("finish_reason"):
                 state["finish_reason"] = choice["finish_reason"]
@@ -342,27 +337,29 @@ class OpenAIBackend(Backend):
             state["timings"] = event["timings"]
 
     def _apply_final(self, rec: RequestRecord, state: dict) -> None:
-        usage, timings = state["usage"] or {}, state["timings"] or {}
+        usage = {k: finite(v, f"usage.{k}", rec) for k, v in (state["usage"] or {}).items()}
+        timings = {k: finite(v, k, rec) for k, v in (state["timings"] or {}).items()}
         completion = usage.get("completion_tokens", timings.get("predicted_n"))
-        if completion is None:
+        if completion is None and not rec.server.get("invalid"):
             raise self._error(
                 f"POST {self.path}: the stream ended without usage; the server must support "
                 "stream_options.include_usage (OpenAI, vLLM, SGLang and llama-server do)"
             )
-        rec.output_tokens = int(completion)
+        rec.output_tokens = None if completion is None else int(completion)
         prompt = usage.get("prompt_tokens")
-        if prompt is None and "prompt_n" in timings:  # prompt_n counts only uncached tokens
-            prompt = timings["prompt_n"] + timings.get("cache_n", 0)
+        if prompt is None and timings.get("prompt_n") is not None:  # only uncached tokens
+            prompt = timings["prompt_n"] + (timings.get("cache_n") or 0)
         rec.prompt_tokens = None if prompt is None else int(prompt)
         rec.done_reason = state["finish_reason"]
-        rec.server = {
+        rec.server |= {
             "finish_reason": state["finish_reason"],
             "usage_prompt_tokens": usage.get("prompt_tokens"),
             "usage_completion_tokens": usage.get("completion_tokens"),
             "ignore_eos": self.ignore_eos,
         } | {k: timings[k] for k in TIMING_FIELDS if k in timings}
         if "predicted_ms" in timings:
-            rec.gen_s = float(timings["predicted_ms"]) / 1000.0
+            ms = timings["predicted_ms"]
+            rec.gen_s = None if ms is None else float(ms) / 1000.0
             rec.timing_source = "server"
             return
         # No server timings: the per-user rate is the n-1 intervals between the first and the
@@ -370,7 +367,7 @@ class OpenAIBackend(Backend):
         # is exactly that rate.
         rec.timing_source = "client"
         n, t_first, t_last = rec.output_tokens, rec.t_first, state["t_last"]
-        if n > 1 and t_first is not None and t_last is not None and t_last > t_first:
+        if n is not None and n > 1 and t_first is not None and t_last is not None and t_last > t_first:
             rec.gen_s = (t_last - t_first) * n / (n - 1)
         else:
             rec.gen_s = None  # one token (or one chunk) has no measurable generation rate
