@@ -2,14 +2,14 @@
 
 import pandas as pd
 
-from slotbench.analyse import cell_ratios, summarise
+from slotbench.analyse import cell_ratios, headline_cells, summarise
 from slotbench.entry import fail, progress_log
 
 
 def main(sm) -> None:
     with progress_log(sm.log[0]) as log:
         try:
-            ratios = cell_ratios(pd.read_parquet(sm.input.cells))
+            ratios = cell_ratios(headline_cells(pd.read_parquet(sm.input.cells)))
         except ValueError as exc:
             fail(f"analyse: {exc}", log)
         summary = summarise(ratios, int(sm.params.n_boot), float(sm.params.ci), int(sm.params.seed))

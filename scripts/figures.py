@@ -1,4 +1,5 @@
-"""Snakemake entry point: draw the report's figures and record the cells behind each one."""
+"""Rule figures: draw the report's figures and record the cells behind each one (logic in
+slotbench.figures); only cells whose server numbers held up against the client are drawn."""
 
 import json
 from pathlib import Path
@@ -6,25 +7,24 @@ from pathlib import Path
 import pandas as pd
 
 from slotbench import figures
+from slotbench.consolidate import trusted
+from slotbench.entry import fail, progress_log
 
 
-def main(snakemake) -> None:
-    out = snakemake.output
-    paths = {fid: Path(getattr(out, fid)) for fid in figures.FIGURE_IDS}
-    outdirs = {p.parent for p in paths.values()}
-    if len(outdirs) != 1:
-        raise ValueError(
-            f"figures: all figure outputs must share one directory, got {sorted(map(str, outdirs))}"
-        )
-    sources = figures.make_all(
-        pd.read_parquet(snakemake.input.cells),
-        pd.read_parquet(snakemake.input.ratios),
-        outdirs.pop(),
-        files={fid: p.name for fid, p in paths.items()},
-        thermal=pd.read_parquet(snakemake.input.thermal),
-    )
-    Path(out.sources).write_text(json.dumps(sources, indent=2) + "\n")
+def main(sm) -> None:
+    with progress_log(sm.log[0]) as log:
+        paths = {fid: Path(getattr(sm.output, fid)) for fid in figures.FIGURE_IDS}
+        outdirs = {p.parent for p in paths.values()}
+        if len(outdirs) != 1:
+            fail(f"figures: all figure outputs must share one directory, got "
+                 f"{sorted(map(str, outdirs))}", log)  # fmt: skip
+        sources = figures.make_all(
+            trusted(pd.read_parquet(sm.input.cells)), pd.read_parquet(sm.input.ratios),
+            outdirs.pop(), files={fid: p.name for fid, p in paths.items()},
+            thermal=pd.read_parquet(sm.input.thermal),
+        )  # fmt: skip
+        Path(sm.output.sources).write_text(json.dumps(sources, indent=2) + "\n")
+        print(f"figures: {len(sources)} figures", file=log)
 
 
-if __name__ == "__main__":
-    main(snakemake)  # noqa: F821 - injected by Snakemake
+main(snakemake)  # noqa: F821 - provided by Snakemake

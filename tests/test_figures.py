@@ -162,8 +162,9 @@ def test_entry_point(tmp_path):
             thermal=str(tmp_path / "thermal.parquet"),
         ),
         output=output,
+        log=[str(tmp_path / "figures.log")],
     )
-    runpy.run_path(str(SCRIPTS / "figures.py"))["main"](snakemake)
+    runpy.run_path(str(SCRIPTS / "figures.py"), init_globals={"snakemake": snakemake})
     sources = json.loads((tmp_path / "figures.json").read_text())
     assert set(sources) == set(figures.FIGURE_IDS)
     for fid in figures.FIGURE_IDS:

@@ -278,7 +278,7 @@ def test_entry_point_reads_the_pipeline_files(tmp_path, figure):
                "figures": [paths["throughput"]], "fingerprints": [str(res / "fp.json")]},
         output={"md": str(res / "report.md"), "html": str(res / "report.html"),
                 "provenance": str(res / "provenance.json")},
-        params=SimpleNamespace(config=cfg),
+        params=SimpleNamespace(config=cfg), log=[str(res / "report.log")],
     )  # fmt: skip
     runpy.run_path(str(SCRIPTS / "report.py"), init_globals={"snakemake": smk})
     md, page = (res / "report.md").read_text(), (res / "report.html").read_text()

@@ -21,7 +21,7 @@ from slotbench.checks.base import Tables, Verdict, records
 
 TRAP = "toy"
 TITLE = "Toy trap (too many tokens)"
-ORDER = 5
+ORDER = 1
 TABLES = ("toy",)
 
 
@@ -91,7 +91,7 @@ def test_a_toy_trap_needs_one_module_and_an_optional_renderer(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.splitlines()[-1])
-    assert result["traps"][0] == "toy"  # ORDER 5: first in the table
+    assert result["traps"][0] == "toy"  # ORDER 1: first in the table
     records = json.loads((out / "toy.json").read_text())
     assert [r["trap"] for r in records] == ["toy"] and records[0]["fired"] is True
     assert records[0]["cells"] == ["embedded/run1/rep2/arm4"]

@@ -10,6 +10,7 @@ import pandas as pd
 
 from slotbench import stats
 from slotbench.cells import SERIAL_ARM, cell_labels, raw_hashes
+from slotbench.consolidate import trusted
 
 REP_KEYS = ["target", "run", "rep"]
 # |pipelining - 1| within this: the generation stage's gain explains the whole aggregate gain.
@@ -57,6 +58,18 @@ def _serial_cells(cells: pd.DataFrame) -> pd.DataFrame:
             "re-run the affected rep, or drop its cells from results/cells.parquet."
         )
     return serial
+
+
+def headline_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells the headline may use: those whose server numbers held up against the client
+    (consolidate.trusted), in reps whose serial cell (the ratios' denominator) held up too."""
+    kept = trusted(cells)
+    dropped = cells.merge(kept[REP_KEYS + ["arm"]], how="left", indicator=True)
+    dropped = dropped[(dropped["_merge"] == "left_only") & (dropped["arm"] == SERIAL_ARM)]
+    if dropped.empty:
+        return kept
+    lost = kept.merge(dropped[REP_KEYS].drop_duplicates(), how="left", indicator=True)
+    return kept[(lost["_merge"] == "left_only").to_numpy()].reset_index(drop=True)
 
 
 def cell_ratios(cells: pd.DataFrame) -> pd.DataFrame:

@@ -15,6 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .crosscheck import crosscheck
 from .rawfiles import RAW_SCHEMA, RawFileChanged, read_json, sha256_file, verify_raw_file
 
 SCHEMA_VERSION = "1"
@@ -36,7 +37,9 @@ REQUESTS_SCHEMA = pa.schema(
         pa.field("output_tokens", pa.int64()),
         pa.field("t_sent_s", pa.float64()),
         pa.field("t_first_s", pa.float64()),
+        pa.field("t_last_s", pa.float64()),
         pa.field("t_done_s", pa.float64()),
+        pa.field("chunks", pa.int64()),  # chunks of generated text the client received
         pa.field("gen_s", pa.float64()),
         pa.field("done_reason", pa.string()),
         # llama.cpp server fields (null on other backends)
@@ -57,6 +60,8 @@ REQUESTS_SCHEMA = pa.schema(
         pa.field("finish_reason", pa.string()),
         pa.field("timing_source", pa.string()),
         pa.field("control", pa.bool_()),  # a request of the optional control cell
+        # why the server's numbers failed the cross-check with the client (null: they held)
+        pa.field("suspect_reason", pa.string()),
         pa.field("raw_file", pa.string()),
     ]
 )
@@ -67,6 +72,9 @@ CELLS_SCHEMA = pa.schema(
         pa.field("n_requests", pa.int64()),
         # requests whose per-user rate came from client-side token arrival (no server timings)
         pa.field("n_client_timed", pa.int64()),
+        # requests whose server numbers failed the cross-check: the cell is kept out of the
+        # headline, the checks and the figures
+        pa.field("suspect_requests", pa.int64()),
         pa.field("tokens_out", pa.int64()),
         pa.field("wall_s", pa.float64()),
         pa.field("agg_tps", pa.float64()),
@@ -120,6 +128,7 @@ class RawFileError(ValueError):
 
 
 def request_rows(raw: dict, raw_file: str) -> list[dict]:
+    num_predict = (raw.get("settings") or {}).get("num_predict")
     rows = []
     for cell in raw["cells"]:
         for req in cell["requests"]:
@@ -130,11 +139,13 @@ def request_rows(raw: dict, raw_file: str) -> list[dict]:
                     "arm": cell["arm"], "position": cell["position"], "request": req["request"],
                     "nonce": req.get("nonce"), "prompt_tokens": req.get("prompt_tokens"),
                     "output_tokens": req.get("output_tokens"), "t_sent_s": req.get("t_sent_s"),
-                    "t_first_s": req.get("t_first_s"), "t_done_s": req.get("t_done_s"),
+                    "t_first_s": req.get("t_first_s"), "t_last_s": req.get("t_last_s"),
+                    "t_done_s": req.get("t_done_s"), "chunks": req.get("chunks"),
                     "gen_s": req.get("gen_s"), "done_reason": req.get("done_reason"),
                     **{k: server.get(k) for k in SERVER_FIELDS},
                     "timing_source": req.get("timing_source", "server"),
                     "control": bool(cell.get("control", False)),
+                    "suspect_reason": crosscheck(req, num_predict),
                     "raw_file": raw_file,
                 }
             )  # fmt: skip
@@ -151,6 +162,9 @@ def cell_metrics(requests: pd.DataFrame) -> dict:
         "n_requests": int(len(requests)),
         "n_client_timed": (
             int((requests["timing_source"] == "client").sum()) if "timing_source" in requests else 0
+        ),
+        "suspect_requests": (
+            int(requests["suspect_reason"].notna().sum()) if "suspect_reason" in requests else 0
         ),
         "tokens_out": tokens_out,
         "wall_s": wall_s,
@@ -269,6 +283,14 @@ def consolidate(
         requests.sort_values(order + ["request"], ignore_index=True),
         cells.sort_values(order, ignore_index=True),
     )
+
+
+def trusted(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells whose every request passed the cross-check with the client (crosscheck.py):
+    the only ones the headline, the checks and the figures use."""
+    if "suspect_requests" not in cells:
+        return cells
+    return cells[cells["suspect_requests"].fillna(0) == 0].reset_index(drop=True)
 
 
 def split_control(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

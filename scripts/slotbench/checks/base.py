@@ -4,20 +4,24 @@ A verdict record says, for one trap and one target: whether the check could look
 (``assessable``), whether the trap fired, the verdict in words, the threshold and the config
 key that sets it, the evidence numbers, the cells behind it and one sentence. ``effect`` says
 what the verdict does to the headline now: "refuse" (no headline), "provisional" (a headline
-marked provisional), "warn" (a warning before the headline), "none" (a quiet check). The report
+marked provisional), "exclude" (the verdict's arms get no headline), "warn" (a warning before
+the headline), "none" (a quiet check). The report
 renders any list of them without knowing the trap.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
 from slotbench.cells import cell_labels
+from slotbench.consolidate import trusted
 
-EFFECTS = ("none", "warn", "provisional", "refuse")
+EFFECTS = ("none", "warn", "exclude", "provisional", "refuse")
 VERDICT_SCHEMA = "slotbench.verdict/1"
 
 
@@ -80,6 +84,9 @@ class Tables:
     fingerprints: list[dict] = field(default_factory=list)
     servers: list[dict] = field(default_factory=list)
     host: pd.DataFrame | None = None  # what the rest of the machine did (hostload samples)
+    # every cell, those whose server numbers failed the cross-check included (``cells`` holds
+    # only the trusted ones); None when there are no others
+    all_cells: pd.DataFrame | None = None
 
     @property
     def targets(self) -> list[str]:
@@ -111,11 +118,10 @@ def setting(settings: dict, key: str):
 def load_tables(inputs: dict) -> Tables:
     """Tables from the pipeline's files: cells, requests, control, thermal (Parquet), summary
     (CSV), servers (JSON) and fingerprints (a list of JSON paths)."""
-    import json
-    from pathlib import Path
-
+    cells = pd.read_parquet(inputs["cells"])
     return Tables(
-        cells=pd.read_parquet(inputs["cells"]),
+        cells=trusted(cells),
+        all_cells=cells,
         requests=pd.read_parquet(inputs["requests"]),
         control=pd.read_parquet(inputs["control"]),
         thermal=pd.read_parquet(inputs["thermal"]),

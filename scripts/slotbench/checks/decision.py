@@ -2,8 +2,8 @@
 marked provisional or refused.
 
 A verdict's ``effect`` says what it does to the headline: "refuse", "provisional" (a check that
-could not look, or could not decide, never passes by default), "warn" (its warnings go before
-the headline) or "none". The report presents the decision.
+could not look, or could not decide, never passes by default), "exclude" (its arms get no
+headline), "warn" (its warnings go before the headline) or "none". The report presents the decision.
 """
 
 from __future__ import annotations
@@ -16,12 +16,19 @@ def headline_decision(records: list[dict]) -> dict:
     out: dict[str, dict] = {}
     for rec in sorted(records, key=lambda r: (r["order"], r["trap"])):
         entry = out.setdefault(rec["target"], {"status": "allowed", "refusals": [],
-                                               "provisional": [], "warnings": []})  # fmt: skip
+                                               "provisional": [], "warnings": [],
+                                               "excluded_arms": {}})  # fmt: skip
         if rec["effect"] == "refuse":
             entry["refusals"].append({"trap": rec["trap"], "sentence": rec["sentence"],
                                       "reason": rec["evidence"].get("reason")})  # fmt: skip
         elif rec["effect"] == "provisional":
             entry["provisional"].append({"trap": rec["trap"], "sentence": rec["sentence"]})
+        elif rec["effect"] == "exclude":
+            for arm in rec["arms"]:
+                entry["excluded_arms"][str(arm)] = rec["evidence"].get("why", {}).get(
+                    str(arm), rec["sentence"])
+            entry["warnings"] += [{"trap": rec["trap"], "text": t}
+                                  for t in rec["evidence"].get("warnings") or [rec["sentence"]]]
         elif rec["effect"] == "warn":
             texts = rec["evidence"].get("warnings") or [rec["sentence"]]
             entry["warnings"] += [{"trap": rec["trap"], "text": t} for t in texts]

@@ -164,8 +164,9 @@ def headline_blocks(target, rows, decision, serialised: frozenset, index, ci: fl
     if refusal:
         blocks.append(Paragraph(refusal, "refusal"))
     else:
-        parallel = [r for r in records
-                    if int(r["arm"]) != SERIAL_ARM and not missing(r.get("speedup"))]  # fmt: skip
+        excluded = (decision or {}).get("excluded_arms", {})
+        parallel = [r for r in records if int(r["arm"]) != SERIAL_ARM
+                    and not missing(r.get("speedup")) and str(int(r["arm"])) not in excluded]  # fmt: skip
         top = headline_sentence(parallel[-1], label) if parallel else None
         if top and int(parallel[-1]["arm"]) in serialised:
             top += (
@@ -197,6 +198,9 @@ def headline_blocks(target, rows, decision, serialised: frozenset, index, ci: fl
         "(overlap)."
     )
     kind = ""
+    excluded = (decision or {}).get("excluded_arms", {})
+    if excluded and not refusal:
+        note += " Not a headline: " + "; ".join(excluded.values()) + "."
     if refusal:
         title += f" {DASH} not a headline (refused, see above)"
         note = "Not a headline: shown for diagnosis only. " + note

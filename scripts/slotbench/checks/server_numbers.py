@@ -1,0 +1,54 @@
+"""Trap: a server's token counts or timings that disagree with what the client saw (rule 11).
+
+slotbench.crosscheck flags each request whose server-reported output tokens or generation time
+cannot be right given the chunks the client received and when (an 800-token count for 8 chunks,
+a negative or NaN time, a generation longer than the whole request took). Its cell is kept out
+of the headline, the other checks and the figures; this check names them and why.
+"""
+
+from __future__ import annotations
+
+from slotbench.cells import label_key, label_series
+from slotbench.checks.base import Tables, Verdict, judged, records
+from slotbench.fmt import count
+
+TRAP = "server_numbers"
+TITLE = "Server counts and timings (cross-checked with the client)"
+ORDER = 5
+TABLES = ("server_numbers",)
+COLUMNS = ["target", "run", "rep", "arm", "position", "request", "output_tokens", "chunks",
+           "gen_s", "suspect_reason", "cell"]  # fmt: skip
+
+
+def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
+    req = tables.requests
+    flagged = req[req["suspect_reason"].notna()] if "suspect_reason" in req else req.iloc[0:0]
+    flagged = flagged.assign(cell=label_series(flagged) if len(flagged) else [])
+    table = flagged.reindex(columns=COLUMNS)
+    verdicts = []
+    for target in tables.targets:
+        rows = table[table["target"] == target]
+        n_req = int((req["target"] == target).sum())
+        cells = sorted(set(rows["cell"]), key=label_key)
+        if rows.empty:
+            summary = f"every server count and timing agreed with the client ({n_req} requests)"
+            verdicts.append(
+                judged(TRAP, TITLE, target, False, summary, f"Server numbers: {summary}.")
+            )
+            continue
+        first = rows.iloc[0]
+        summary = (f"{count(len(rows), 'request')} of {n_req} failed (e.g. {first['cell']} "
+                   f"request {int(first['request'])}: {first['suspect_reason']}); "
+                   f"{count(len(cells), 'cell')} kept out of the headline")  # fmt: skip
+        warning = (
+            f"Warning: the server's numbers for {count(len(rows), 'request')} of {target} did not "
+            f"hold up against what the client saw (e.g. {first['cell']} request "
+            f"{int(first['request'])}: {first['suspect_reason']}). Their "
+            f"{count(len(cells), 'cell')} ({', '.join(cells[:5])}{', …' if len(cells) > 5 else ''})"
+            " are kept out of the headline, the checks and the figures."
+        )
+        verdicts.append(judged(
+            TRAP, TITLE, target, True, summary, warning.removeprefix("Warning: "), effect="warn",
+            evidence={"rows": records(rows), "warnings": [warning]}, cells=cells,
+        ))  # fmt: skip
+    return verdicts, {"server_numbers": table}
