@@ -78,14 +78,17 @@ def test_backend_specific_defaults_and_refusals():
                                    "model": "gemma3:270m"}]})["targets"][0]
     assert ollama["num_ctx"] == 4096 and ollama["server"]["kv_cache_type"] == "f16"
     assert "threads" not in ollama["server"]
-    external = resolve({"targets": [{"name": "o", "backend": "ollama",
+    external = resolve({"targets": [{"name": "o", "backend": "ollama", "model": "gemma3:270m",
                                      "url": "http://127.0.0.1:11434"}]})["targets"][0]
     assert "server" not in external
     for bad, key in [
-        ({"backend": "ollama", "url": "http://h", "ignore_eos": True}, "ignore_eos"),
+        ({"backend": "ollama", "url": "http://h", "ignore_eos": True, "model": "m"}, "ignore_eos"),
         ({"backend": "llamacpp", "url": "http://h", "num_ctx": 2048}, "num_ctx"),
-        ({"backend": "openai", "managed": True}, "managed"),
-        ({"backend": "ollama", "url": "http://h", "server": {"parallel": 2}}, "server"),
+        ({"backend": "openai", "managed": True, "model": "m"}, "managed"),
+        ({"backend": "ollama", "url": "http://h", "server": {"parallel": 2}, "model": "m"},
+         "server"),
+        ({"backend": "ollama", "url": "http://h"}, "model"),
+        ({"backend": "openai", "url": "http://h"}, "model"),
     ]:
         with pytest.raises(ConfigError, match=f"targets\\[0\\].{key}"):
             resolve({"targets": [{"name": "t", **bad}]})

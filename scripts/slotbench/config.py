@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import datetime
+import math
+import string
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,59 @@ class ConfigError(ValueError):
 def load_schema(path: Path = SCHEMA_PATH) -> dict:
     with open(path, encoding="utf-8") as fh:
         return yaml.safe_load(fh)
+
+
+def _strict_types() -> jsonschema.TypeChecker:
+    """JSON Schema's types, stricter where YAML is loose: 2.0 is not an integer, and NaN and
+    infinities are not numbers (they compare false with every bound, so no minimum stops them)."""
+    base = jsonschema.Draft202012Validator.TYPE_CHECKER
+
+    def integer(checker, value):
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    def number(checker, value):
+        return (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value))  # fmt: skip
+
+    return base.redefine_many({"integer": integer, "number": number})
+
+
+VALIDATOR = jsonschema.validators.extend(jsonschema.Draft202012Validator,
+                                         type_checker=_strict_types())  # fmt: skip
+
+
+def _nulls(value: Any, path: str = "") -> list[str]:
+    """Keys given with no value (``reps:`` or ``targets:`` alone in a YAML file)."""
+    if isinstance(value, dict):
+        found = []
+        for key, sub in value.items():
+            where = f"{path}.{key}" if path else str(key)
+            found += [where] if sub is None else _nulls(sub, where)
+        return found
+    if isinstance(value, list):
+        return [p for i, sub in enumerate(value) for p in _nulls(sub, f"{path}[{i}]")]
+    return []
+
+
+def template_problems(template: str) -> list[str]:
+    """A prompt template must hold {nonce}, and nothing else in braces (literal braces doubled)."""
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError as exc:
+        return [f"config key `prompt.template`: {exc}; write a literal brace as {{{{ or }}}}"]
+    other = sorted({f for f in fields if f != "nonce"})
+    problems = []
+    if other:
+        problems.append(
+            "config key `prompt.template`: only {nonce} may stand in braces, not "
+            + ", ".join("{" + f + "}" for f in other) + "; write a literal brace as {{ or }}"
+        )
+    if "nonce" not in fields:
+        problems.append(
+            "config key `prompt.template`: it has no {nonce} field (a doubled {{nonce}} is the "
+            "literal text, so every prompt would be the same); every request needs its own nonce"
+        )
+    return problems
 
 
 def _fill_defaults(instance: Any, schema: dict) -> Any:
@@ -64,6 +119,9 @@ def _describe(error: jsonschema.ValidationError) -> str:
         if relevant:
             return "; ".join(_describe(e) for e in relevant) + (f" ({hint})" if hint else "")
         msg = f"{error.instance!r} has the wrong type"
+    elif error.validator == "type" and error.validator_value in ("integer", "number"):
+        kind = "a whole number" if error.validator_value == "integer" else "a finite number"
+        msg = f"{error.instance!r} is not {kind}"
     elif error.validator == "additionalProperties":
         allowed = sorted(error.schema.get("properties", {}))
         msg = f"{error.message}; allowed keys here: {', '.join(allowed)}"
@@ -79,7 +137,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
 
 # Defaults that only make sense for one backend, so that a target records only what applies to it.
 BACKEND_DEFAULTS = {
-    "llamacpp": {"managed_server": {"threads": 2}},
+    "llamacpp": {"target": {"model": "gemma-3-270m-q4_k_m"}, "managed_server": {"threads": 2}},
     "ollama": {
         "target": {"num_ctx": 4096, "keep_alive": "30m"},
         "managed_server": {"flash_attention": False, "kv_cache_type": "f16", "keep_alive": "30m"},
@@ -111,6 +169,13 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
     Raises ConfigError listing every problem found, each naming its key.
     """
     schema = schema if schema is not None else load_schema()
+    empty = _nulls(dict(config))
+    if empty:
+        raise ConfigError(
+            "invalid configuration (nothing was sent to any server):\n  - "
+            + "\n  - ".join(f"config key `{key}` is given without a value; give one, or drop the "
+                            "key to get its default" for key in empty)
+        )
     cfg = _fill_defaults(copy.deepcopy(dict(config)), schema)
     if isinstance(cfg.get("runs"), list):
         # YAML reads an unquoted 2026-12-01 as a date; the run id is what the user typed.
@@ -119,7 +184,7 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
         cfg["targets"] = [
             _apply_backend_defaults(t) if isinstance(t, dict) else t for t in cfg["targets"]
         ]
-    validator = jsonschema.Draft202012Validator(schema)
+    validator = VALIDATOR(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path)))
     problems = [_describe(e) for e in errors]
     if not problems:
@@ -130,16 +195,10 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
             + "\n  - ".join(problems)
         )
     cfg["arms"] = sorted(cfg["arms"])
-    cfg["targets"] = [_canonical(t) for t in cfg["targets"]]
+    # sorted keys all the way down: Snakemake compares params by repr, so key order in a YAML
+    # file must not look like a change and rerun measurement
+    cfg["targets"] = [canonical(t) for t in cfg["targets"]]
     return cfg
-
-
-def _canonical(value):
-    """Sorted keys all the way down: Snakemake compares params by repr, so key order in a YAML
-    file must not look like a change and rerun measurement."""
-    if isinstance(value, dict):
-        return {k: _canonical(value[k]) for k in sorted(value)}
-    return value
 
 
 def canonical(cfg: dict) -> dict:
@@ -156,7 +215,7 @@ def canonical(cfg: dict) -> dict:
 
 
 def _semantic_problems(cfg: dict) -> list[str]:
-    problems = []
+    problems = template_problems(cfg["prompt"]["template"])
     names = [t["name"] for t in cfg["targets"]]
     for dup in sorted({n for n in names if names.count(n) > 1}):
         problems.append(
@@ -175,6 +234,12 @@ def _semantic_problems(cfg: dict) -> list[str]:
             )
     for i, target in enumerate(cfg["targets"]):
         backend = target["backend"]
+        if "model" not in target:
+            problems.append(
+                f"config key `targets[{i}].model`: target {target['name']!r} needs the model "
+                f"name the {backend} server knows (e.g. "
+                + ("gemma3:270m)" if backend == "ollama" else "the id GET /v1/models lists)")
+            )
         for key, allowed in BACKEND_ONLY.items():
             if key in target and backend not in allowed:
                 problems.append(
