@@ -25,5 +25,8 @@ rule report:
         "../envs/report.yaml"
     params:
         config=sbconfig.canonical(CFG),
+        # raw files deleted or changed since consolidation: re-render even if results/ lost
+        # cells.parquet to a refused consolidation
+        token=RAW_TOKEN,
     script:
         "../scripts/report.py"

@@ -4,6 +4,7 @@ Every raw file is first checked against the SHA-256 recorded when it was written
 """
 
 import json
+from pathlib import Path
 
 from slotbench.consolidate import (
     CELLS_SCHEMA,
@@ -20,7 +21,19 @@ from slotbench.consolidate import (
     write_table,
 )
 from slotbench.entry import fail, progress_log
-from slotbench.rawfiles import RawFileChanged
+from slotbench.rawfiles import RawFileChanged, write_ledger
+
+
+def refuse(message: str, withdraw: list[str], log) -> None:
+    """Fail consolidation, and withdraw the report built from raw files that are now refused:
+    a report that cites them must not stay published as if nothing had happened."""
+    gone = [p for p in withdraw if Path(p).exists()]
+    for path in gone:
+        Path(path).unlink()
+    if gone:
+        message += (f" The report built from these raw files ({', '.join(gone)}) was withdrawn "
+                    "until they are settled.")  # fmt: skip
+    fail(f"consolidate: {message}", log)
 
 
 def main(sm) -> None:
@@ -29,7 +42,7 @@ def main(sm) -> None:
         try:
             recorded = verify_raw_files(raw, list(sm.input.sha256))
         except RawFileChanged as exc:
-            fail(f"consolidate: {exc}", log)
+            refuse(str(exc), list(sm.params.withdraw), log)
         print(
             f"consolidate: {len(raw)} raw files match the SHA-256 recorded when they were "
             "written",
@@ -38,7 +51,7 @@ def main(sm) -> None:
         try:
             requests, cells = consolidate(raw, recorded)
         except RawFileError as exc:
-            fail(f"consolidate: {exc}", log)
+            refuse(str(exc), list(sm.params.withdraw), log)
         write_table(requests, REQUESTS_SCHEMA, sm.output.requests, "requests")
         cells, control = split_control(cells)
         write_table(cells, CELLS_SCHEMA, sm.output.cells, "cells")
@@ -47,6 +60,7 @@ def main(sm) -> None:
         write_table(thermal, THERMAL_SCHEMA, sm.output.thermal, "thermal")
         host = sample_rows(raw, "host")
         write_table(host, HOST_SCHEMA, sm.output.host, "host")
+        write_ledger(sm.output.inventory, raw, sm.params.token)
         with open(sm.output.servers, "w", encoding="utf-8") as fh:
             json.dump(server_states(raw), fh, indent=1, sort_keys=True)
         print(

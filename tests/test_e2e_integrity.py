@@ -23,10 +23,10 @@ def test_nonces_off_fires_the_cache_check_and_the_control_arm_is_kept_apart(tmp_
     assert len(hits) >= 12, "identical prompts with the cache on must be named as cache hits"
     assert hits["reason"].str.contains("cache").all()
     control = pd.read_csv(work / "results/checks/control.csv")
-    assert list(control["arm"]) == [4] and control["control_cells"].iloc[0] == 2
+    assert list(control["arm"]) == [4] and control["control_cells"].iloc[0] == 3
     cells = pd.read_parquet(work / "results/cells.parquet")
     assert not cells["control"].any() and len(cells) == 9, "control cells leaked into cells"
     thermal = pd.read_parquet(work / "results/thermal.parquet")
-    assert len(thermal) > 0 and thermal["rep"].nunique() == 2
+    assert len(thermal) > 0 and thermal["rep"].nunique() == 3
     fingerprint = yaml.safe_load((work / "results/fingerprint/embedded/run1.json").read_text())
     assert fingerprint["config"]["measurement"]["cooldown_s"] == 0.5
