@@ -9,7 +9,7 @@ from slotbench.execute import RepError, run_rep
 from slotbench.fingerprint import pipeline_version
 from slotbench.hostload import host_source
 from slotbench.plan import make_rep_plan
-from slotbench.rawfiles import read_json, write_json_atomic, write_sha256_atomic
+from slotbench.rawfiles import check_free_space, read_json, restore_unsaved, save_raw
 from slotbench.server import ServerError
 from slotbench.targets import connect
 from slotbench.thermal import available_sources
@@ -19,7 +19,29 @@ def main(sm) -> None:
     target, run, rep = sm.wildcards.target, sm.wildcards.run, int(sm.wildcards.rep)
     settings = dict(sm.params.settings)
     plan = read_json(sm.input.plan)
-    with progress_log(sm.log.progress) as log:
+    raw_dir = Path(sm.output.raw).parent
+    kept = len(list(raw_dir.glob("rep*.json"))) if raw_dir.is_dir() else 0
+    interrupted = (f"rep {rep} of {target}/{run} was discarded (no raw file written) and its "
+                   f"server stopped; the {kept} reps already measured are kept")  # fmt: skip
+    log_dir = Path(sm.log.progress).parent
+    with progress_log(sm.log.progress, on_interrupt=interrupted) as log:
+        # a rep measured by an earlier run whose raw file could not be written (disk full)
+        expect = {"target": target, "run": run, "rep": rep,
+                  "experiment": dict(sm.params.experiment)}  # fmt: skip
+        try:
+            restored = restore_unsaved(sm.output.raw, log_dir, expect)
+        except OSError as exc:
+            fail(f"target {target}, run {run}, rep {rep}: the rep measured earlier and kept "
+                 f"elsewhere still cannot be written to {sm.output.raw} ({exc.strerror or exc}); "
+                 "free some space and rerun", log)  # fmt: skip
+        if restored:
+            digest, kept_at = restored
+            print(f"[{target} {run} rep {rep}] put the rep kept in {kept_at} in place as "
+                  f"{sm.output.raw} (SHA-256 {digest}); nothing was measured again", file=log)
+            return
+        space = check_free_space(raw_dir)
+        if space is not None:
+            fail(f"target {target}, run {run}, rep {rep}: {space}", log)
         try:
             with connect(sm.params.target, sm.log.server, settings["request_timeout_s"]) as conn:
                 entry = make_rep_plan(plan, rep, conn.backend.tokenizer())
@@ -31,8 +53,9 @@ def main(sm) -> None:
             fail(str(exc) if isinstance(exc, RepError) else
                  f"target {target}, run {run}, rep {rep}: {exc}", log)
         raw["experiment"] = dict(sm.params.experiment)
-        digest = write_json_atomic(sm.output.raw, raw)
-        write_sha256_atomic(sm.output.sha256, digest, Path(sm.output.raw).name)
+        digest, problem = save_raw(sm.output.raw, raw, log_dir)
+        if problem:
+            fail(f"target {target}, run {run}, rep {rep}: {problem}", log)
         print(f"[{target} {run} rep {rep}] raw file {sm.output.raw}, SHA-256 {digest}", file=log)
 
 

@@ -1,11 +1,15 @@
 """Rule report: results/report.md, the self-contained results/report.html and
 results/provenance.json, from the analysis, the checks and the figures (slotbench.report)."""
 
+from slotbench.entry import progress_log
 from slotbench.report import write_report
 
 
 def main(sm) -> None:
-    write_report(dict(sm.input), dict(sm.output), dict(sm.params.config))
+    outputs = dict(sm.output)
+    with progress_log(sm.log[0]) as log:
+        write_report(dict(sm.input), outputs, dict(sm.params.config))
+        print(f"report: {outputs['md']}, {outputs['html']}", file=log)
 
 
 main(snakemake)  # noqa: F821 - provided by Snakemake

@@ -268,12 +268,12 @@ def test_adding_a_run_id_measures_only_the_new_run(smoke, cache, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     measured = [(rule, wc) for rule, wc in jobs(proc) if rule in SERVER_RULES]
     assert {wc["run"] for _, wc in measured} == {"2026-12-01"}, measured
-    assert sorted(rule for rule, _ in measured) == ["fingerprint", "plan", "rep", "rep"], measured
+    assert sorted(rule for rule, _ in measured) == ["fingerprint", "plan", "rep", "rep", "rep"], measured
     assert file_states(list(map(Path, old))) == old, "an old run's file was touched"
     cells = pd.read_parquet(work / "results/cells.parquet")
-    assert cells.groupby("run").size().to_dict() == {"2026-12-01": 6, "run1": 6}
+    assert cells.groupby("run").size().to_dict() == {"2026-12-01": 9, "run1": 9}
     summary = pd.read_csv(work / "results/analysis/summary.csv")
-    assert summary["n_reps"].max() == 4, "the analysis pools both runs"
+    assert summary["n_reps"].max() == 6, "the analysis pools both runs"
     assert (work / "results/raw/embedded/2026-12-01/rep2.json.sha256").is_file()
 
 

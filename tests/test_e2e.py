@@ -233,3 +233,44 @@ def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cac
     # the failed rep and the ones never started, nothing else
     assert jobs_run(again).count("rep") == 3 - len(completed)
     assert len(list(raw_dir.glob("rep*.json"))) == 3
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "kill -9 snakemake"])
+def test_an_interrupt_stops_the_managed_server_and_keeps_what_was_measured(tmp_path, cache, how):
+    """On the real server: Ctrl-C (SIGINT to the process group) or kill -9 of Snakemake while
+    rep 2 measures. The rep is discarded with one line, the managed llama-server stops, rep 1
+    stays byte-identical, and the next plain run measures rep 2 alone."""
+    work = copy_repo(tmp_path / "interrupt")
+    (work / "two.yaml").write_text(yaml.safe_dump({"reps": 2}))
+    args = [*SMOKE, "two.yaml"]
+    env = {**os.environ, "SLOTBENCH_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
+    raw_dir, log = work / "results/raw/embedded/run1", work / "results/logs/rep/embedded/run1"
+    proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=work,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)  # fmt: skip
+    try:
+        _wait_for(lambda: (raw_dir / "rep1.json.sha256").exists() and (log / "rep2.log").exists()
+                  and "position 0" in (log / "rep2.log").read_text(), 300,
+                  "rep 2 to be measuring")  # fmt: skip
+        assert llama_servers_under(str(cache))
+        kept = file_states([raw_dir / "rep1.json", raw_dir / "rep1.json.sha256"])
+        if how == "ctrl-c":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    _wait_for(lambda: llama_servers_under(str(cache)) == [], 15, "the managed server to stop")
+    said = (log / "rep2.log").read_text() if how != "ctrl-c" else out
+    assert "INTERRUPTED" in said and "rep 2 of embedded/run1 was discarded" in said, said[-2000:]
+    assert "Traceback" not in out
+    assert not (raw_dir / "rep2.json").exists()
+    assert file_states([raw_dir / "rep1.json", raw_dir / "rep1.json.sha256"]) == kept
+
+    again = snakemake(work, *args, cache=cache)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert jobs_run(again).count("rep") == 1
+    assert file_states([raw_dir / "rep1.json", raw_dir / "rep1.json.sha256"]) == kept
+    assert (raw_dir / "rep2.json").exists() and llama_servers_under(str(cache)) == []

@@ -28,11 +28,11 @@ import subprocess
 import sys
 import tarfile
 import time
-from base64 import urlsafe_b64encode
 from pathlib import Path, PurePosixPath
 
 from .fingerprint import pipeline_version
 from .rawfiles import RawFileChanged, verify_raw_file
+from .smkstate import record_path
 
 FORMAT = "slotbench.archive/1"
 REPO = Path(__file__).resolve().parents[2]
@@ -80,16 +80,8 @@ def dump_config(cfg: dict) -> str:
 
 
 def metadata_record(path: str, max_len: int = 255) -> str:
-    """Where Snakemake's file persistence keeps the metadata record of output ``path``.
-
-    Mirrors snakemake.persistence.file.FilePersistence._record_path: the URL-safe base64 of the
-    path relative to the working directory, split into directories of at most ``max_len - 1``
-    characters, all but the last prefixed with "@".
-    """
-    b64 = urlsafe_b64encode(path.encode()).decode()
-    parts = [b64[i : i + max_len - 1] for i in range(0, len(b64), max_len - 1)]
-    parts = ["@" + p for p in parts[:-1]] + parts[-1:]
-    return "/".join([METADATA_DIR, *parts])
+    """Where Snakemake's file persistence keeps the metadata record of output ``path``."""
+    return record_path(METADATA_DIR, path, max_len)
 
 
 def _name_max(directory: Path) -> int:

@@ -1,4 +1,5 @@
-"""Which of the package's modules a rule's script runs, read from the imports.
+"""Which code runs: the checkout's own package, and which of its modules a rule's script runs,
+read from the imports.
 
 The cheap rules (consolidate, analyse, checks, figures, report) declare these files as inputs,
 so that a change to their code reruns them and everything downstream. The measuring rules do
@@ -8,10 +9,20 @@ not: a change to measurement code never re-measures existing raw files.
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent
 ROOT = PACKAGE.parent  # scripts/: what the package's module names are relative to
+
+
+def run_from_checkout() -> str:
+    """Put this checkout's scripts/ first on PYTHONPATH, which every rule script the workflow
+    starts inherits: whatever another checkout put on the venv's path, the rules import this
+    package, and the fingerprint records this checkout's commit and dirty state."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *(p for p in paths if p != str(ROOT))])
+    return str(ROOT)
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:

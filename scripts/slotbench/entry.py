@@ -1,11 +1,19 @@
-"""Small conveniences shared by the rule entry points in scripts/."""
+"""Small conveniences shared by the rule entry points in scripts/: a progress log that also
+goes to the terminal, plain errors instead of tracebacks, and a job that ends cleanly when it is
+interrupted or Snakemake goes away."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, TextIO
+
+# How often a job checks that the Snakemake that started it is still there.
+PARENT_POLL_S = 0.5
 
 
 class Tee:
@@ -25,12 +33,55 @@ class Tee:
             stream.flush()
 
 
+class Interrupted(Exception):
+    """The job was interrupted (Ctrl-C, SIGTERM) or the Snakemake that started it is gone."""
+
+
 @contextmanager
-def progress_log(path: str | Path) -> Iterator[Tee]:
+def progress_log(path: str | Path, on_interrupt: str = "nothing was written") -> Iterator[Tee]:
+    """The job's log, teed to the terminal. An interrupt (Ctrl-C, SIGTERM, or Snakemake going
+    away) ends the job with one line saying what became of its work, never a traceback."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
-        yield Tee(sys.stderr, fh)
+        log = Tee(sys.stderr, fh)
+        try:
+            with watch_parent():
+                yield log
+        except (KeyboardInterrupt, Interrupted) as exc:
+            why = str(exc) or "interrupted"
+            print(f"\nINTERRUPTED ({why}): {on_interrupt}; the next snakemake run resumes",
+                  file=log)  # fmt: skip
+            raise SystemExit(130) from None
+
+
+def _interrupt(signum, frame):
+    raise Interrupted({signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}.get(
+        signum, f"signal {signum}"))
+
+
+@contextmanager
+def watch_parent() -> Iterator[None]:
+    """While the job runs, SIGTERM and SIGHUP interrupt it, and so does its parent (Snakemake)
+    exiting: a Snakemake that is killed or stopped must not leave a job measuring on."""
+    parent = os.getppid()
+    previous = {s: signal.signal(s, _interrupt) for s in (signal.SIGTERM, signal.SIGHUP)}
+    done = threading.Event()
+
+    def watch():
+        while not done.wait(PARENT_POLL_S):
+            if os.getppid() != parent:
+                os.kill(os.getpid(), signal.SIGHUP)  # handled in the main thread
+                return
+
+    watcher = threading.Thread(target=watch, name="slotbench-parent-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def fail(message: str, log: TextIO | None = None) -> None:

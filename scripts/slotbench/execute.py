@@ -33,13 +33,23 @@ def _send_all(conn: Connection, requests: list[dict], concurrency: int, num_pred
                         **({"allow_cache": True} if r.get("allow_cache") else {}))
             for r in requests
         ]  # fmt: skip
-        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        try:
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        except BaseException:  # an interrupt: end the streams in flight, keep nothing
+            _stop(futures, conn)
+            raise
         failed = [i for i, f in enumerate(futures) if f in done and f.exception() is not None]
         if failed:
-            for f in futures:
-                f.cancel()
+            _stop(futures, conn)
             return [(failed[0], futures[failed[0]].exception())]
         return [f.result() for f in futures]
+
+
+def _stop(futures: list, conn: Connection) -> None:
+    """The rep stops: requests not yet sent are not sent, and those in flight are ended."""
+    for f in futures:
+        f.cancel()
+    conn.backend.abort()
 
 
 def _failure(ctx: dict, arm, position, request, exc: BaseException, conn: Connection) -> RepError:

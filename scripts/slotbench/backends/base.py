@@ -55,6 +55,8 @@ class Backend:
         self.target = target or {}
         self.model = self.target.get("model")
         self.timeout_s = timeout_s
+        self.live: set[Deadline] = set()  # the streams being read right now (abort)
+        self.aborted = False
 
     def generate(self, prompt: str, num_predict: int, temperature: float, seed: int,
                  allow_cache: bool = False) -> RequestRecord:  # fmt: skip
@@ -88,6 +90,14 @@ class Backend:
     def now() -> float:
         return time.monotonic()
 
+    def abort(self) -> None:
+        """End every stream being read now and any about to start, from any thread: each of
+        their generate() calls raises a BackendError at once. For a rep that stops (a failed
+        request, an interrupt), so it does not wait for the others to finish or time out."""
+        self.aborted = True
+        for deadline in list(self.live):
+            deadline.expire(aborted=True)
+
     def stream(self, rec: RequestRecord, url: str, read, unreachable, http_error, **kwargs):
         """POST ``url`` as a stream, check its status and ``read(resp, rec)`` its body within
         the request's deadline (``request_timeout_s`` from the moment it was sent, however
@@ -104,16 +114,27 @@ class Backend:
         with resp:
             if resp.status_code != 200:
                 raise http_error(resp)
+            kind = resp.headers.get("Content-Type", "")
+            if kind.startswith("text/html"):  # a web site, not an inference server
+                raise BackendError(
+                    f"POST {urlsplit(url).path}: {self.base_url} answered a web page ({kind}), "
+                    f"not a {self.name} stream; are the target's url and backend right?"
+                )
             remaining = self.timeout_s - (self.now() - rec.t_sent)
-            with Deadline(resp, remaining) as deadline:
+            with Deadline(resp, remaining, self.live) as deadline:
+                if self.aborted:
+                    deadline.expire(aborted=True)
                 try:
                     result = read(resp, rec)
-                except Exception as exc:
+                except Exception:
+                    if deadline.aborted:
+                        raise BackendError(f"POST {urlsplit(url).path} was abandoned after "
+                                           f"{rec.chunks} chunks: the rep stopped") from None
                     if deadline.expired:
                         raise BackendError(
-                            f"POST {urlsplit(url).path} took longer than request_timeout_s ({self.timeout_s:g} s) after "
-                            f"{rec.chunks} chunks; the server is too slow or stalled (raise "
-                            "request_timeout_s if it is only slow)"
+                            f"POST {urlsplit(url).path} took longer than request_timeout_s "
+                            f"({self.timeout_s:g} s) after {rec.chunks} chunks; the server is "
+                            "too slow or stalled (raise request_timeout_s if it is only slow)"
                         ) from None
                     raise
             rec.t_done = self.now()
@@ -123,14 +144,17 @@ class Backend:
 
 class Deadline:
     """Closes a streamed response when its time is up, so a read blocked on a server that
-    trickles or stalls returns (with an error) instead of holding the request forever."""
+    trickles or stalls returns (with an error) instead of holding the request forever; while
+    it runs it is in ``live`` (Backend.abort)."""
 
-    def __init__(self, resp: requests.Response, seconds: float):
-        self.resp, self.expired = resp, False
-        self.timer = threading.Timer(max(0.0, seconds), self._expire)
+    def __init__(self, resp: requests.Response, seconds: float, live: set | None = None):
+        self.resp, self.expired, self.aborted = resp, False, False
+        self.live = live if live is not None else set()
+        self.timer = threading.Timer(max(0.0, seconds), self.expire)
         self.timer.daemon = True
 
-    def _expire(self) -> None:
+    def expire(self, aborted: bool = False) -> None:
+        self.aborted = self.aborted or aborted
         self.expired = True
         try:
             self.resp.raw.close()
@@ -138,11 +162,13 @@ class Deadline:
             pass
 
     def __enter__(self) -> "Deadline":
+        self.live.add(self)
         self.timer.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.timer.cancel()
+        self.live.discard(self)
 
 
 def finite(value, field_name: str, rec: RequestRecord):

@@ -1,0 +1,116 @@
+"""What a killed Snakemake leaves behind, settled before the next run looks (slotbench.smkstate).
+
+The records are made the way Snakemake makes them (snakemake.persistence); the round trip
+through record_path and marked_incomplete is checked against Snakemake's own code."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from slotbench import smkstate
+from slotbench.rawfiles import write_raw_atomic
+
+RAW = "results/raw/t/run1/rep2.json"
+
+
+def mark(work: Path, path: str) -> Path:
+    record = Path(smkstate.record_path(work / ".snakemake" / "incomplete", path))
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text("")
+    return record
+
+
+def lock(work: Path, host: str | None = None) -> None:
+    """The lock a Snakemake takes, and the host slotbench recorded when it started."""
+    locks = work / ".snakemake" / "locks"
+    locks.mkdir(parents=True, exist_ok=True)
+    (locks / "0.output.lock").write_text("results/x\n")
+    (work / ".snakemake" / "slotbench-host").write_text(f"{host or socket.gethostname()}\n")
+
+
+def test_record_paths_are_snakemakes_own(tmp_path):
+    from snakemake.persistence.file import FilePersistence
+
+    snakemake_side = SimpleNamespace(_fetch_max_len=lambda subject: 255)
+    for path in (RAW, "results/" + "x" * 400 + ".json"):
+        ours = smkstate.record_path(tmp_path / "incomplete", path)
+        theirs = FilePersistence._record_path(snakemake_side, str(tmp_path / "incomplete"), path)
+        assert ours == theirs
+    long = "results/" + "x" * 400 + ".json"
+    mark(tmp_path, long)
+    assert long in smkstate.marked_incomplete(tmp_path)
+
+
+def test_a_complete_raw_file_marked_incomplete_is_kept(tmp_path):
+    write_raw_atomic(tmp_path / RAW, {"rep": 2})
+    before = (tmp_path / RAW).read_bytes()
+    mark(tmp_path, RAW)
+    mark(tmp_path, RAW + ".sha256")
+    said = smkstate.settle(tmp_path)
+    assert said == [f"slotbench: kept {RAW}: the rep was measured completely before Snakemake "
+                    "stopped"]  # fmt: skip
+    assert (tmp_path / RAW).read_bytes() == before
+    assert smkstate.marked_incomplete(tmp_path) == {}
+
+
+def test_a_raw_file_that_does_not_match_its_hash_is_removed_with_it(tmp_path):
+    write_raw_atomic(tmp_path / RAW, {"rep": 2})
+    (tmp_path / RAW).write_text('{"rep": 2, "cells": [')
+    mark(tmp_path, RAW)
+    said = smkstate.settle(tmp_path)
+    assert "it was removed and that rep will be measured again" in said[0]
+    assert not (tmp_path / RAW).exists() and not (tmp_path / f"{RAW}.sha256").exists()
+
+
+def test_derived_outputs_marked_incomplete_are_deleted_and_plans_kept(tmp_path):
+    for path in ("results/cells.parquet", "results/plan/t/run1.json"):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("x")
+        mark(tmp_path, path)
+    smkstate.settle(tmp_path)
+    assert not (tmp_path / "results/cells.parquet").exists()
+    assert (tmp_path / "results/plan/t/run1.json").exists()
+    assert smkstate.marked_incomplete(tmp_path) == {}
+
+
+def test_the_lock_of_a_snakemake_that_is_gone_is_removed_and_then_its_marks_settled(tmp_path):
+    lock(tmp_path)
+    mark(tmp_path, "results/cells.parquet")
+    said = smkstate.settle(tmp_path)
+    assert said == ["slotbench: removed the lock left by a Snakemake that is no longer running "
+                    "(it was killed or its machine stopped)"]  # fmt: skip
+    assert not smkstate.locked(tmp_path)
+    assert smkstate.marked_incomplete(tmp_path) == {}
+
+
+@pytest.fixture
+def snakemake_at_work(tmp_path):
+    """Another Snakemake (any process whose command line says so) working in tmp_path."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "snakemake"],
+                            cwd=tmp_path)  # fmt: skip
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+@pytest.mark.parametrize("owner", ["live", "other host", "unknown host"])
+def test_a_lock_that_may_be_live_is_left_and_nothing_is_touched(tmp_path, owner, request):
+    lock(tmp_path, host="another-machine" if owner == "other host" else None)
+    if owner == "live":
+        proc = request.getfixturevalue("snakemake_at_work")
+        assert smkstate.others_at_work(tmp_path) == [proc.pid]
+    elif owner == "unknown host":
+        (tmp_path / ".snakemake/slotbench-host").unlink()
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results/cells.parquet").write_text("being written")
+    mark(tmp_path, "results/cells.parquet")
+    assert smkstate.settle(tmp_path) == []
+    assert smkstate.locked(tmp_path)
+    assert (tmp_path / "results/cells.parquet").exists()
+    assert "results/cells.parquet" in smkstate.marked_incomplete(tmp_path)
