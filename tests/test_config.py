@@ -109,7 +109,7 @@ def test_runs_as_a_list_of_ids():
         (["run1", "a/b"], "`runs[1]`"),
         (["has space"], "`runs[0]`"),
         ([], "`runs`"),
-        ([7], "`runs[0]`: 7 is not of type 'string'"),
+        ([7], "`runs[0]`: 7 is not text"),
         (0, "`runs`: 0 is less than the minimum of 1"),
         ("run1", "`runs`: 'run1' has the wrong type"),
     ],
@@ -133,3 +133,29 @@ def test_canonical_config_ignores_key_order():
     b = resolve({"checks": {"deviance_threshold": 0.1}, "runs": ["b", "a"], "reps": 3})
     assert repr(canonical(a)) == repr(canonical(b))
     assert canonical(a)["runs"] == ["b", "a"]  # lists keep their order
+
+
+def test_configfile_args_are_found_in_every_spelling():
+    from slotbench.config import configfile_args
+
+    argv = ["--cores", "1", "--configfile", "a.yaml", "b.yaml", "-n", "--configfiles=c.yaml",
+            "--configfile", "d.yaml", "all"]  # fmt: skip
+    # like Snakemake's own parser (nargs="+"), a target right after the files is taken for one:
+    # the user is told "config file all does not exist" rather than have it silently dropped
+    assert configfile_args(argv) == ["a.yaml", "b.yaml", "c.yaml", "d.yaml", "all"]
+    assert configfile_args(["--cores", "1"]) == []
+
+
+def test_a_configfile_that_cannot_be_a_config_is_named_with_its_line(tmp_path):
+    from slotbench.config import configfile_problem
+
+    good = tmp_path / "good.yaml"
+    good.write_text("reps: 3\n")
+    assert configfile_problem(str(good)) is None
+    assert configfile_problem(str(tmp_path / "nope.yaml")) == (
+        f"config file {tmp_path / 'nope.yaml'} does not exist")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("reps: 3\ntargets:\n  - name: x\n   backend: llamacpp\n")
+    said = configfile_problem(str(bad))
+    assert said.startswith(f"config file {bad}, line 4, column 4: not valid YAML (")
+    assert configfile_problem(str(tmp_path)).endswith("cannot be read: Is a directory")

@@ -106,9 +106,16 @@ def _key_path(error: jsonschema.ValidationError) -> str:
     return "".join(parts) or "(top level)"
 
 
+TYPE_WORDS = {"integer": "a whole number", "number": "a finite number", "boolean": "true or false",
+              "string": "text", "array": "a list", "object": "a mapping of keys"}  # fmt: skip
+
+
 def _describe(error: jsonschema.ValidationError) -> str:
     key = _key_path(error)
     hint = error.schema.get("description") if isinstance(error.schema, dict) else None
+    if key == "(top level)":
+        hint = None  # the schema's own description: not about the key at fault
+    hint = " ".join(hint.split()) if hint else None
     if error.validator in ("oneOf", "anyOf") and error.context:
         # Of the alternatives, the ones that fit the value's type say what is wrong with it.
         relevant = [
@@ -119,12 +126,19 @@ def _describe(error: jsonschema.ValidationError) -> str:
         if relevant:
             return "; ".join(_describe(e) for e in relevant) + (f" ({hint})" if hint else "")
         msg = f"{error.instance!r} has the wrong type"
-    elif error.validator == "type" and error.validator_value in ("integer", "number"):
-        kind = "a whole number" if error.validator_value == "integer" else "a finite number"
-        msg = f"{error.instance!r} is not {kind}"
-    elif error.validator == "additionalProperties":
+    elif error.validator == "type" and error.validator_value in TYPE_WORDS:
+        msg = f"{error.instance!r} is not {TYPE_WORDS[error.validator_value]}"
+    elif error.validator == "exclusiveMinimum":
+        msg = f"{error.instance!r} must be greater than {error.validator_value!r}"
+    elif error.validator == "exclusiveMaximum":
+        msg = f"{error.instance!r} must be less than {error.validator_value!r}"
+    elif error.validator == "additionalProperties" and isinstance(error.instance, dict):
         allowed = sorted(error.schema.get("properties", {}))
-        msg = f"{error.message}; allowed keys here: {', '.join(allowed)}"
+        unknown = sorted(str(k) for k in error.instance if k not in allowed)
+        where = "" if key == "(top level)" else f"{key}."
+        return (f"config key {', '.join(f'`{where}{k}`' for k in unknown)} is not a slotbench "
+                f"key; allowed {'at the top level' if not where else 'under `' + key + '`'}: "
+                f"{', '.join(allowed)}")  # fmt: skip
     elif error.validator == "contains" and key == "arms":
         msg = "arms must include 1: the serial arm is the control every speedup is measured against"
     elif error.validator == "uniqueItems" and isinstance(error.instance, list):
@@ -163,6 +177,53 @@ def _apply_backend_defaults(target: dict) -> dict:
     return out
 
 
+def _invalid(problems: list[str]) -> str:
+    """One line for one problem; a list when there are more."""
+    head = "invalid configuration (nothing was sent to any server):"
+    if len(problems) == 1:
+        return f"{head} {problems[0]}"
+    return head + "".join(f"\n  - {p}" for p in problems)
+
+
+def configfile_args(argv: list[str]) -> list[str]:
+    """The files a Snakemake command line names with --configfile (or --configfiles)."""
+    files, taking = [], False
+    for arg in argv:
+        if arg.startswith("-"):
+            name, eq, value = arg.partition("=")
+            taking = name in ("--configfile", "--configfiles")
+            if taking and eq:
+                files.append(value)
+                taking = False
+        elif taking:
+            files.append(arg)
+    return files
+
+
+def configfile_problem(path: str) -> str | None:
+    """Why a --configfile cannot be read as a config (missing, unreadable, not YAML, not a
+    mapping), naming the file and, for a YAML error, its line and column; None if it can."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return f"config file {path} does not exist"
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"config file {path} cannot be read: {getattr(exc, 'strerror', None) or exc}"
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return f"config file {path}{where}: not valid YAML ({what})"
+    if data is None:
+        return f"config file {path} is empty; give keys such as `targets:` or `reps:`, or drop it"
+    if not isinstance(data, dict):
+        return (f"config file {path} must hold keys (such as `targets:`), not a "
+                f"{type(data).__name__}")  # fmt: skip
+    return None
+
+
 def resolve(config: dict, schema: dict | None = None) -> dict:
     """Fill defaults, validate, and apply the rules a schema cannot express.
 
@@ -171,11 +232,8 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
     schema = schema if schema is not None else load_schema()
     empty = _nulls(dict(config))
     if empty:
-        raise ConfigError(
-            "invalid configuration (nothing was sent to any server):\n  - "
-            + "\n  - ".join(f"config key `{key}` is given without a value; give one, or drop the "
-                            "key to get its default" for key in empty)
-        )
+        raise ConfigError(_invalid([f"config key `{key}` is given without a value; give one, or "
+                                    "drop the key to get its default" for key in empty]))
     cfg = _fill_defaults(copy.deepcopy(dict(config)), schema)
     if isinstance(cfg.get("runs"), list):
         # YAML reads an unquoted 2026-12-01 as a date; the run id is what the user typed.
@@ -190,10 +248,7 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
     if not problems:
         problems = _semantic_problems(cfg)
     if problems:
-        raise ConfigError(
-            "invalid configuration (nothing was sent to any server):\n  - "
-            + "\n  - ".join(problems)
-        )
+        raise ConfigError(_invalid(problems))
     cfg["arms"] = sorted(cfg["arms"])
     # sorted keys all the way down: Snakemake compares params by repr, so key order in a YAML
     # file must not look like a change and rerun measurement

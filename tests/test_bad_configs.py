@@ -1,0 +1,310 @@
+"""Bad input gets one clear line before anything is sent.
+
+Each case is an override file a user could write, given to the real command
+(``.venv/bin/snakemake --cores 1 --configfile bad.yaml``, the launcher setup.sh writes) in its
+own copy of the repository, with its own scripted llama-server as the target (or as the
+target of the valid config around the mistake). Every case must fail with one line that names
+the key (or the file and line) and says what is allowed, no traceback, and not one request may
+reach its server. The cases run concurrently; each is its own test.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e_helpers import copy_repo
+from fault_server import FaultServer
+
+SNAKEMAKE = Path(sys.executable).parent / "snakemake"  # setup.sh's launcher
+NAN, INF = float("nan"), float("inf")
+# one problem: on the Error line itself; several: one line each, under it
+KEY = r"^(Error: invalid configuration \(nothing was sent to any server\): |  - )config key "
+
+
+def target(**kw) -> dict:
+    return {"targets": [{"name": "fault", "backend": "llamacpp", "url": "{url}"} | kw]}
+
+
+# name → (override: a mapping merged over a valid config, or the file's text; the line expected)
+CASES = {
+    # whole numbers, finite numbers, bounds
+    "reps is 2.0": ({"reps": 2.0}, KEY + r"`reps`: 2\.0 is not a whole number"),
+    "reps is 0": ({"reps": 0}, KEY + r"`reps`: 0 is less than the minimum of 1"),
+    "reps is text": ({"reps": "3"}, KEY + r"`reps`: '3' is not a whole number"),
+    "reps beyond the nonce": (
+        {"reps": 100000},
+        KEY + r"`reps`: 100000 reps do not fit a 6-digit " r"nonce.*raise prompt\.nonce_digits",
+    ),
+    "runs is 0": ({"runs": 0}, KEY + r"`runs`: 0 is less than the minimum of 1"),
+    "runs is a word": (
+        {"runs": "two"},
+        KEY + r"`runs`: 'two' has the wrong type \(.*a count .* " r"or a list of unique run ids",
+    ),
+    "run id twice": ({"runs": ["a", "a"]}, KEY + r"`runs`: 'a' is listed twice"),
+    "run id with a slash": ({"runs": ["a/b"]}, KEY + r"`runs\[0\]`: 'a/b' does not match"),
+    "num_predict NaN": ({"num_predict": NAN}, KEY + r"`num_predict`: nan is not a whole number"),
+    "num_predict infinite": ({"num_predict": INF}, KEY + r"`num_predict`: inf is not a whole"),
+    "temperature negative": ({"temperature": -0.1}, KEY + r"`temperature`: -0\.1 is less than"),
+    "temperature NaN": ({"temperature": NAN}, KEY + r"`temperature`: nan is not a finite number"),
+    "seed negative": ({"seed": -5}, KEY + r"`seed`: -5 is less than the minimum of 0"),
+    "requests_per_cell 0": ({"requests_per_cell": 0}, KEY + r"`requests_per_cell`: 0 is less"),
+    "warmup_predict 0": ({"warmup_predict": 0}, KEY + r"`warmup_predict`: 0 is less than"),
+    "request_timeout_s 0": (
+        {"request_timeout_s": 0},
+        KEY + r"`request_timeout_s`: 0 must be " r"greater than 0",
+    ),
+    "request_timeout_s infinite": (
+        {"request_timeout_s": INF},
+        KEY + r"`request_timeout_s`: inf " r"is not a finite number",
+    ),
+    "cooldown negative": ({"cooldown_s": -1}, KEY + r"`cooldown_s`: -1 is less than"),
+    "thermal interval 0": (
+        {"thermal": {"interval_s": 0}},
+        KEY + r"`thermal\.interval_s`: 0 " r"must be greater than 0",
+    ),
+    # arms
+    "arms empty": ({"arms": []}, KEY + r"`arms`: \[\] is too short"),
+    "arms twice": ({"arms": [1, 2, 2]}, KEY + r"`arms`: 2 is listed twice"),
+    "arms without serial": ({"arms": [2, 4]}, KEY + r"`arms`: arms must include 1"),
+    "arm 2.5": ({"arms": [1, 2.5]}, KEY + r"`arms\[1\]`: 2\.5 is not a whole number"),
+    # empty keys in an override fall back to nothing, never to the defaults
+    "targets empty": ({"targets": None}, KEY + r"`targets` is given without a value"),
+    "targets an empty list": ({"targets": []}, KEY + r"`targets`: \[\] should be non-empty"),
+    "reps empty": ({"reps": None}, KEY + r"`reps` is given without a value"),
+    # the prompt template
+    "template without nonce": (
+        {"prompt": {"template": "no nonce here"}},
+        KEY + r"`prompt\.template`: 'no nonce here' does not match",
+    ),
+    "template with another field": (
+        {"prompt": {"template": "Request {nonce} {other}"}},
+        KEY + r"`prompt\.template`: only \{nonce\} may stand in " r"braces, not \{other\}",
+    ),
+    "template unbalanced": (
+        {"prompt": {"template": "Request {nonce} {"}},
+        KEY + r"`prompt\.template`: Single '\{' encountered.*write a literal "
+        r"brace as \{\{ or \}\}",
+    ),
+    "template with {{nonce}}": (
+        {"prompt": {"template": "Request {{nonce}}"}},
+        KEY + r"`prompt\.template`: it has no \{nonce\} field \(a doubled "
+        r"\{\{nonce\}\} is the literal text",
+    ),
+    "nonce digits 3": (
+        {"prompt": {"nonce_digits": 3}},
+        KEY + r"`prompt\.nonce_digits`: 3 is " r"less than the minimum of 4",
+    ),
+    "nonce digits 13": (
+        {"prompt": {"nonce_digits": 13}},
+        KEY + r"`prompt\.nonce_digits`: 13 is " r"greater than the maximum of 12",
+    ),
+    # thresholds: above 1 would switch a refusal off
+    "rotation threshold 1.5": (
+        {"checks": {"rotation_threshold": 1.5}},
+        KEY + r"`checks\.rotation_threshold`: 1\.5 is greater than the " r"maximum of 1",
+    ),
+    "deviance threshold 2": (
+        {"checks": {"deviance_threshold": 2}},
+        KEY + r"`checks\.deviance_threshold`: 2 is greater than",
+    ),
+    "drift threshold NaN": (
+        {"checks": {"drift_threshold": NAN}},
+        KEY + r"`checks\.drift_threshold`: nan is not a finite number",
+    ),
+    "host threshold negative": (
+        {"checks": {"host_threshold": -0.1}},
+        KEY + r"`checks\.host_threshold`: -0\.1 must be greater than 0",
+    ),
+    "send lag negative": (
+        {"checks": {"send_lag_s": -1}},
+        KEY + r"`checks\.send_lag_s`: -1 must be greater than 0",
+    ),
+    "misspelt check": (
+        {"checks": {"rotation_treshold": 0.1}},
+        KEY + r"`checks\.rotation_treshold` is not a slotbench key; allowed under "
+        r"`checks`: .*rotation_threshold",
+    ),
+    "bootstrap 10": ({"analysis": {"bootstrap": 10}}, KEY + r"`analysis\.bootstrap`: 10 is less"),
+    "ci 1.5": ({"analysis": {"ci": 1.5}}, KEY + r"`analysis\.ci`: 1\.5 must be less than 1"),
+    "misspelt top-level key": (
+        {"rep": 3},
+        KEY + r"`rep` is not a slotbench key; allowed at the " r"top level: .*reps",
+    ),
+    # names that would not fit a file system
+    "archive name with a slash": (
+        {"archive": {"name": "a/b"}},
+        KEY + r"`archive\.name`: 'a/b' " r"does not match",
+    ),
+    "archive name too long": (
+        {"archive": {"name": "a" * 65}},
+        KEY + r"`archive\.name`: 'a{65}' " r"is too long",
+    ),
+    "target name too long": (
+        target(name="x" * 300),
+        KEY + r"`targets\[0\]\.name`: 'x{300}' is " r"too long \(.*at most 64",
+    ),
+    "target name with a space": (
+        target(name="my target"),
+        KEY + r"`targets\[0\]\.name`: 'my " r"target' does not match",
+    ),
+    "run id too long": ({"runs": ["r" * 300]}, KEY + r"`runs\[0\]`: 'r{300}' is too long"),
+    # targets
+    "two targets, one name": (
+        {"targets": target()["targets"] * 2},
+        KEY + r"`targets`: the name 'fault' is used twice",
+    ),
+    "unknown backend": (
+        target(backend="vllm"),
+        KEY + r"`targets\[0\]\.backend`: 'vllm' is not "
+        r"one of \['llamacpp', 'ollama', 'openai'\]",
+    ),
+    "ollama without a model": (
+        target(backend="ollama"),
+        KEY + r"`targets\[0\]\.model`: target "
+        r"'fault' needs the model name the ollama server knows",
+    ),
+    "openai without a model": (
+        target(backend="openai"),
+        KEY + r"`targets\[0\]\.model`: target "
+        r"'fault' needs the model name the openai server knows",
+    ),
+    "external without a url": (
+        {"targets": [{"name": "x", "backend": "llamacpp"}]},
+        KEY + r"`targets\[0\]\.url`: target 'x' is not managed, so it " r"needs the base URL",
+    ),
+    "url not http": (
+        target(url="ftp://x"),
+        KEY + r"`targets\[0\]\.url`: 'ftp://x' does not " r"match '\^https\?://'",
+    ),
+    "managed openai": (
+        target(backend="openai", model="m", managed=True),
+        KEY + r"`targets\[0\]\.managed`: the pipeline can manage llamacpp and "
+        r"ollama servers, not openai",
+    ),
+    "misspelt target key": (
+        target(modle="x"),
+        KEY + r"`targets\[0\]\.modle` is not a slotbench "
+        r"key; allowed under `targets\[0\]`: .*model",
+    ),
+    "ignore_eos is text": (
+        target(ignore_eos="yes"),
+        KEY + r"`targets\[0\]\.ignore_eos`: 'yes' " r"is not true or false",
+    ),
+    "api key variable name": (
+        target(backend="openai", model="m", api_key_env="1BAD"),
+        KEY + r"`targets\[0\]\.api_key_env`: '1BAD' does not match",
+    ),
+    "openai endpoint": (
+        target(backend="openai", model="m", endpoint="embeddings"),
+        KEY + r"`targets\[0\]\.endpoint`: 'embeddings' is not one of",
+    ),
+    "managed parallel 0": (
+        {
+            "targets": [
+                {"name": "m", "backend": "llamacpp", "managed": True, "server": {"parallel": 0}}
+            ]
+        },
+        KEY + r"`targets\[0\]\.server\.parallel`: 0 is less than the minimum",
+    ),
+    "managed ctx 100": (
+        {
+            "targets": [
+                {"name": "m", "backend": "llamacpp", "managed": True, "server": {"ctx_size": 100}}
+            ]
+        },
+        KEY + r"`targets\[0\]\.server\.ctx_size`: 100 is less than the minimum",
+    ),
+    # the file itself
+    "not YAML": (
+        "reps: [1\nfoo: : bar\n",
+        r"^Error: config file bad\.yaml, line 2, column \d+: not valid YAML \(.*\); "
+        r"nothing was run\.$",
+    ),
+    "tab indentation": (
+        "targets:\n\t- name: x\n",
+        r"^Error: config file bad\.yaml, line 2, column 1: not valid YAML",
+    ),
+    "a list, not keys": (
+        "- reps: 3\n",
+        r"^Error: config file bad\.yaml must hold keys \(such as "
+        r"`targets:`\), not a list; nothing was run\.$",
+    ),
+    "an empty file": (
+        "",
+        r"^Error: config file bad\.yaml is empty; give keys such as "
+        r"`targets:` or `reps:`, or drop it; nothing was run\.$",
+    ),
+    "no such file": (None, r"^Error: config file bad\.yaml does not exist; nothing was run\.$"),
+}
+
+VALID = {"arms": [1, 2], "requests_per_cell": 4, "reps": 1, "runs": 1, "num_predict": 8,
+         "warmup_predict": 2, "analysis": {"bootstrap": 100}} | target()  # fmt: skip
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(
+            out.get(key), dict) else value  # fmt: skip
+    return out
+
+
+def _with_url(value, url: str):
+    if isinstance(value, dict):
+        return {k: _with_url(v, url) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_url(v, url) for v in value]
+    return url if value == "{url}" else value
+
+
+def _run_case(root: Path, name: str) -> dict:
+    override, _ = CASES[name]
+    work = copy_repo(root / re.sub(r"\W+", "_", name))
+    with FaultServer() as server:
+        if isinstance(override, dict):
+            text = yaml.safe_dump(_with_url(_merge(VALID, override), server.url), sort_keys=False)
+            (work / "bad.yaml").write_text(text)
+        elif override is not None:
+            (work / "bad.yaml").write_text(override)
+        proc = subprocess.run(
+            [str(SNAKEMAKE), "--cores", "1", "--configfile", "bad.yaml"], cwd=work,
+            capture_output=True, text=True, timeout=300, env=os.environ | {"PYTHONUNBUFFERED": "1"},
+        )  # fmt: skip
+        return {"returncode": proc.returncode, "output": proc.stdout + proc.stderr,
+                "requests": server.requests_received(),
+                "results": sorted(str(p.relative_to(work)) for p in (work / "results").rglob("*")
+                                  if p.name != ".gitkeep")
+                if (work / "results").exists() else []}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory) -> dict[str, dict]:
+    root = tmp_path_factory.mktemp("bad-configs")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = {name: pool.submit(_run_case, root, name) for name in CASES}
+    return {name: f.result() for name, f in futures.items()}
+
+
+def test_there_are_at_least_40_cases():
+    assert len(CASES) >= 40
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_bad_config_gets_one_line_and_nothing_is_sent(outcomes, name):
+    result, expected = outcomes[name], CASES[name][1]
+    out = result["output"]
+    assert result["returncode"] != 0, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    matching = [line for line in out.splitlines() if re.search(expected, line)]
+    assert len(matching) == 1, f"expected one line matching {expected!r} in:\n{out[-3000:]}"
+    assert result["requests"] == 0
+    assert result["results"] == []  # nothing was measured, planned or written

@@ -1,0 +1,61 @@
+"""Code comes from the checkout being run: a second checkout sharing this venv runs its own
+package, and its fingerprint and raw files record its own commit and dirty state."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from e2e_helpers import REPO, copy_repo
+from fault_server import FaultServer
+
+CONFIG = """\
+targets:
+  - name: fault
+    backend: llamacpp
+    url: {url}
+arms: [1, 2]
+requests_per_cell: 2
+reps: 1
+runs: 1
+num_predict: 4
+warmup_predict: 1
+"""
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True,
+                          check=True).stdout.strip()  # fmt: skip
+
+
+def test_a_second_checkout_runs_and_records_its_own_code(tmp_path):
+    # this tree as a checkout of its own, with a commit only it has, then an uncommitted change
+    other = copy_repo(tmp_path / "other")
+    git(other, "init", "--quiet")
+    git(other, "add", "-A")
+    git(other, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "mine")
+    with open(other / "scripts/slotbench/fmt.py", "a") as fh:
+        fh.write("\n# an uncommitted change\n")
+    head = git(other, "rev-parse", "HEAD")
+    assert head != git(REPO, "rev-parse", "HEAD")
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    found = subprocess.run([sys.executable, "-c", "import slotbench; print(slotbench.__file__)"],
+                           cwd=other, capture_output=True, text=True, env=env, check=True)  # fmt: skip
+    assert Path(found.stdout.strip()) == other / "scripts/slotbench/__init__.py"
+
+    with FaultServer() as server:
+        (other / "fault.yaml").write_text(CONFIG.format(url=server.url))
+        proc = subprocess.run(
+            [sys.executable, "-m", "snakemake", "results/fingerprint/fault/run1.json",
+             "results/raw/fault/run1/rep1.json", "--cores", "1", "--configfile", "fault.yaml"],
+            cwd=other, capture_output=True, text=True, env=env, timeout=300,
+        )  # fmt: skip
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    fingerprint = json.loads((other / "results/fingerprint/fault/run1.json").read_text())
+    raw = json.loads((other / "results/raw/fault/run1/rep1.json").read_text())
+    assert fingerprint["pipeline"] == {"commit": head, "dirty": True}
+    assert raw["code"] == {"commit": head, "dirty": True}
