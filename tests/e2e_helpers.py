@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,3 +66,30 @@ def llama_servers_under(cache_marker: str) -> list[int]:
         if "llama-server" in cmdline and cache_marker in cmdline:
             pids.append(int(proc.name))
     return pids
+
+
+def processes_mentioning(marker: str) -> list[tuple[int, str]]:
+    """(pid, command line) of every live process whose command line mentions ``marker`` (a
+    work directory: its Snakemake, its rule scripts, a server started for it)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in cmdline and state != "Z":
+            found.append((int(proc.name), cmdline))
+    return found
+
+
+def wait_for_no_processes(marker: str, timeout: float = 15) -> list[tuple[int, str]]:
+    """Wait until no process mentions ``marker``; return those still there at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = processes_mentioning(marker)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(0.2)

@@ -193,6 +193,7 @@ class OllamaDouble:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, as Go's net/http
+    disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed ACK
     server_version = "ollama-double"
     double: OllamaDouble
 

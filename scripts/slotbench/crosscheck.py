@@ -47,7 +47,9 @@ def crosscheck(req: dict, num_predict: int | None = None) -> str | None:
     if tokens < 0:
         return f"the server reported {tokens:g} output tokens"
     if num_predict is not None and tokens > num_predict:
-        return f"the server reported {tokens:g} output tokens, more than the {num_predict} asked for"
+        return (
+            f"the server reported {tokens:g} output tokens, more than the {num_predict} asked for"
+        )
     if chunks > tokens + 1:
         return f"the client received {chunks} chunks of text, but the server reported {tokens:g} tokens"
     if tokens > max(1, chunks) * MAX_TOKENS_PER_CHUNK + 1:

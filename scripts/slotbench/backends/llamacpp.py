@@ -2,7 +2,8 @@
 
 Each ``data:`` event is one token (``stop: false``) until the final event (``stop: true``),
 which carries ``timings`` (prompt_n, prompt_ms, predicted_n, predicted_ms, cache_n),
-``stop_type`` (eos, limit, word, none) and ``tokens_evaluated``.
+``stop_type`` (eos, limit, word, none) and ``tokens_evaluated``. An error while streaming is an
+``error:`` event (or, in some builds, a ``data:`` event with an ``error`` key).
 """
 
 from __future__ import annotations
@@ -30,6 +31,16 @@ def _error_text(resp: requests.Response) -> str:
     return str(err)
 
 
+def _event_error(payload: bytes) -> str:
+    """The message of an error event (``{"code", "message", "type"}``, maybe under "error")."""
+    try:
+        err = json.loads(payload)
+    except ValueError:
+        return payload[:200].decode(errors="replace")
+    err = err.get("error", err) if isinstance(err, dict) else err
+    return str(err.get("message", err)) if isinstance(err, dict) else str(err)
+
+
 class LlamaCppBackend(Backend):
     name = "llamacpp"
 
@@ -49,10 +60,7 @@ class LlamaCppBackend(Backend):
         try:
             return resp.json()
         except ValueError:
-            raise BackendError(
-                f"GET {path}: {self.base_url} answered {resp.text[:120]!r}, not llama-server's "
-                "JSON; is the target's url a llama-server (backend llamacpp)?"
-            ) from None
+            raise self._not_llama_server(f"GET {path}", resp, "JSON") from None
 
     def tokenizer(self):
         return self.count_tokens
@@ -69,10 +77,13 @@ class LlamaCppBackend(Backend):
         try:
             return len(resp.json()["tokens"])
         except (ValueError, KeyError, TypeError):
-            raise BackendError(
-                f"POST /tokenize: {self.base_url} answered {resp.text[:120]!r}, not "
-                "llama-server's token list"
-            ) from None
+            raise self._not_llama_server("POST /tokenize", resp, "token list") from None
+
+    def _not_llama_server(self, what: str, resp: requests.Response, expected: str) -> BackendError:
+        return BackendError(
+            f"{what}: {self.base_url} answered {resp.text[:120]!r}, not llama-server's "
+            f"{expected}; is the target's url a llama-server (backend llamacpp)?"
+        )
 
     def describe(self) -> dict:
         props = self._get("/props")
@@ -127,6 +138,9 @@ class LlamaCppBackend(Backend):
     def _read_stream(self, resp: requests.Response, rec: RequestRecord) -> dict:
         try:
             for line in stream_lines(resp):
+                if line.startswith(b"error: "):  # server_sent_event(sink, "error", ...)
+                    raise BackendError(f"server error mid-stream after {rec.chunks} tokens: "
+                                       f"{_event_error(line[7:])}")  # fmt: skip
                 if not line.startswith(b"data: "):
                     continue
                 try:
@@ -139,7 +153,8 @@ class LlamaCppBackend(Backend):
                 if not isinstance(event, dict):
                     raise BackendError(f"POST /completion: unexpected stream event {line[:200]!r}")
                 if "error" in event:
-                    raise BackendError(f"server error mid-stream: {event['error']}")
+                    raise BackendError(f"server error mid-stream after {rec.chunks} tokens: "
+                                       f"{_event_error(line[6:])}")  # fmt: skip
                 if event.get("stop"):
                     return event
                 rec.t_last = self.now()

@@ -63,8 +63,10 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 cells=sorted({c for r in short for c in r["below"]}),
             ))  # fmt: skip
         else:
+            reach = ", ".join(f"{arm_name(r['arm'])} {r['reached_median']:g}" for r in rows)
             summary = (
-                "every parallel arm had its requests in flight at once"
+                f"every parallel arm had its requests in flight at once ({reach} in flight, "
+                "median cell)"
                 if rows
                 else "no parallel arm"
             )

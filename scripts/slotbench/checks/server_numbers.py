@@ -37,7 +37,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             )
             continue
         first = rows.iloc[0]
-        summary = (f"{count(len(rows), 'request')} of {n_req} failed (e.g. {first['cell']} "
+        summary = (f"{count(len(rows), 'request')} of {n_req} disagreed with the client (e.g. {first['cell']} "
                    f"request {int(first['request'])}: {first['suspect_reason']}); "
                    f"{count(len(cells), 'cell')} kept out of the headline")  # fmt: skip
         warning = (

@@ -207,6 +207,10 @@ def headline_blocks(target, rows, decision, serialised: frozenset, index, ci: fl
         kind = "not-headline"
     columns = summary_columns(label)
     table_rows = [summary_row(r) for r in records]
+    if not refusal:  # a row shown for diagnosis only says so where it is read
+        for text, r in zip(table_rows, records):
+            if str(int(r["arm"])) in excluded:
+                text[0] += " (not a headline)"
     table_id = prov.headline_id(target)
     row_ids = [prov.headline_id(target, r["arm"]) for r in records]
     blocks.append(Table(title, columns, table_rows, note, kind, table_id, row_ids))

@@ -1,0 +1,344 @@
+"""A scripted llama.cpp ``llama-server`` that misbehaves on purpose, for the fault-injection tests.
+
+It speaks the subset of llama-server's HTTP API that slotbench uses, as llama.cpp's
+``tools/server`` defines it:
+
+- ``GET /props``: ``build_info``, ``model_path``, ``total_slots``, ``modalities`` and
+  ``default_generation_settings.n_ctx``;
+- ``GET /slots``: one object per slot (``id``, ``n_ctx``, ``is_processing``);
+- ``POST /tokenize`` ``{"content", "add_special"}`` → ``{"tokens": [...]}`` (one token per
+  whitespace-separated word, plus BOS when ``add_special``);
+- ``POST /completion`` with ``stream: true``: ``text/event-stream``, chunked; one
+  ``data: {"content", "stop": false, ...}`` event per token, then a final ``data:`` event with
+  ``stop: true``, ``stop_type`` ("limit" at ``n_predict``), ``tokens_evaluated`` and ``timings``
+  (``prompt_n``, ``prompt_ms``, ``predicted_n``, ``predicted_ms``, ``cache_n`` and the per-token
+  and per-second rates). An error before streaming is an HTTP status with
+  ``{"error": {"code", "message", "type"}}``; an error while streaming is an ``error: {...}``
+  event (llama-server's ``server_sent_event(sink, "error", ...)``).
+
+At most ``slots`` requests generate at once (llama-server's slots); the rest wait. Each token
+takes ``token_s * (1 + alpha * (generating - 1))``: the slots share the machine, as a real
+server's do. Every ``/completion`` body is recorded, with the most requests that were
+generating at one time (``max_in_flight``), so a test can check that nothing was lost, sent
+twice, or sent at all.
+
+Faults (``arm(fault, skip=K)``: the first K measured requests are served normally, every later
+one gets the fault; warm-up requests, with ``n_predict`` below ``measured_predict``, never do):
+
+========================  =====================================================================
+``die``                   the connection drops after two tokens (no final event, no last chunk)
+``silence``               headers, then nothing for ``hold_s``
+``trickle``               the stream's bytes, one every ``trickle_s``
+``malformed``             an event that is not JSON, after two tokens
+``error_event``           two tokens, then an ``error:`` event (a slot failed)
+``http404`` / ``http500`` / ``http503``   that status with llama-server's error body
+``counts``                the stream has the tokens, the final event reports 100 times as many
+``negative_timings``      ``predicted_ms`` < 0
+``zero_timings``          ``predicted_ms`` = 0
+``nan_timings``           ``predicted_ms`` and ``prompt_ms`` are ``NaN`` (bare, as Python writes it)
+========================  =====================================================================
+
+``web_page = True`` turns the whole server into a web site: every path answers an HTML page with
+HTTP 200 (the wrong protocol). ``stop()`` closes the socket: connections are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+FAULTS = ("die", "silence", "trickle", "malformed", "error_event", "http404", "http500",
+          "http503", "counts", "negative_timings", "zero_timings", "nan_timings")  # fmt: skip
+HTTP_FAULTS = {
+    "http404": (404, "File Not Found", "not_found_error"),
+    "http500": (500, "llama_decode failed: out of memory", "server_error"),
+    "http503": (503, "Loading model", "unavailable_error"),
+}
+WEB_PAGE = (b"<!DOCTYPE html>\n<html><head><title>Welcome to nginx!</title></head>"
+            b"<body><h1>Welcome to nginx!</h1></body></html>\n")  # fmt: skip
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # 256 streams connect at once in the soak test
+
+
+class FaultServer:
+    def __init__(self, slots: int = 4, token_s: float = 0.002, measured_predict: int = 8,
+                 hold_s: float = 30.0, trickle_s: float = 1.0, alpha: float = 0.0):  # fmt: skip
+        self.slots = slots
+        self.token_s = token_s
+        self.alpha = alpha
+        self.measured_predict = measured_predict
+        self.hold_s = hold_s
+        self.trickle_s = trickle_s
+        self.web_page = False
+        self.fault: str | None = None
+        self.skip = 0
+        self.lock = threading.Lock()
+        self.bodies: list[dict] = []  # every /completion body, in arrival order
+        self.hits: dict[str, int] = {}  # path → requests
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._measured = 0
+        self._slots = threading.BoundedSemaphore(slots)
+        self._stopping = threading.Event()
+        self._httpd: _Server | None = None
+        self._port = 0
+
+    # --- life cycle -------------------------------------------------------------------------
+
+    def start(self) -> "FaultServer":
+        handler = type("Handler", (_Handler,), {"double": self})
+        self._httpd = _Server(("127.0.0.1", self._port), handler)
+        self._port = self._httpd.server_address[1]
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()  # fmt: skip
+        self._stopping.clear()
+        return self
+
+    def stop(self) -> None:
+        """Close the listening socket: from now on connections are refused."""
+        self._stopping.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> "FaultServer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._port}"
+
+    # --- scripting ----------------------------------------------------------------------------
+
+    def arm(self, fault: str | None, skip: int = 0) -> None:
+        """From now on, measured requests after the first ``skip`` get ``fault`` (None: none)."""
+        assert fault is None or fault in FAULTS, fault
+        with self.lock:
+            self.fault, self.skip, self._measured = fault, skip, 0
+
+    def reset_counts(self) -> None:
+        with self.lock:
+            self.bodies.clear()
+            self.hits.clear()
+            self.max_in_flight = 0
+
+    def requests_received(self) -> int:
+        with self.lock:
+            return sum(self.hits.values())
+
+    def _fault_for(self, body: dict) -> str | None:
+        with self.lock:
+            self.bodies.append(body)
+            if int(body.get("n_predict", -1)) < self.measured_predict or self.fault is None:
+                return None
+            self._measured += 1
+            return self.fault if self._measured > self.skip else None
+
+
+def _tokens(text: str, add_special: bool) -> list[int]:
+    words = text.split()
+    return ([2] if add_special else []) + [100 + (hash(w) % 30000) for w in words]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, as llama-server (cpp-httplib)
+    disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed ACK
+    double: FaultServer
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def _count(self) -> None:
+        with self.double.lock:
+            path = self.path.split("?")[0]
+            self.double.hits[path] = self.double.hits.get(path, 0) + 1
+
+    # --- plain responses ------------------------------------------------------------------------
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, obj) -> None:
+        self._send(status, json.dumps(obj).encode(), "application/json; charset=utf-8")
+
+    def _error(self, status: int, message: str, kind: str) -> None:
+        self._json(status, {"error": {"code": status, "message": message, "type": kind}})
+
+    def _body(self) -> dict | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._error(400, "invalid JSON in request body", "invalid_request_error")
+            return None
+        return body if isinstance(body, dict) else {}
+
+    def do_GET(self) -> None:
+        self._count()
+        d = self.double
+        if d.web_page:
+            return self._send(200, WEB_PAGE, "text/html")
+        path = self.path.split("?")[0]
+        if path == "/health":
+            return self._json(200, {"status": "ok"})
+        if path == "/props":
+            return self._json(200, {
+                "default_generation_settings": {"n_ctx": 4096, "params": {"n_predict": -1}},
+                "total_slots": d.slots,
+                "model_path": "/models/fault-double-Q4_K_M.gguf",
+                "model_ftype": "Q4_K - Medium",
+                "build_info": "b0-fault-double",
+                "modalities": {"vision": False, "audio": False},
+            })  # fmt: skip
+        if path == "/slots":
+            with d.lock:
+                busy = d.in_flight
+            return self._json(200, [{"id": i, "n_ctx": 4096, "is_processing": i < busy}
+                                    for i in range(d.slots)])  # fmt: skip
+        self._error(404, "File Not Found", "not_found_error")
+
+    def do_POST(self) -> None:
+        self._count()
+        d = self.double
+        if d.web_page:
+            length = int(self.headers.get("Content-Length") or 0)
+            self.rfile.read(length)
+            return self._send(200, WEB_PAGE, "text/html")
+        path = self.path.split("?")[0]
+        body = self._body()
+        if body is None:
+            return
+        if path == "/tokenize":
+            return self._json(
+                200,
+                {
+                    "tokens": _tokens(
+                        str(body.get("content", "")), bool(body.get("add_special", False))
+                    )
+                },
+            )
+        if path != "/completion":
+            return self._error(404, "File Not Found", "not_found_error")
+        fault = d._fault_for(body)
+        if fault in HTTP_FAULTS:
+            return self._error(*HTTP_FAULTS[fault])
+        with d._slots:
+            with d.lock:
+                d.in_flight += 1
+                d.max_in_flight = max(d.max_in_flight, d.in_flight)
+            try:
+                self._stream(body, fault)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the client gave up (its deadline): fine
+            finally:
+                with d.lock:
+                    d.in_flight -= 1
+
+    # --- the stream -----------------------------------------------------------------------------
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _event(self, obj, field: str = "data") -> None:
+        self._chunk(f"{field}: ".encode() + json.dumps(obj).encode() + b"\n\n")
+
+    def _stream(self, body: dict, fault: str | None) -> None:
+        d = self.double
+        t0 = time.monotonic()
+        prompt_n = len(_tokens(str(body.get("prompt", "")), True))
+        n = max(1, int(body.get("n_predict", 16)))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        if fault == "silence":
+            d._stopping.wait(d.hold_s)
+            return
+        if fault == "trickle":
+            payload = self._events_bytes(n, prompt_n, t0)
+            for i in range(len(payload)):
+                if d._stopping.wait(d.trickle_s):
+                    return
+                self._chunk(payload[i : i + 1])
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        t_first = None
+        for k in range(n):
+            with d.lock:
+                busy = d.in_flight
+            time.sleep(d.token_s * (1 + d.alpha * max(0, busy - 1)))
+            if k == 2 and fault == "die":
+                self.wfile.flush()
+                self.connection.shutdown(socket.SHUT_RDWR)
+                self.close_connection = True
+                return
+            if k == 2 and fault == "malformed":
+                self._chunk(b'data: {"content": " tok", "stop": fal\n\n')
+                break
+            if k == 2 and fault == "error_event":
+                self._event({"code": 500, "message": "slot 0 failed: llama_decode returned -3",
+                             "type": "server_error"}, field="error")  # fmt: skip
+                break
+            t_first = t_first or time.monotonic()
+            self._event({"index": 0, "content": " tok", "tokens": [], "stop": False,
+                         "id_slot": -1, "tokens_predicted": k + 1,
+                         "tokens_evaluated": prompt_n})  # fmt: skip
+        else:
+            self._event(self._final(n, prompt_n, t0, t_first, fault))
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+    @staticmethod
+    def _final(n: int, prompt_n: int, t0: float, t_first: float | None,
+               fault: str | None) -> dict:  # fmt: skip
+        now = time.monotonic()
+        prompt_ms = ((t_first or now) - t0) * 1000
+        predicted_ms = (now - (t_first or now)) * 1000 + 1e-3
+        predicted_n = n
+        if fault == "counts":
+            predicted_n = 100 * n
+        elif fault == "negative_timings":
+            predicted_ms = -predicted_ms
+        elif fault == "zero_timings":
+            predicted_ms = 0.0
+        elif fault == "nan_timings":
+            predicted_ms = prompt_ms = float("nan")
+        per_token = predicted_ms / predicted_n if predicted_n else 0.0
+        return {
+            "index": 0, "content": "", "tokens": [], "id_slot": 0, "stop": True,
+            "model": "fault-double", "tokens_predicted": predicted_n,
+            "tokens_evaluated": prompt_n, "stop_type": "limit", "stopping_word": "",
+            "tokens_cached": 0,
+            "timings": {
+                "cache_n": 0, "prompt_n": prompt_n, "prompt_ms": prompt_ms,
+                "prompt_per_token_ms": prompt_ms / prompt_n,
+                "prompt_per_second": 1000 * prompt_n / prompt_ms if prompt_ms else 0.0,
+                "predicted_n": predicted_n, "predicted_ms": predicted_ms,
+                "predicted_per_token_ms": per_token,
+                "predicted_per_second": 1000 / per_token if per_token else 0.0,
+            },
+        }  # fmt: skip
+
+    def _events_bytes(self, n: int, prompt_n: int, t0: float) -> bytes:
+        events = [{"index": 0, "content": " tok", "stop": False} for _ in range(n)]
+        out = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+        return (
+            out + b"data: " + json.dumps(self._final(n, prompt_n, t0, t0, None)).encode() + b"\n\n"
+        )
