@@ -38,7 +38,9 @@ one gets the fault; warm-up requests, with ``n_predict`` below ``measured_predic
 ``nan_timings``           ``predicted_ms`` and ``prompt_ms`` are ``NaN`` (bare, as Python writes it)
 ========================  =====================================================================
 
-``web_page = True`` turns the whole server into a web site: every path answers an HTML page with
+``close_after_stream = True`` closes the connection right after every streamed response, as
+llama-server does (while its headers still say ``Keep-Alive``). ``web_page = True`` turns the
+whole server into a web site: every path answers an HTML page with
 HTTP 200 (the wrong protocol). ``stop()`` closes the socket: connections are refused.
 """
 
@@ -76,6 +78,7 @@ class FaultServer:
         self.hold_s = hold_s
         self.trickle_s = trickle_s
         self.web_page = False
+        self.close_after_stream = False
         self.fault: str | None = None
         self.skip = 0
         self.lock = threading.Lock()
@@ -266,6 +269,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Keep-Alive", "timeout=5, max=100")
         self.end_headers()
         self.wfile.flush()
         if fault == "silence":
@@ -304,6 +308,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._event(self._final(n, prompt_n, t0, t_first, fault))
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
+        if d.close_after_stream:
+            self.close_connection = True
 
     @staticmethod
     def _final(n: int, prompt_n: int, t0: float, t_first: float | None,

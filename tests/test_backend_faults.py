@@ -116,3 +116,28 @@ def test_a_web_page_where_the_stream_should_be_is_named(server):
         r"web page \(text/html\), not a llamacpp stream",
     ):
         gen(LlamaCppBackend(server.url, timeout_s=5))
+
+
+def test_a_server_that_closes_after_every_stream_costs_no_request(server, monkeypatch):
+    """llama-server closes the connection right after each streamed response (while saying
+    Keep-Alive); the next request, sent on that connection before the FIN arrives, is sent
+    again on a fresh one instead of failing the rep."""
+    from slotbench.backends import transport
+
+    server.close_after_stream = True
+    server.token_s = 0.0
+
+    def burst(backend) -> int:
+        failed = 0
+        for _ in range(40):
+            try:
+                gen(backend, n=1)
+                backend.count_tokens("a few words")  # a plain request on the same pool
+            except BackendError:
+                failed += 1
+        return failed
+
+    assert burst(LlamaCppBackend(server.url, timeout_s=5)) == 0
+    assert server.hits["/completion"] == 40
+    monkeypatch.setattr(transport, "STALE_RETRIES", 0)  # without the retry, the race shows
+    assert burst(LlamaCppBackend(server.url, timeout_s=5)) > 0

@@ -466,3 +466,16 @@ def test_api_key_required_sent_and_never_shown(keyed, monkeypatch):
     for shown in (repr(good), str(vars(good)), json.dumps(rec.server)):
         assert key not in shown
     assert key not in srv.log_path.read_text(errors="replace")
+
+
+@e2e
+def test_short_requests_in_a_row_never_meet_a_closed_connection(server):
+    """llama-server closes the connection after every streamed response (while its headers say
+    Keep-Alive), so a request sent at once after another can meet a closed socket; none of
+    these may fail, on either backend, with plain requests between them."""
+    for backend in (LlamaCppBackend(server.url, {"model": MODEL}, 60),
+                    make_backend(openai_target(url=server.url), server.url, 60)):  # fmt: skip
+        for i in range(16):
+            rec = backend.generate(f"{PROMPT}Request {i}.", 2, 0.0, i)
+            assert rec.chunks >= 1
+            backend.describe()

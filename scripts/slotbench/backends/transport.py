@@ -4,6 +4,7 @@ they arrive (benchmarks/PEERS-NOTES.md measured what each of these costs in TTFT
 
 from __future__ import annotations
 
+import http.client
 import threading
 
 import requests
@@ -17,6 +18,13 @@ from urllib3.exceptions import DecodeError, ProtocolError, ReadTimeoutError, SSL
 # paid a fresh TCP connect inside their measured TTFT (benchmarks/PEERS-NOTES.md).
 POOL_SIZE = 512
 READ_SIZE = 1 << 16
+# llama-server (cpp-httplib) closes the connection right after every streamed response, though
+# it answers "Keep-Alive: timeout=5, max=100". A request sent on that connection before its FIN
+# arrives meets a closed socket: "Remote end closed connection without response" (measured: 1
+# in 2 of 8-token requests in a row). The server never saw that request, so it is sent again, on
+# a fresh connection, with its t_sent taken anew; a server that closes every new connection
+# without answering still fails after these retries.
+STALE_RETRIES = 2
 
 
 # per thread: what to call just before a request's first byte is written (post_stream)
@@ -84,10 +92,27 @@ class _Adapter(requests.adapters.HTTPAdapter):
                                                   "https": HTTPSConnectionPool}
 
 
+class _Session(requests.Session):
+    def send(self, request, **kwargs):
+        """Send, and send again (at most STALE_RETRIES times, on a fresh connection, with the
+        request's t_sent stamped anew) when the server closed the connection without a byte of
+        answer."""
+        stamp = getattr(_send_clock, "stamp", None)
+        for attempt in range(STALE_RETRIES + 1):
+            _send_clock.stamp = stamp
+            try:
+                return super().send(request, **kwargs)
+            except requests.ConnectionError as exc:
+                if attempt == STALE_RETRIES or not _closed_before_answering(exc):
+                    raise
+        raise AssertionError("unreachable")
+
+
 def make_session() -> requests.Session:
-    """A session whose pool keeps a connection per concurrent request for reuse, and whose
-    connections write a request in one segment and stamp its t_sent then (_OneWrite)."""
-    session = requests.Session()
+    """A session whose pool keeps a connection per concurrent request for reuse, whose
+    connections write a request in one segment and stamp its t_sent then (_OneWrite), and which
+    sends again a request met by a connection the server had closed (STALE_RETRIES)."""
+    session = _Session()
     adapter = _Adapter(pool_connections=4, pool_maxsize=POOL_SIZE)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
@@ -162,3 +187,19 @@ def post_stream(session: requests.Session, rec, url: str, now, **kwargs) -> requ
         return session.send(prepared, timeout=timeout, allow_redirects=True, **settings)
     finally:
         _send_clock.stamp = None
+
+
+def _closed_before_answering(exc: BaseException) -> bool:
+    """Whether the server closed the connection without a byte of response: a kept-alive
+    connection it had already closed (see STALE_RETRIES), not an answer."""
+    seen, todo = set(), [exc]
+    while todo:
+        e = todo.pop()
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)):
+            return True
+        todo += [a for a in getattr(e, "args", ()) if isinstance(a, BaseException)]
+        todo += [c for c in (e.__cause__, e.__context__) if c is not None]
+    return False
