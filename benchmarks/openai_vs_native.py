@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 import sys
 import tempfile
@@ -30,7 +29,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 from slotbench.backends.llamacpp import LlamaCppBackend  # noqa: E402
 from slotbench.backends.openai import OpenAIBackend  # noqa: E402
 from slotbench.config import resolve  # noqa: E402
-from slotbench.plan import equal_length_prompts  # noqa: E402
+from slotbench.plan import make_rep_plan, run_plan  # noqa: E402
 from slotbench.server import ManagedServer  # noqa: E402
 
 SERVER = {"parallel": 4, "ctx_size": 4096, "threads": 2, "startup_timeout_s": 120}
@@ -88,12 +87,13 @@ def compare(url: str, rounds: int, num_predict: int = 128, concurrency: int = 4,
     """
     pair = backends(url, prompt_cache)
     template = resolve({})["prompt"]["template"]
-    rng = random.Random(seed)
-    # one fresh nonce per request of every cell (warm-up included): no two prompts alike
+    # one fresh nonce per request of every cell (warm-up included): no two prompts alike, all
+    # of one token length, as the pipeline's plan makes them
     needed = (rounds + 1) * 3 * concurrency
-    prompts, _ = equal_length_prompts(template, needed, 6, rng,
-                                      pair["native"].count_tokens)
-    texts = iter(p for _, p in prompts)
+    count = pair["native"].count_tokens
+    plan = run_plan("bench", "run1", [1], needed, seed, template, 6, count)
+    cell = make_rep_plan(plan, 1, count, warmup_requests=0)["cells"][0]
+    texts = iter(r["prompt"] for r in cell["requests"])
     seeds = [seed + i for i in range(concurrency)]  # the same seeds in every cell
 
     for name in ("native", "openai"):  # warm-up, not measured

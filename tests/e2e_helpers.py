@@ -13,8 +13,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def copy_repo(dest: Path) -> Path:
-    """Copy what git would ship (tracked and new, not ignored files): no results, no .venv."""
+def copy_repo(dest: Path, git: bool = True) -> Path:
+    """Copy what git would ship (tracked and new, not ignored files): no results, no .venv.
+
+    With ``git``, the copy is a git checkout of its own (one commit of what was copied), so the
+    fingerprints and archives made in it record a real commit and dirty state, as they would in
+    a user's checkout.
+    """
     files = subprocess.run(
         ["git", "-C", str(REPO), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
         capture_output=True, check=True,
@@ -24,6 +29,11 @@ def copy_repo(dest: Path) -> Path:
         if src.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dest / rel)
+    if git:
+        for args in (["init", "--quiet"], ["add", "-A"],
+                     ["-c", "user.name=slotbench tests", "-c", "user.email=tests@slotbench",
+                      "commit", "--quiet", "--no-verify", "-m", "test copy"]):  # fmt: skip
+            subprocess.run(["git", "-C", str(dest), *args], check=True, capture_output=True)
     return dest
 
 

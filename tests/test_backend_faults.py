@@ -40,8 +40,12 @@ def test_request_timeout_bounds_the_whole_request(server, fault):
     assert time.monotonic() - t0 < 4  # a trickle of one byte per 0.5 s would take minutes
 
 
-def test_abort_ends_the_streams_in_flight_at_once(server):
-    server.token_s = 0.5  # 8 tokens: 4 s per request
+@pytest.mark.parametrize("pace", ["slow tokens", "silence"])
+def test_abort_ends_the_streams_in_flight_at_once(server, pace):
+    if pace == "silence":  # nothing arrives: a read blocks until the server's 20 s hold ends
+        server.arm("silence")
+    else:
+        server.token_s = 0.5  # 8 tokens: 4 s per request
     backend = LlamaCppBackend(server.url, timeout_s=60)
     errors = []
 

@@ -268,7 +268,7 @@ def _with_url(value, url: str):
 
 def _run_case(root: Path, name: str) -> dict:
     override, _ = CASES[name]
-    work = copy_repo(root / re.sub(r"\W+", "_", name))
+    work = copy_repo(root / re.sub(r"\W+", "_", name), git=False)
     with FaultServer() as server:
         if isinstance(override, dict):
             text = yaml.safe_dump(_with_url(_merge(VALID, override), server.url), sort_keys=False)

@@ -32,9 +32,10 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def test_a_second_checkout_runs_and_records_its_own_code(tmp_path):
-    # this tree as a checkout of its own, with a commit only it has, then an uncommitted change
+    # this tree as a checkout of its own (copy_repo), a commit only it has, and an uncommitted
+    # change
     other = copy_repo(tmp_path / "other")
-    git(other, "init", "--quiet")
+    (other / "docs" / "second-checkout.md").write_text("a commit only this checkout has\n")
     git(other, "add", "-A")
     git(other, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "mine")
     with open(other / "scripts/slotbench/fmt.py", "a") as fh:

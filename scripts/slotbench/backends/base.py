@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from .transport import finish, post_stream
+from .transport import cut, finish, post_stream
 
 
 class BackendError(RuntimeError):
@@ -157,8 +157,8 @@ class Deadline:
         self.aborted = self.aborted or aborted
         self.expired = True
         try:
-            self.resp.raw.close()
-        except Exception:  # noqa: BLE001 - closing is all we can do; the read will fail
+            cut(self.resp)
+        except Exception:  # noqa: BLE001 - cutting is all we can do; the read will fail
             pass
 
     def __enter__(self) -> "Deadline":

@@ -5,6 +5,7 @@ they arrive (benchmarks/PEERS-NOTES.md measured what each of these costs in TTFT
 from __future__ import annotations
 
 import http.client
+import socket
 import threading
 
 import requests
@@ -152,6 +153,22 @@ def stream_lines(resp: requests.Response):
             yield line[:-1] if line.endswith(b"\r") else line
     if pending:
         yield pending
+
+
+def cut(resp: requests.Response) -> None:
+    """End a streamed response from another thread: the thread reading it gets an end of
+    stream at once. The socket is shut down rather than the response closed, because closing
+    waits for the lock that the blocked read holds (seen: a Ctrl-C that waited out every
+    stream in flight)."""
+    conn = getattr(resp.raw, "_connection", None) or getattr(resp.raw, "connection", None)
+    sock = getattr(conn, "sock", None)
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+            return
+        except OSError:
+            pass
+    resp.raw.close()
 
 
 def finish(resp: requests.Response) -> None:
