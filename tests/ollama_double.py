@@ -40,7 +40,9 @@ import sys
 import threading
 import time
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from served import Served
 
 STOP_MARKER = re.compile(r"\[stop:(\d+)\]")
 BUSY = "server busy, please try again.  maximum pending requests exceeded"  # server/sched.go
@@ -71,7 +73,7 @@ def _ns(seconds: float) -> int:
     return int(round(seconds * 1e9))
 
 
-class OllamaDouble:
+class OllamaDouble(Served):
     """The server; ``with OllamaDouble(slots=4) as d: d.url``."""
 
     def __init__(self, slots: int = 1, model: str = "gemma3:270m", *, token_s: float = 0.02,
@@ -99,8 +101,6 @@ class OllamaDouble:
         self._active = 0
         self._waiting = 0
         self._port = port
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         digest = hashlib.sha256(model.encode()).hexdigest()
         self.details = {
             "parent_model": "", "format": "gguf", "family": "gemma3", "families": ["gemma3"],
@@ -113,31 +113,8 @@ class OllamaDouble:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    @property
-    def url(self) -> str:
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
-
-    def start(self) -> "OllamaDouble":
-        handler = type("Handler", (_Handler,), {"double": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", self._port), handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,),
-                                        daemon=True)  # short poll: stop() returns quickly
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def __enter__(self) -> "OllamaDouble":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def handler(self) -> type:
+        return _Handler
 
     def bodies(self, path: str = "/api/generate") -> list[dict]:
         return [r["body"] for r in self.received if r["path"] == path and r["method"] == "POST"]

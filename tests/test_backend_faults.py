@@ -40,12 +40,17 @@ def test_request_timeout_bounds_the_whole_request(server, fault):
     assert time.monotonic() - t0 < 4  # a trickle of one byte per 0.5 s would take minutes
 
 
-@pytest.mark.parametrize("pace", ["slow tokens", "silence"])
+@pytest.mark.parametrize("pace", ["slow tokens", "silence", "queued"])
 def test_abort_ends_the_streams_in_flight_at_once(server, pace):
+    """Streams being read, streams the server went silent on, and requests the server has
+    queued (no headers yet: one slot, three requests) all end at once."""
     if pace == "silence":  # nothing arrives: a read blocks until the server's 20 s hold ends
         server.arm("silence")
     else:
         server.token_s = 0.5  # 8 tokens: 4 s per request
+    if pace == "queued":
+        server.stop()
+        server = FaultServer(slots=1, token_s=0.5).start()
     backend = LlamaCppBackend(server.url, timeout_s=60)
     errors = []
 
@@ -58,7 +63,7 @@ def test_abort_ends_the_streams_in_flight_at_once(server, pace):
     threads = [threading.Thread(target=one) for _ in range(3)]
     for t in threads:
         t.start()
-    while server.in_flight < 3:
+    while server.in_flight < min(3, server.slots) or server.hits.get("/completion", 0) < 3:
         time.sleep(0.02)
     t0 = time.monotonic()
     backend.abort()
@@ -68,6 +73,8 @@ def test_abort_ends_the_streams_in_flight_at_once(server, pace):
     assert len(errors) == 3 and all("was abandoned after" in e for e in errors)
     with pytest.raises(BackendError, match="abandoned"):  # and none starts after
         gen(backend)
+    if pace == "queued":
+        server.stop()
 
 
 @pytest.mark.parametrize("fault, message", [

@@ -35,10 +35,9 @@ REQUESTS_SCHEMA = pa.schema(
         pa.field("nonce", pa.string()),
         pa.field("prompt_tokens", pa.int64()),
         pa.field("output_tokens", pa.int64()),
-        pa.field("t_sent_s", pa.float64()),
-        pa.field("t_first_s", pa.float64()),
-        pa.field("t_last_s", pa.float64()),
-        pa.field("t_done_s", pa.float64()),
+        # the client's clock, seconds from the rep's start: sent, first token, last token, done
+        pa.field("t_sent_s", pa.float64()), pa.field("t_first_s", pa.float64()),  # fmt: skip
+        pa.field("t_last_s", pa.float64()), pa.field("t_done_s", pa.float64()),  # fmt: skip
         pa.field("chunks", pa.int64()),  # chunks of generated text the client received
         pa.field("gen_s", pa.float64()),
         pa.field("done_reason", pa.string()),
@@ -92,11 +91,16 @@ CELLS_SCHEMA = pa.schema(
     ]
 )
 
+# A sampler's row: which rep, when (seconds into the rep and wall clock), from which source.
+SAMPLE_KEY = [
+    pa.field("target", pa.string()), pa.field("run", pa.string()), pa.field("rep", pa.int64()),
+    pa.field("t_s", pa.float64()), pa.field("t_unix", pa.float64()),
+    pa.field("source", pa.string()),
+]  # fmt: skip
+
 THERMAL_SCHEMA = pa.schema(
     [
-        pa.field("target", pa.string()), pa.field("run", pa.string()), pa.field("rep", pa.int64()),
-        pa.field("t_s", pa.float64()), pa.field("t_unix", pa.float64()),
-        pa.field("source", pa.string()), pa.field("sensor", pa.string()),
+        *SAMPLE_KEY, pa.field("sensor", pa.string()),
         pa.field("temp_c", pa.float64()), pa.field("freq_mhz", pa.float64()),
         pa.field("throttled", pa.bool_()), pa.field("pressure", pa.string()),
         pa.field("detail", pa.string()),
@@ -105,9 +109,7 @@ THERMAL_SCHEMA = pa.schema(
 
 HOST_SCHEMA = pa.schema(
     [
-        pa.field("target", pa.string()), pa.field("run", pa.string()), pa.field("rep", pa.int64()),
-        pa.field("t_s", pa.float64()), pa.field("t_unix", pa.float64()),
-        pa.field("source", pa.string()), pa.field("cpus", pa.int64()),
+        *SAMPLE_KEY, pa.field("cpus", pa.int64()),
         pa.field("busy_cores", pa.float64()), pa.field("steal_cores", pa.float64()),
         pa.field("iowait_cores", pa.float64()), pa.field("load1", pa.float64()),
         pa.field("server_cores", pa.float64()), pa.field("harness_cores", pa.float64()),

@@ -106,58 +106,87 @@ class Backend:
         unreachable(exc) and http_error(resp) make the backend's own errors; read's result is
         returned; rec.t_done is the moment the final event arrived.
         """
-        try:
-            resp = post_stream(self.session, rec, url, self.now, timeout=(10, self.timeout_s),
-                               **kwargs)  # fmt: skip
-        except requests.RequestException as exc:
-            raise unreachable(exc) from None
-        with resp:
-            if resp.status_code != 200:
-                raise http_error(resp)
-            kind = resp.headers.get("Content-Type", "")
-            if kind.startswith("text/html"):  # a web site, not an inference server
-                raise BackendError(
-                    f"POST {urlsplit(url).path}: {self.base_url} answered a web page ({kind}), "
-                    f"not a {self.name} stream; are the target's url and backend right?"
-                )
-            remaining = self.timeout_s - (self.now() - rec.t_sent)
-            with Deadline(resp, remaining, self.live) as deadline:
-                if self.aborted:
-                    deadline.expire(aborted=True)
+        # the whole request, headers included, within request_timeout_s from its sending
+        with Deadline(self.timeout_s, self.live) as deadline:
+            if self.aborted:
+                deadline.expire(aborted=True)
+            try:
+                resp = post_stream(self.session, rec, url, self.now, deadline,
+                                   timeout=(10, self.timeout_s), **kwargs)  # fmt: skip
+            except requests.RequestException as exc:
+                raise self._cut_short(deadline, url, rec) or unreachable(exc) from None
+            with resp:
+                deadline.reading(resp)
+                if resp.status_code != 200:
+                    raise http_error(resp)
+                kind = resp.headers.get("Content-Type", "")
+                if kind.startswith("text/html"):  # a web site, not an inference server
+                    raise BackendError(
+                        f"POST {urlsplit(url).path}: {self.base_url} answered a web page "
+                        f"({kind}), not a {self.name} stream; are the target's url and backend "
+                        "right?"
+                    )
                 try:
                     result = read(resp, rec)
                 except Exception:
-                    if deadline.aborted:
-                        raise BackendError(f"POST {urlsplit(url).path} was abandoned after "
-                                           f"{rec.chunks} chunks: the rep stopped") from None
-                    if deadline.expired:
-                        raise BackendError(
-                            f"POST {urlsplit(url).path} took longer than request_timeout_s "
-                            f"({self.timeout_s:g} s) after {rec.chunks} chunks; the server is "
-                            "too slow or stalled (raise request_timeout_s if it is only slow)"
-                        ) from None
+                    short = self._cut_short(deadline, url, rec)
+                    if short is not None:
+                        raise short from None
                     raise
-            rec.t_done = self.now()
-            finish(resp)
+                rec.t_done = self.now()
+                finish(resp)
         return result
+
+    def _cut_short(self, deadline: "Deadline", url: str, rec: RequestRecord):
+        """The error for a request its deadline or an abort ended, or None if neither did."""
+        path = urlsplit(url).path
+        if deadline.aborted:
+            return BackendError(f"POST {path} was abandoned after {rec.chunks} chunks: the rep "
+                                "stopped")  # fmt: skip
+        if deadline.expired:
+            return BackendError(
+                f"POST {path} took longer than request_timeout_s ({self.timeout_s:g} s) after "
+                f"{rec.chunks} chunks; the server is too slow or stalled (raise "
+                "request_timeout_s if it is only slow)"
+            )
+        return None
 
 
 class Deadline:
-    """Closes a streamed response when its time is up, so a read blocked on a server that
-    trickles or stalls returns (with an error) instead of holding the request forever; while
-    it runs it is in ``live`` (Backend.abort)."""
+    """Cuts a request when its time is up, so a read blocked on a server that queues, trickles
+    or stalls returns (with an error) instead of holding the request forever; while it runs it
+    is in ``live`` (Backend.abort). It follows the request: the connection it is written on
+    (``sending``), then the response being read (``reading``)."""
 
-    def __init__(self, resp: requests.Response, seconds: float, live: set | None = None):
-        self.resp, self.expired, self.aborted = resp, False, False
+    def __init__(self, seconds: float, live: set | None = None):
+        self.conn = self.resp = None
+        self.expired = self.aborted = self.done = False
         self.live = live if live is not None else set()
+        self.lock = threading.Lock()
         self.timer = threading.Timer(max(0.0, seconds), self.expire)
         self.timer.daemon = True
 
+    def sending(self, conn) -> None:
+        with self.lock:
+            self.conn = conn
+        if self.expired:  # expired before the bytes went out: do not wait for an answer
+            cut(conn)
+
+    def reading(self, resp: requests.Response) -> None:
+        with self.lock:
+            self.resp = resp
+        if self.expired:
+            cut(self.conn, resp)
+
     def expire(self, aborted: bool = False) -> None:
         self.aborted = self.aborted or aborted
-        self.expired = True
+        with self.lock:
+            if self.done:  # the request is over; its connection may serve the next one
+                return
+            self.expired = True
+            conn, resp = self.conn, self.resp
         try:
-            cut(self.resp)
+            cut(conn, resp)
         except Exception:  # noqa: BLE001 - cutting is all we can do; the read will fail
             pass
 
@@ -168,6 +197,8 @@ class Deadline:
 
     def __exit__(self, *exc) -> None:
         self.timer.cancel()
+        with self.lock:
+            self.done = True
         self.live.discard(self)
 
 

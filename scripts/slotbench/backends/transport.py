@@ -65,7 +65,7 @@ class _OneWrite:
         stamp = getattr(_send_clock, "stamp", None)
         if stamp is not None:
             _send_clock.stamp = None
-            stamp()
+            stamp(self)
         super().send(data)
 
 
@@ -99,12 +99,13 @@ class _Session(requests.Session):
         request's t_sent stamped anew) when the server closed the connection without a byte of
         answer."""
         stamp = getattr(_send_clock, "stamp", None)
+        given_up = getattr(_send_clock, "given_up", None) or (lambda: False)
         for attempt in range(STALE_RETRIES + 1):
             _send_clock.stamp = stamp
             try:
                 return super().send(request, **kwargs)
             except requests.ConnectionError as exc:
-                if attempt == STALE_RETRIES or not _closed_before_answering(exc):
+                if attempt == STALE_RETRIES or given_up() or not _closed_before_answering(exc):
                     raise
         raise AssertionError("unreachable")
 
@@ -155,12 +156,14 @@ def stream_lines(resp: requests.Response):
         yield pending
 
 
-def cut(resp: requests.Response) -> None:
-    """End a streamed response from another thread: the thread reading it gets an end of
-    stream at once. The socket is shut down rather than the response closed, because closing
-    waits for the lock that the blocked read holds (seen: a Ctrl-C that waited out every
-    stream in flight)."""
-    conn = getattr(resp.raw, "_connection", None) or getattr(resp.raw, "connection", None)
+def cut(conn=None, resp: requests.Response | None = None) -> None:
+    """End a request from another thread, whether it still waits for the response's headers
+    (``conn``, the connection it was written on) or is reading the stream (``resp``): the
+    thread blocked on it gets an end of stream at once. The socket is shut down rather than
+    the response closed, because closing waits for the lock that the blocked read holds (seen:
+    a Ctrl-C that waited out every stream in flight)."""
+    if conn is None and resp is not None:
+        conn = getattr(resp.raw, "_connection", None) or getattr(resp.raw, "connection", None)
     sock = getattr(conn, "sock", None)
     if sock is not None:
         try:
@@ -168,7 +171,8 @@ def cut(resp: requests.Response) -> None:
             return
         except OSError:
             pass
-    resp.raw.close()
+    if resp is not None:
+        resp.raw.close()
 
 
 def finish(resp: requests.Response) -> None:
@@ -182,12 +186,16 @@ def finish(resp: requests.Response) -> None:
         pass
 
 
-def post_stream(session: requests.Session, rec, url: str, now, **kwargs) -> requests.Response:
+def post_stream(session: requests.Session, rec, url: str, now, deadline=None,
+                **kwargs) -> requests.Response:  # fmt: skip
     """``session.post(url, stream=True, **kwargs)``, with ``rec.t_sent`` the moment the
     request's bytes are written (make_session's connections), or, through any other
     connection, the moment it is prepared (body encoded, proxies and auth resolved): the
     client's own set-up work is not the server's latency and must not count in TTFT.
-    Raises what ``session.post`` raises."""
+
+    ``deadline`` (base.Deadline) is told the connection as the request is written, so it can
+    cut the request while it still waits for the headers; once it has expired the request
+    is not sent again. Raises what ``session.post`` raises."""
     timeout = kwargs.pop("timeout", None)
     prepared = session.prepare_request(requests.Request("POST", url, **kwargs))
     # proxies/verify from the environment, resolved once per session and origin: the
@@ -199,11 +207,18 @@ def post_stream(session: requests.Session, rec, url: str, now, **kwargs) -> requ
         cache[key] = session.merge_environment_settings(prepared.url, {}, True, None, None)
     settings = cache[key]
     rec.t_sent = now()
-    _send_clock.stamp = lambda: setattr(rec, "t_sent", now())
+
+    def stamp(conn) -> None:
+        rec.t_sent = now()
+        if deadline is not None:
+            deadline.sending(conn)
+
+    _send_clock.stamp = stamp
+    _send_clock.given_up = (lambda: deadline.expired) if deadline is not None else None
     try:
         return session.send(prepared, timeout=timeout, allow_redirects=True, **settings)
     finally:
-        _send_clock.stamp = None
+        _send_clock.stamp = _send_clock.given_up = None
 
 
 def _closed_before_answering(exc: BaseException) -> bool:

@@ -132,15 +132,15 @@ def flagged_table(ctx, trap, rows, columns, make_row, title, row_title, metric, 
             ctx.sources(flagged, tid, (table_ref, *refs))]  # fmt: skip
 
 
+def cells_ref(ctx, tid, title):
+    """A check's table or sentence, citing every cell of the target as its source."""
+    return prov.Ref(
+        tid, "table", title, prov.with_roles((ctx.cells, "source")), tid, parent=ctx.overview_id
+    )
+
+
 def quiet_evidence(ctx, trap, text, title) -> list:
     """A quiet check's sentence, anchored, with the cells it looked at."""
     tid = prov.integrity_id(ctx.target, trap)
-    ref = prov.Ref(
-        tid,
-        "table",
-        f"{title} ({ctx.target}): {text}",
-        prov.with_roles((ctx.cells, "source")),
-        tid,
-        parent=ctx.overview_id,
-    )
+    ref = cells_ref(ctx, tid, f"{title} ({ctx.target}): {text}")
     return [Paragraph(text, anchor=tid), ctx.sources(ctx.cells, tid, (ref,))]

@@ -6,6 +6,7 @@ from slotbench import provenance as prov
 from slotbench.cells import arm_name
 from slotbench.fmt import fmt_int, fmt_times, missing
 from slotbench.report.blocks import Heading, Paragraph, Table
+from slotbench.report.traps import cells_ref
 
 TRAP = "sufficiency"
 ORDER = ("speedup", "user_ratio", "ttft_ratio", "gen_gain", "pipelining")
@@ -59,14 +60,7 @@ def render(verdict: dict, ctx) -> list:
             f"{verdict['sentence'][:-2]}: each headline ratio of each parallel arm, {ctx.ci} "
             "bootstrap interval half-width relative to the value)."
         )
-    table_ref = prov.Ref(
-        tid,
-        "table",
-        f"Interval width of every headline ratio of {ctx.target}",
-        prov.with_roles((ctx.cells, "source")),
-        tid,
-        parent=ctx.overview_id,
-    )
+    table_ref = cells_ref(ctx, tid, f"Interval width of every headline ratio of {ctx.target}")
     return [
         Heading(4, "Enough reps?"),
         Paragraph(text),
