@@ -40,8 +40,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from fidelity import pct  # noqa: E402
+from fidelity import Instrumented, analyse, pct, read_truth, run_level  # noqa: E402
 from pacer import start_subprocess  # noqa: E402
+
+REPO = HERE.parent
 
 CACHE = Path(os.environ.get("SLOTBENCH_CACHE", Path.home() / ".cache" / "slotbench")) / "peers"
 TOKENIZER = CACHE / "tokenizer"
@@ -390,6 +392,74 @@ def run_one(peer: Peer, c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: f
     return result
 
 
+def run_slotbench(c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: float) -> dict:
+    """slotbench's own client (the openai backend, /v1/completions, as the peers use it) at the
+    same level against a pacer of its own, graded like a peer (benchmarks/fidelity.py)."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from slotbench.backends import make_backend
+
+    where = run_dir / f"slotbench-c{c}"
+    where.mkdir(parents=True, exist_ok=True)
+    truth = where / "truth.jsonl"
+    truth.write_text("")
+    proc, url = start_subprocess(["--ttft-ms", str(ttft_ms), "--gap-ms", str(gap_ms),
+                                  "--tokens", str(OSL), "--truth-log", str(truth)])  # fmt: skip
+    t0 = time.monotonic()
+    try:
+        target = {"name": "pacer", "managed": False, "url": url, "model": "pacer",
+                  "backend": "openai", "endpoint": "completions"}  # fmt: skip
+        inst = Instrumented(make_backend(target, url, 60))
+        warm = run_level(inst, 4, 8, 4, ISL, 900000)  # connections and the server probe
+        time.sleep(0.1)
+        offset = len(truth.read_bytes())
+        level = run_level(inst, c, n, OSL, ISL, 1)
+        time.sleep(0.3)
+        rows, _ = read_truth(truth, offset)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    res = analyse(level, rows)
+    done = [r for r in rows if r["t_tok"]]
+    return {"peer": "slotbench", "concurrency": c, "requests": n,
+            "rc": 0 if not (warm["errors"] or level["errors"]) else 1,
+            "wall_s": time.monotonic() - t0, "command": "benchmarks/fidelity.py (openai)",
+            "dir": str(where), "peer_requests": res["ok"], "peer_rows": res["requests"],
+            "truth_requests": len(rows), "truth_completed": len(done),
+            "matched": res["ok"] - res["lost"], "unmatched": res["lost"] + res["unexpected"],
+            "peer_errors": len(level["errors"]), "duplicated": res["duplicated"],
+            "ttft_err_p50": res["ttft_err_p50"], "ttft_err_p99": res["ttft_err_p99"],
+            "itl_err_p50": res["itl_err_p50"], "itl_err_p99": res["itl_err_p99"],
+            "itl_err_per": "token", "agg_tps_err": res["agg_tps_err"],
+            "peer_ttft_p50": None, "true_ttft_p50": None, "peer_itl_p50": None,
+            "true_itl_p50": res["true_gap_p50"], "peer_tok_s": None, "true_tok_s": None}  # fmt: skip
+
+
+def by_level(results: list[dict]) -> str:
+    """One table per concurrency level, slotbench's row first: TTFT and ITL error against the
+    truth, requests lost or duplicated."""
+    out = []
+    for c in sorted({r["concurrency"] for r in results}):
+        rows = sorted((r for r in results if r["concurrency"] == c),
+                      key=lambda r: (r["peer"] != "slotbench", r["peer"]))  # fmt: skip
+        out += [f"### {c} in flight", "",
+                "| client | requests sent / in the truth log | lost / duplicated | "
+                "TTFT err p50 ms | TTFT err p99 ms | ITL err p50 ms | ITL err p99 ms |",
+                "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+        for r in rows:
+            if "error" in r:
+                out.append(f"| {r['peer']} | –/{r.get('truth_requests')} | – | {r['error']} "
+                           "| | | |")  # fmt: skip
+                continue
+            per = "" if r["itl_err_per"] == "token" else f" ({r['itl_err_per']})"
+            out.append(
+                f"| {r['peer']} | {r['peer_requests']:g} / {r['truth_completed']} | "
+                f"{r['unmatched']} / {r['duplicated']} | {ms(r['ttft_err_p50'])} | "
+                f"{ms(r['ttft_err_p99'])} | {ms(r['itl_err_p50'])} | "
+                f"{ms(r['itl_err_p99'])}{per} |")
+        out.append("")
+    return "\n".join(out)
+
+
 def ms(v) -> str:
     return "–" if v is None else f"{v * 1e3:.3f}"
 
@@ -415,6 +485,11 @@ def table(results: list[dict]) -> str:
     return "\n".join(out)
 
 
+def _progress(r: dict) -> None:
+    print(f"[{r['peer']} C={r['concurrency']}] rc {r['rc']} {r['wall_s']:.0f}s TTFT err p50 "
+          f"{ms(r.get('ttft_err_p50'))} ms {r.get('error', '')}", file=sys.stderr, flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -436,6 +511,8 @@ def main(argv=None) -> int:
     run.add_argument("--gap-ms", type=float, default=10.0, help="pacer inter-token gap (10)")
     run.add_argument("--timeout-s", type=float, default=900.0, help="per peer run")
     run.add_argument("--json", type=Path, help="write all results here")
+    run.add_argument("--no-slotbench", action="store_true",
+                     help="leave out slotbench's own client (run at every level by default)")
     args = ap.parse_args(argv)
 
     if os.environ.get("CI"):
@@ -452,19 +529,21 @@ def main(argv=None) -> int:
     build_tokenizer()
     run_dir = CACHE / "runs" / time.strftime("%Y%m%d-%H%M%S")
     results = []
-    for name in args.peers:
-        peer = PEERS[name]
-        if not peer.bin().exists():
-            print(f"{name}: not installed; run `peers.py install --peers {name}`")
-            continue
-        for c in args.levels:
-            n = args.requests or max(2 * c, 32)
-            r = run_one(peer, c, n, run_dir, args.ttft_ms, args.gap_ms, args.timeout_s)
-            results.append(r)
-            print(f"[{name} C={c}] rc {r['rc']} {r['wall_s']:.0f}s TTFT err p50 "
-                  f"{ms(r.get('ttft_err_p50'))} ms {r.get('error', '')}", file=sys.stderr,
-                  flush=True)  # fmt: skip
+    peers = [PEERS[name] for name in args.peers]
+    for peer in [p for p in peers if not p.bin().exists()]:
+        print(f"{peer.name}: not installed; run `peers.py install --peers {peer.name}`")
+    peers = [p for p in peers if p.bin().exists()]
+    for c in args.levels:  # level by level, slotbench first: one run, the same pacer settings
+        n = args.requests or max(2 * c, 32)
+        if not args.no_slotbench:
+            results.append(run_slotbench(c, n, run_dir, args.ttft_ms, args.gap_ms))
+            _progress(results[-1])
+        for peer in peers:
+            results.append(run_one(peer, c, n, run_dir, args.ttft_ms, args.gap_ms, args.timeout_s))
+            _progress(results[-1])
     print(table(results))
+    print()
+    print(by_level(results))
     print(f"\nrun directory: {run_dir}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

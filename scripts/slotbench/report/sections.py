@@ -95,15 +95,29 @@ def fingerprint_blocks(fingerprints: list[dict], index: prov.CellIndex, sources)
     blocks: list = [Heading(2, "Fingerprints")]
     if not fingerprints:
         return blocks + [Paragraph("No fingerprint was recorded.", "note")]
+    first: dict[str, tuple[str, dict]] = {}  # target → its first run and that run's pairs
     for fp in sorted(fingerprints, key=lambda f: (str(f.get("target")), str(f.get("run")))):
         target, run = str(fp.get("target", "?")), str(fp.get("run", "?"))
-        pairs = [[k, v] for k, v in flatten(fp) if k not in ("target", "run")]
+        pairs = {k: v for k, v in flatten(fp) if k not in ("target", "run")}
         title, fid = f"Fingerprint of {target}/{run}", prov.fingerprint_id(target, run)
         cells = index.labels(target, run=run)
         ref = prov.Ref(fid, "table", title, prov.with_roles((cells, "source")), fid)
-        blocks += [Heading(3, f"{target} / {run}"),
-                   Table(title, ["key", "value"], pairs, kind="kv", anchor=fid),
-                   sources(cells, fid, (ref,))]  # fmt: skip
+        blocks.append(Heading(3, f"{target} / {run}"))
+        if target not in first:
+            first[target] = (run, pairs)
+            blocks.append(Table(title, ["key", "value"], [[k, v] for k, v in pairs.items()],
+                                kind="kv", anchor=fid))  # fmt: skip
+        else:  # later runs of a target: what differs from its first run
+            base_run, base = first[target]
+            differ = [[k, pairs.get(k, "(absent)"), base.get(k, "(absent)")]
+                      for k in sorted(set(pairs) | set(base)) if pairs.get(k) != base.get(k)]  # fmt: skip
+            same = len(set(pairs) & set(base)) - sum(1 for d in differ
+                                                     if d[0] in base and d[0] in pairs)  # fmt: skip
+            blocks += [Paragraph(f"The same as {target}/{base_run} in {same} keys; the keys that "
+                                 "differ:"),
+                       Table(title, ["key", "value", f"value in {base_run}"], differ, kind="kv",
+                             anchor=fid)]  # fmt: skip
+        blocks.append(sources(cells, fid, (ref,)))
     return blocks
 
 

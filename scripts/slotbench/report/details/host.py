@@ -7,7 +7,10 @@ from slotbench.fmt import fmt_num, fmt_pct, missing
 from slotbench.report.blocks import Heading, Paragraph, Table
 
 TRAP = "host"
-MAX_ROWS = 30
+# Up to this many reps, every rep is listed; beyond it only those that shared the machine (or,
+# when none did, the busiest), the rest being in results/checks/host.csv.
+ALL_ROWS_UP_TO = 10
+BUSIEST = 3
 COLUMNS = ["rep", "samples", "other CPU, cores (share)", "other CPU max", "steal (share)",
            "load avg", "server CPU", "top other processes", "shared machine"]  # fmt: skip
 
@@ -18,7 +21,10 @@ def render(verdict: dict, ctx) -> list:
     if not verdict["assessable"]:
         return [heading, Paragraph(verdict["sentence"], "note")]
     tid = prov.integrity_id(ctx.target, "host")
-    shown = rows if len(rows) <= MAX_ROWS else [r for r in rows if r["contended"]][:MAX_ROWS]
+    shown = rows
+    if len(rows) > ALL_ROWS_UP_TO:
+        shown = [r for r in rows if r["contended"]] or sorted(
+            rows, key=lambda r: -(r["other_share"] or 0))[:BUSIEST]  # fmt: skip
     table_rows, row_ids, refs = [], [], []
     for r in shown:
         steal = "n/a" if missing(r.get("steal_share")) else fmt_pct(r["steal_share"], 1)
@@ -50,9 +56,13 @@ def render(verdict: dict, ctx) -> list:
         "other = everything but the target server and the harness."
     )
     if len(shown) < len(rows):
+        quiet = [r for r in rows if r not in shown]
+        busiest = max(quiet, key=lambda r: r["other_share"] or 0)
+        which = "the reps that shared the machine" if shown[0]["contended"] else "the busiest reps"
         note += (
-            f" Only the shared reps are listed ({len(rows) - len(shown)} quiet ones are in "
-            "results/checks/host.csv)."
+            f" Listed: {which}; the other {len(quiet)} (at most "
+            f"{fmt_pct(busiest['other_share'], 1)} other CPU, {busiest['run']} rep "
+            f"{busiest['rep']}) are in results/checks/host.csv."
         )
     contended = [f"{ctx.target}/{r['run']}/rep{r['rep']}/" for r in rows if r["contended"]]
     flagged = [c for c in ctx.cells if any(c.startswith(p) for p in contended)]

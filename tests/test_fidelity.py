@@ -1,0 +1,37 @@
+"""benchmarks/fidelity.py --quick as a test: slotbench's own client against the pacing server
+(a truth log of when each request was read and each token written), at concurrency 1 and 4,
+in every wire format. Catches a client regression (a lost or duplicated request, a TTFT
+stamped milliseconds late) without making CI flaky: the TTFT bound is loose (5 ms at p99, the
+target is 1 ms; benchmarks/RESULTS.md has the measured figures)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from e2e_helpers import REPO
+
+TTFT_P99_BOUND_S = 0.005
+FORMATS = ("llamacpp", "ollama", "openai", "openai-chat")
+
+
+def test_fidelity_quick_loses_nothing_and_stamps_ttft_within_5ms(tmp_path):
+    out = tmp_path / "fidelity.json"
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/fidelity.py"), "--quick",
+                           "--requests", "24", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads(out.read_text())["results"]
+    assert sorted(results) == ["1", "4"]
+    for level, by_format in results.items():
+        assert sorted(by_format) == sorted(FORMATS), level
+        for name, res in by_format.items():
+            where = f"{name} at concurrency {level}"
+            assert res["errors"] == [], where
+            assert res["requests"] == res["ok"] == 24, where
+            assert (res["lost"], res["duplicated"], res["unexpected"], res["incomplete"]) == (
+                0, 0, 0, 0), where  # fmt: skip
+            assert 0 <= res["ttft_err_p50"] <= res["ttft_err_p99"] < TTFT_P99_BOUND_S, (
+                where, res["ttft_err_p50"], res["ttft_err_p99"])  # fmt: skip
+            assert abs(res["agg_tps_err"]) < 0.005, (where, res["agg_tps_err"])
