@@ -131,6 +131,7 @@ class Pacer:
         self.cfg = config
         self.counter = itertools.count(1)
         self.conn_ids = itertools.count(1)
+        self.idle: set[asyncio.StreamWriter] = set()  # kept-alive connections between requests
         self.active = 0  # requests holding a slot (generating)
         self.in_flight = 0  # requests between body read and last write
         self.sem: asyncio.Semaphore | None = None
@@ -173,6 +174,7 @@ class Pacer:
         peer = writer.get_extra_info("peername")
         try:
             while True:
+                self.idle.add(writer)
                 try:
                     head = await reader.readuntil(b"\r\n\r\n")
                 except (asyncio.IncompleteReadError, ConnectionError):
@@ -180,6 +182,8 @@ class Pacer:
                 except asyncio.LimitOverrunError:
                     await self._send_json(writer, 413, {"error": "headers too large"}, False)
                     return
+                finally:
+                    self.idle.discard(writer)
                 method, path, headers = self._parse_head(head)
                 if headers.get("expect", "").lower() == "100-continue":
                     writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -593,6 +597,11 @@ def main(argv=None) -> int:
             # only stop listening: the truth file stays open (line-buffered) so that requests
             # still streaming, cancelled by asyncio.run, are logged with completed: false
             pacer.server.close()
+            # kept-alive connections waiting for a next request end now, quietly (cancelled
+            # by asyncio.run instead, each would print a CancelledError traceback)
+            for writer in list(pacer.idle):
+                writer.transport.abort()
+            await asyncio.sleep(0.05)
 
     try:
         asyncio.run(run())

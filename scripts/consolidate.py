@@ -12,11 +12,8 @@ from slotbench.consolidate import (
     RawFileError,
     REQUESTS_SCHEMA,
     THERMAL_SCHEMA,
-    consolidate,
-    sample_rows,
-    server_states,
+    consolidate_all,
     split_control,
-    thermal_rows,
     verify_raw_files,
     write_table,
 )
@@ -49,20 +46,20 @@ def main(sm) -> None:
             file=log,
         )
         try:
-            requests, cells = consolidate(raw, recorded)
+            tables = consolidate_all(raw, recorded)  # each raw file read once
         except RawFileError as exc:
             refuse(str(exc), list(sm.params.withdraw), log)
+        requests, cells, thermal, host = (tables[k] for k in ("requests", "cells", "thermal",
+                                                              "host"))  # fmt: skip
         write_table(requests, REQUESTS_SCHEMA, sm.output.requests, "requests")
         cells, control = split_control(cells)
         write_table(cells, CELLS_SCHEMA, sm.output.cells, "cells")
         write_table(control, CELLS_SCHEMA, sm.output.control, "control cells")
-        thermal = thermal_rows(raw)
         write_table(thermal, THERMAL_SCHEMA, sm.output.thermal, "thermal")
-        host = sample_rows(raw, "host")
         write_table(host, HOST_SCHEMA, sm.output.host, "host")
         write_ledger(sm.output.inventory, raw, sm.params.token)
         with open(sm.output.servers, "w", encoding="utf-8") as fh:
-            json.dump(server_states(raw), fh, indent=1, sort_keys=True)
+            json.dump(tables["servers"], fh, indent=1, sort_keys=True)
         print(
             f"consolidate: {len(raw)} raw files, {len(cells)} cells ({len(control)} control), "
             f"{len(requests)} requests, {len(thermal)} thermal readings, {len(host)} host samples",

@@ -8,6 +8,7 @@ raw file was written (its .sha256 sidecar); a raw file that no longer matches it
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -154,26 +155,50 @@ def request_rows(raw: dict, raw_file: str) -> list[dict]:
     return rows
 
 
-def cell_metrics(requests: pd.DataFrame) -> dict:
-    """DESIGN.md's per-cell metrics from the cell's request rows."""
-    tokens_out = int(requests["output_tokens"].sum())
-    wall_s = float(requests["t_done_s"].max() - requests["t_sent_s"].min())
-    per_user = requests["output_tokens"] / requests["gen_s"].where(requests["gen_s"] > 0)
-    ttft = requests["t_first_s"] - requests["t_sent_s"]
+def _median(values: list) -> float:
+    """The median of the finite values, as pandas takes it (NaN when there are none)."""
+    vals = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not vals:
+        return np.nan
+    mid = len(vals) // 2
+    return float(vals[mid]) if len(vals) % 2 else float((vals[mid - 1] + vals[mid]) / 2)
+
+
+def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
+    """DESIGN.md's per-cell metrics from the cell's request rows (a frame or row dicts).
+
+    Plain Python over the rows: at a million requests this runs for every one of ~250,000
+    cells, where per-cell pandas operations cost milliseconds each."""
+    rows = requests.to_dict("records") if isinstance(requests, pd.DataFrame) else requests
+
+    def num(r, key):
+        v = r.get(key)
+        return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+    tokens_out = int(sum(num(r, "output_tokens") or 0 for r in rows))
+    sent = [num(r, "t_sent_s") for r in rows]
+    done = [num(r, "t_done_s") for r in rows]
+    t_start = min((v for v in sent if v is not None), default=np.nan)
+    wall_s = float(max((v for v in done if v is not None), default=np.nan) - t_start)
+    per_user, ttft = [], []
+    for r, t0 in zip(rows, sent):
+        gen, out, first = num(r, "gen_s"), num(r, "output_tokens"), num(r, "t_first_s")
+        if gen is not None and gen > 0 and out is not None:
+            per_user.append(out / gen)
+        if first is not None and t0 is not None:
+            ttft.append(first - t0)
     return {
-        "n_requests": int(len(requests)),
-        "n_client_timed": (
-            int((requests["timing_source"] == "client").sum()) if "timing_source" in requests else 0
-        ),
-        "suspect_requests": (
-            int(requests["suspect_reason"].notna().sum()) if "suspect_reason" in requests else 0
-        ),
+        "n_requests": len(rows),
+        "n_client_timed": sum(1 for r in rows if r.get("timing_source") == "client"),
+        "suspect_requests": sum(1 for r in rows if r.get("suspect_reason") is not None
+                                and not (isinstance(r["suspect_reason"], float)
+                                         and math.isnan(r["suspect_reason"]))),  # fmt: skip
         "tokens_out": tokens_out,
         "wall_s": wall_s,
         "agg_tps": tokens_out / wall_s if wall_s > 0 else np.nan,
-        "user_tps": float(per_user.median()),
-        "ttft_s": float(ttft.median()),
-        "t_start_s": float(requests["t_sent_s"].min()),
+        "user_tps": _median(per_user),
+        "ttft_s": _median(ttft),
+        "t_start_s": float(t_start),
     }
 
 
@@ -246,12 +271,13 @@ def verify_raw_files(raw_paths: list[str], sha256_paths: list[str]) -> dict[str,
     return recorded
 
 
-def consolidate(
-    raw_paths: list[str], recorded: dict[str, str] | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Requests and cells tables from raw files; ``recorded`` maps each raw path to the SHA-256
-    recorded when it was written (see verify_raw_files), else the file is hashed now."""
-    req_rows, cell_rows, experiments = [], [], {}
+def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None) -> dict:
+    """Every table consolidation writes, reading each raw file once: ``requests`` and
+    ``cells`` (frames), ``thermal`` and ``host`` samples (frames), ``servers`` (what each rep
+    saw of its server). ``recorded`` maps each raw path to the SHA-256 recorded when it was
+    written (see verify_raw_files), else the file is hashed now."""
+    req_rows, cell_rows, experiments, states = [], [], {}, []
+    samples: dict[str, list] = {"thermal": [], "host": []}
     for path in raw_paths:
         raw = read_json(path)
         _check(raw, path)
@@ -259,10 +285,12 @@ def consolidate(
         digest = recorded[str(path)] if recorded is not None else sha256_file(path)
         rows = request_rows(raw, str(path))
         req_rows.extend(rows)
-        frame = pd.DataFrame(rows)
         build_id = server_build_id(raw.get("server", {}))
         cpu = {(c["arm"], c["position"]): c.get("client_cpu_s") for c in raw["cells"]}
-        for (arm, position), grp in frame.groupby(["arm", "position"], sort=False):
+        by_cell: dict[tuple, list[dict]] = {}
+        for row in rows:
+            by_cell.setdefault((row["arm"], row["position"]), []).append(row)
+        for (arm, position), grp in by_cell.items():
             metrics = cell_metrics(grp)
             cell_rows.append(
                 {
@@ -274,17 +302,31 @@ def consolidate(
                     "code_dirty": raw.get("code", {}).get("dirty"),
                     "server_build": build_id,
                     "client_cpu_s": cpu.get((arm, position)),
-                    "control": bool(grp["control"].any()),
+                    "control": any(r["control"] for r in grp),
                 }
             )  # fmt: skip
+        for kind, into in samples.items():
+            into.extend(_samples_of(raw, kind))
+        states.append(_state_of(raw, path))
     check_same_experiment(experiments)
     requests = pd.DataFrame(req_rows, columns=REQUESTS_SCHEMA.names)
     cells = pd.DataFrame(cell_rows, columns=CELLS_SCHEMA.names)
     order = ["target", "run", "rep", "position"]
-    return (
-        requests.sort_values(order + ["request"], ignore_index=True),
-        cells.sort_values(order, ignore_index=True),
-    )
+    return {
+        "requests": requests.sort_values(order + ["request"], ignore_index=True),
+        "cells": cells.sort_values(order, ignore_index=True),
+        "thermal": _sample_frame(samples["thermal"], "thermal"),
+        "host": _sample_frame(samples["host"], "host"),
+        "servers": sorted(states, key=lambda s: (s["target"], s["run"], s["rep"])),
+    }
+
+
+def consolidate(
+    raw_paths: list[str], recorded: dict[str, str] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The requests and cells tables of consolidate_all."""
+    tables = consolidate_all(raw_paths, recorded)
+    return tables["requests"], tables["cells"]
 
 
 def trusted(cells: pd.DataFrame) -> pd.DataFrame:
@@ -301,18 +343,28 @@ def split_control(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return cells[~control].reset_index(drop=True), cells[control].reset_index(drop=True)
 
 
+def _samples_of(raw: dict, kind: str) -> list[dict]:
+    return [{**row, "target": raw["target"], "run": raw["run"], "rep": raw["rep"],
+             "t_s": row["t_unix"] - raw["origin_unix"]}
+            for row in (raw.get(kind) or {}).get("rows", [])]  # fmt: skip
+
+
+def _sample_frame(rows: list[dict], kind: str) -> pd.DataFrame:
+    schema = {"thermal": THERMAL_SCHEMA, "host": HOST_SCHEMA}[kind]
+    frame = pd.DataFrame(rows, columns=schema.names)
+    return frame.sort_values(["target", "run", "rep", "t_s"], ignore_index=True)
+
+
+def _state_of(raw: dict, path) -> dict:
+    return {"target": raw["target"], "run": raw["run"], "rep": raw["rep"],
+            "raw_file": str(path), "server": raw.get("server", {})}  # fmt: skip
+
+
 def sample_rows(raw_paths: list[str], kind: str = "thermal") -> pd.DataFrame:
     """Every background sample of one kind ("thermal" or "host") of every rep, with its rep, on
     the rep's clock (t_s, negative during the warm-up) and in unix time."""
-    schema = {"thermal": THERMAL_SCHEMA, "host": HOST_SCHEMA}[kind]
-    rows = []
-    for path in raw_paths:
-        raw = read_json(path)
-        for row in (raw.get(kind) or {}).get("rows", []):
-            rows.append({**row, "target": raw["target"], "run": raw["run"], "rep": raw["rep"],
-                         "t_s": row["t_unix"] - raw["origin_unix"]})  # fmt: skip
-    frame = pd.DataFrame(rows, columns=schema.names)
-    return frame.sort_values(["target", "run", "rep", "t_s"], ignore_index=True)
+    return _sample_frame([row for path in raw_paths for row in _samples_of(read_json(path), kind)],
+                         kind)  # fmt: skip
 
 
 def thermal_rows(raw_paths: list[str]) -> pd.DataFrame:
@@ -321,11 +373,7 @@ def thermal_rows(raw_paths: list[str]) -> pd.DataFrame:
 
 def server_states(raw_paths: list[str]) -> list[dict]:
     """What each rep saw of its server when it finished (e.g. Ollama's /api/ps after the rep)."""
-    states = []
-    for path in raw_paths:
-        raw = read_json(path)
-        states.append({"target": raw["target"], "run": raw["run"], "rep": raw["rep"],
-                       "raw_file": str(path), "server": raw.get("server", {})})  # fmt: skip
+    states = [_state_of(read_json(path), path) for path in raw_paths]
     return sorted(states, key=lambda s: (s["target"], s["run"], s["rep"]))
 
 

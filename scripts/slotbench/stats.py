@@ -110,11 +110,12 @@ def reps_needed(n_reps: int, rel: float, target_rel: float, min_reps: int) -> fl
 
 
 def _dummies(codes: np.ndarray, k: int) -> np.ndarray:
-    """One-hot columns for codes 1..k-1 (code 0 is the reference)."""
-    out = np.zeros((len(codes), max(k - 1, 0)))
-    rows = np.flatnonzero(codes > 0)
-    out[rows, codes[rows] - 1] = 1.0
-    return out
+    """One-hot columns for codes 1..k-1 (code 0 is the reference), for codes of any shape."""
+    return np.eye(k)[codes][..., 1:]
+
+
+# permutations of the position test computed together (memory: PERM_CHUNK × cells × positions)
+PERM_CHUNK = 100
 
 
 def _demean(x: np.ndarray, groups: np.ndarray, n_groups: int) -> np.ndarray:
@@ -193,17 +194,19 @@ def position_effect(
     boot = boot[np.isfinite(boot)]
     alpha = (1.0 - ci) / 2.0
     lo, hi = np.quantile(boot, [alpha, 1 - alpha]) if boot.size else (np.nan, np.nan)
-    perms = np.empty((n_perm, len(y)), dtype=int)
+    # positions shuffled within each block: sorting block + a uniform draw orders every block's
+    # values at random and keeps the blocks apart; PERM_CHUNK shuffles at a time bound memory
     order = np.argsort(block_index, kind="stable")
-    starts = np.searchsorted(block_index[order], np.arange(n_blocks))
-    ends = np.append(starts[1:], len(y))
-    for b in range(n_perm):
-        shuffled = order.copy()
-        for s, e in zip(starts, ends):
-            shuffled[s:e] = rng.permutation(order[s:e])
-        perms[b, order] = pos_index[shuffled]
-    perm_x = np.stack([_dummies(p, len(pos_codes)) for p in perms]) - pos_means
-    null = _position_range(*normal_equations(perm_x, np.ones((n_perm, n_blocks))), n_arm)
+    null_parts = []
+    for done in range(0, n_perm, PERM_CHUNK):
+        k = min(PERM_CHUNK, n_perm - done)
+        shuffled = np.argsort(block_index[None, :] + rng.random((k, len(y))), axis=1)
+        perms = np.empty((k, len(y)), dtype=int)
+        perms[:, order] = pos_index[shuffled]
+        perm_x = _dummies(perms, len(pos_codes)) - pos_means
+        null_parts.append(_position_range(*normal_equations(perm_x, np.ones((k, n_blocks))),
+                                          n_arm))  # fmt: skip
+    null = np.concatenate(null_parts)
     null = null[np.isfinite(null)]
     coefs = {int(p): float(np.exp(c) - 1) for p, c in
              zip(pos_codes, np.concatenate([[0.0], beta[n_arm:]]))}  # fmt: skip

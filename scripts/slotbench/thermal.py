@@ -18,9 +18,10 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:  # the sampler runs in every rep job: pandas only where frames are made
+    import pandas as pd
 
 
 READING_KEYS = ["source", "sensor", "temp_c", "freq_mhz", "throttled", "pressure", "detail"]
@@ -333,6 +334,8 @@ def available_sources(
 
 def thermal_frame(rows: list[dict]) -> pd.DataFrame:
     """Sampler rows as a DataFrame with the standard columns first (extra tags kept)."""
+    import pandas as pd
+
     df = pd.DataFrame(rows)
     extra = [c for c in df.columns if c not in THERMAL_COLUMNS]
     return df.reindex(columns=THERMAL_COLUMNS + extra)
@@ -340,6 +343,8 @@ def thermal_frame(rows: list[dict]) -> pd.DataFrame:
 
 def is_event(df: pd.DataFrame) -> pd.Series:
     """Throttled readings, or pressure other than nominal (unknown pressure is not an event)."""
+    import numpy as np
+
     throttled = df["throttled"].map(lambda v: isinstance(v, bool | np.bool_) and bool(v))
     pressure = df["pressure"]
     pressured = pressure.notna() & (pressure.astype(str).str.strip().str.lower() != NOMINAL)

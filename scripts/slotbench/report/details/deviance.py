@@ -7,6 +7,9 @@ from slotbench.fmt import count, fmt_change, fmt_num, missing
 from slotbench.report.blocks import Heading, Paragraph, Table
 
 TRAP = "deviance"
+# Deviant cells listed in the table; beyond it the largest deviations, the rest being in
+# results/checks/deviance.csv (a report of a million requests summarises, it does not list).
+MAX_ROWS = 30
 COLUMNS = ["cell", "tokens", "modal", "deviation", "wall s", "wall effect", "agg tok/s",
            "throughput effect"]  # fmt: skip
 WHY = (
@@ -33,7 +36,11 @@ def render(verdict: dict, ctx) -> list:
                      f"{threshold} from their run's modal output",
                      prov.with_roles((labels, "deviant")), dev_id)]  # fmt: skip
     table_rows, row_ids = [], []
-    for r in rows:
+    shown = rows if n <= MAX_ROWS else sorted(
+        rows, key=lambda r: -abs(r["deviation"]))[:MAX_ROWS]  # fmt: skip
+    deviant = set(labels)
+    comparisons: dict[tuple, list[str]] = {}  # (arm, run) → that arm's normal cells in the run
+    for r in shown:
         wall, tps = r.get("wall_effect"), r.get("tps_effect")
         table_rows.append([
             r["cell"], str(int(r["tokens_out"])), str(int(r["modal_tokens"])),
@@ -44,8 +51,11 @@ def render(verdict: dict, ctx) -> list:
         row_id = prov.deviance_id(ctx.target, r["cell"])
         row_ids.append(row_id)
         # its effects are against the same arm's normal cells of the same run
-        comparison = [c for c in ctx.index.labels(ctx.target, r["arm"], r["run"])
-                      if c not in set(labels)]  # fmt: skip
+        key = (r["arm"], r["run"])
+        if key not in comparisons:
+            comparisons[key] = [c for c in ctx.index.labels(ctx.target, r["arm"], r["run"])
+                                if c not in deviant]  # fmt: skip
+        comparison = comparisons[key]
         refs.append(prov.Ref(
             row_id, "table-row",
             f"Deviant cell {r['cell']}: output, wall-clock and throughput against the same arm's "
@@ -58,9 +68,12 @@ def render(verdict: dict, ctx) -> list:
         ))  # fmt: skip
     lead = (f"{count(n, 'cell')} deviate{'s' if n == 1 else ''} more than {threshold} from "
             f"{'its' if n == 1 else 'their'} run's modal output. ")  # fmt: skip
+    note = "" if len(shown) == n else (
+        f"The {len(shown)} largest deviations of {n}; every deviant cell is in "
+        "results/checks/deviance.csv.")  # fmt: skip
     return [
         Heading(4, "Output deviance"),
         Paragraph(lead + WHY),
-        Table("Deviant cells", COLUMNS, table_rows, anchor=dev_id, row_ids=row_ids),
+        Table("Deviant cells", COLUMNS, table_rows, note, anchor=dev_id, row_ids=row_ids),
         ctx.sources(labels, dev_id, tuple(refs)),
     ]

@@ -11,6 +11,7 @@ TRAP = "host"
 # when none did, the busiest), the rest being in results/checks/host.csv.
 ALL_ROWS_UP_TO = 10
 BUSIEST = 3
+MAX_ROWS = 30  # at most this many shared reps listed, the busiest
 COLUMNS = ["rep", "samples", "other CPU, cores (share)", "other CPU max", "steal (share)",
            "load avg", "server CPU", "top other processes", "shared machine"]  # fmt: skip
 
@@ -23,8 +24,10 @@ def render(verdict: dict, ctx) -> list:
     tid = prov.integrity_id(ctx.target, "host")
     shown = rows
     if len(rows) > ALL_ROWS_UP_TO:
-        shown = [r for r in rows if r["contended"]] or sorted(
-            rows, key=lambda r: -(r["other_share"] or 0))[:BUSIEST]  # fmt: skip
+        busiest = sorted(rows, key=lambda r: -(r["other_share"] or 0))
+        keep = {id(r) for r in ([r for r in busiest if r["contended"]][:MAX_ROWS]
+                                or busiest[:BUSIEST])}  # fmt: skip
+        shown = [r for r in rows if id(r) in keep]  # in rep order
     table_rows, row_ids, refs = [], [], []
     for r in shown:
         steal = "n/a" if missing(r.get("steal_share")) else fmt_pct(r["steal_share"], 1)
@@ -37,8 +40,8 @@ def render(verdict: dict, ctx) -> list:
         ])  # fmt: skip
         rid = prov.integrity_id(ctx.target, "host", r["run"], f"rep{r['rep']}")
         row_ids.append(rid)
-        cells = [c for c in ctx.index.labels(ctx.target, run=r["run"])
-                 if c.startswith(f"{ctx.target}/{r['run']}/rep{r['rep']}/")]  # fmt: skip
+        prefix = f"{ctx.target}/{r['run']}/rep{r['rep']}/"
+        cells = [c for c in ctx.cells if c.startswith(prefix)]
         refs.append(
             prov.Ref(
                 rid,
@@ -58,14 +61,17 @@ def render(verdict: dict, ctx) -> list:
     if len(shown) < len(rows):
         quiet = [r for r in rows if r not in shown]
         busiest = max(quiet, key=lambda r: r["other_share"] or 0)
-        which = "the reps that shared the machine" if shown[0]["contended"] else "the busiest reps"
+        n_shared = sum(1 for r in rows if r["contended"])
+        which = ("the busiest reps" if not shown[0]["contended"] else
+                 "the reps that shared the machine" if len(shown) == n_shared else
+                 f"the {len(shown)} busiest of the {n_shared} reps that shared the machine")  # fmt: skip
         note += (
             f" Listed: {which}; the other {len(quiet)} (at most "
             f"{fmt_pct(busiest['other_share'], 1)} other CPU, {busiest['run']} rep "
             f"{busiest['rep']}) are in results/checks/host.csv."
         )
-    contended = [f"{ctx.target}/{r['run']}/rep{r['rep']}/" for r in rows if r["contended"]]
-    flagged = [c for c in ctx.cells if any(c.startswith(p) for p in contended)]
+    contended = {f"{ctx.target}/{r['run']}/rep{r['rep']}/" for r in rows if r["contended"]}
+    flagged = [c for c in ctx.cells if c[: c.rfind("/") + 1] in contended]
     table_ref = prov.Ref(tid, "table", f"Host contention of {ctx.target}",
                          prov.with_roles((flagged, "deviant"), (ctx.cells, "source")), tid,
                          parent=ctx.overview_id)  # fmt: skip
