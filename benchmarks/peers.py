@@ -360,14 +360,19 @@ def grade(parsed: dict, truth_rows: list[dict]) -> dict:
     }
 
 
-def run_one(peer: Peer, c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: float,
-            timeout_s: float) -> dict:  # fmt: skip
-    where = run_dir / f"{peer.name}-c{c}"
+def pacer_for(where: Path, ttft_ms: float, gap_ms: float):
+    """A fresh pacer (OSL tokens per request) logging its truth into ``where``/truth.jsonl."""
     where.mkdir(parents=True, exist_ok=True)
     truth = where / "truth.jsonl"
     truth.write_text("")
     proc, url = start_subprocess(["--ttft-ms", str(ttft_ms), "--gap-ms", str(gap_ms),
                                   "--tokens", str(OSL), "--truth-log", str(truth)])  # fmt: skip
+    return where, truth, proc, url
+
+
+def run_one(peer: Peer, c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: float,
+            timeout_s: float) -> dict:  # fmt: skip
+    where, truth, proc, url = pacer_for(run_dir / f"{peer.name}-c{c}", ttft_ms, gap_ms)
     cmd, env = command(peer, url, c, n, where / "out")
     t0 = time.monotonic()
     try:
@@ -398,12 +403,7 @@ def run_slotbench(c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: float) 
     sys.path.insert(0, str(REPO / "scripts"))
     from slotbench.backends import make_backend
 
-    where = run_dir / f"slotbench-c{c}"
-    where.mkdir(parents=True, exist_ok=True)
-    truth = where / "truth.jsonl"
-    truth.write_text("")
-    proc, url = start_subprocess(["--ttft-ms", str(ttft_ms), "--gap-ms", str(gap_ms),
-                                  "--tokens", str(OSL), "--truth-log", str(truth)])  # fmt: skip
+    where, truth, proc, url = pacer_for(run_dir / f"slotbench-c{c}", ttft_ms, gap_ms)
     t0 = time.monotonic()
     try:
         target = {"name": "pacer", "managed": False, "url": url, "model": "pacer",
