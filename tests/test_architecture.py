@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from slotbench.code import imports
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
 PACKAGE = SCRIPTS / "slotbench"
@@ -56,27 +58,6 @@ def layer_of(name: str) -> int:
     if best is None:
         raise AssertionError(f"{name} is in no layer: add it to LAYERS in {__file__}")
     return best[0]
-
-
-def imports(path: Path) -> list[tuple[str, list[str], int]]:
-    """(imported module, names taken from it, line) for every import of a file."""
-    tree = ast.parse(path.read_text(), str(path))
-    inside = PACKAGE in path.parents
-    package = (
-        module_name(path).rsplit(".", 0 if path.name == "__init__.py" else 1)[0] if inside else ""
-    )
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found += [(alias.name, [], node.lineno) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parent = package.split(".")
-                parent = parent[: len(parent) - node.level + 1]
-                base = ".".join(parent + ([base] if base else []))
-            found.append((base, [a.name for a in node.names], node.lineno))
-    return found
 
 
 def test_every_module_sits_in_a_layer():
