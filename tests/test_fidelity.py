@@ -1,8 +1,12 @@
 """benchmarks/fidelity.py --quick as a test: slotbench's own client against the pacing server
 (a truth log of when each request was read and each token written), at concurrency 1 and 4,
 in every wire format. Catches a client regression (a lost or duplicated request, a TTFT
-stamped milliseconds late) without making CI flaky: the TTFT bound is loose (5 ms at p99, the
-target is 1 ms; benchmarks/RESULTS.md has the measured figures)."""
+stamped milliseconds late) without making CI flaky. With 24 requests a p99 is the single worst
+request, and one scheduler stall on a shared two-core runner put it at 18 ms (CI, 2026-11-30)
+while the median stayed at 1.1 ms. So the test bounds what a client bug moves: the median
+(2 ms; the OpenAI client this replaced was 2.1 ms late at 1-way, 3.6 ms at 4-way) and the p90
+(5 ms, which lets two of 24 requests stall). The 1 ms p99 target is a benchmark, measured on
+a quiet machine in benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -12,11 +16,12 @@ import sys
 
 from e2e_helpers import REPO
 
-TTFT_P99_BOUND_S = 0.005
+TTFT_P50_BOUND_S = 0.002
+TTFT_P90_BOUND_S = 0.005
 FORMATS = ("llamacpp", "ollama", "openai", "openai-chat")
 
 
-def test_fidelity_quick_loses_nothing_and_stamps_ttft_within_5ms(tmp_path):
+def test_fidelity_quick_loses_nothing_and_stamps_ttft_within_bounds(tmp_path):
     out = tmp_path / "fidelity.json"
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks/fidelity.py"), "--quick",
                            "--requests", "24", "--json", str(out)],
@@ -32,6 +37,7 @@ def test_fidelity_quick_loses_nothing_and_stamps_ttft_within_5ms(tmp_path):
             assert res["requests"] == res["ok"] == 24, where
             assert (res["lost"], res["duplicated"], res["unexpected"], res["incomplete"]) == (
                 0, 0, 0, 0), where  # fmt: skip
-            assert 0 <= res["ttft_err_p50"] <= res["ttft_err_p99"] < TTFT_P99_BOUND_S, (
-                where, res["ttft_err_p50"], res["ttft_err_p99"])  # fmt: skip
+            assert 0 <= res["ttft_err_p50"] < TTFT_P50_BOUND_S, (where, res["ttft_err_p50"])
+            assert res["ttft_err_p50"] <= res["ttft_err_p90"] < TTFT_P90_BOUND_S, (
+                where, res["ttft_err_p90"], res["ttft_err_p99"])  # fmt: skip
             assert abs(res["agg_tps_err"]) < 0.005, (where, res["agg_tps_err"])
