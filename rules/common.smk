@@ -40,6 +40,7 @@ wildcard_constraints:
     # run ids: run1, run2, ... from a count, or the ids listed in `runs`; never across a '/'
     run="[A-Za-z0-9_-]+",
     rep=r"\d+",
+    block=r"\d+",
 
 
 def code(script):
@@ -75,10 +76,59 @@ if _unrecorded:
         + ". Restore the .sha256 from an archive, or delete the raw file to measure that rep "
         "again; nothing was run."
     )
-# Changes when a raw file that consolidation read was deleted, replaced or edited since (see
-# rawfiles.inventory_token): consolidate and the report take it as a param, so the next plain
-# run measures what is missing again and refuses what changed.
-RAW_TOKEN = sbraw.inventory_token(raw_files(), "results/inventory.json")
+# Consolidation reads the raw files in blocks of at most this many reps of one target and run,
+# then merges the blocks: a job with every raw file as an input stalls Snakemake's job
+# preparation (it checks each input against each dependency, so 10^10 checks at a million
+# requests), and a block that is already consolidated is not read again when reps are added.
+REPS_PER_BLOCK = 1000
+BLOCK_PREFIX = "results/consolidated/{target}/{run}/block{block}"
+
+
+def block_of(rep):
+    return (int(rep) - 1) // REPS_PER_BLOCK + 1
+
+
+BLOCKS = sorted({block_of(rep) for rep in REPS})
+
+
+def raw_files_of_block(target, run, block):
+    return [
+        f"results/raw/{target}/{run}/rep{rep}.json"
+        for rep in REPS
+        if block_of(rep) == int(block)
+    ]
+
+
+def block_raw_files(wildcards):
+    return raw_files_of_block(wildcards.target, wildcards.run, wildcards.block)
+
+
+def block_sha256_files(wildcards):
+    return [f"{path}.sha256" for path in block_raw_files(wildcards)]
+
+
+def block_files(kind):
+    """One kind of block output (e.g. "requests.parquet") of every block of every target/run."""
+    return expand(f"{BLOCK_PREFIX}.{kind}", target=TARGETS, run=RUNS, block=BLOCKS)
+
+
+# Changes when a raw file that a block's consolidation read was deleted, replaced or edited
+# since (see rawfiles.inventory_token): that block, the merge and the report take it as a
+# param, so the next plain run measures what is missing again and refuses what changed.
+BLOCK_TOKENS = {
+    (t, r, b): sbraw.inventory_token(
+        raw_files_of_block(t, r, b),
+        BLOCK_PREFIX.format(target=t, run=r, block=b) + ".inventory.json",
+    )
+    for t in TARGETS
+    for r in RUNS
+    for b in BLOCKS
+}
+RAW_TOKEN = sbraw.combined_token(BLOCK_TOKENS.values())
+
+
+def block_token(wildcards):
+    return BLOCK_TOKENS[(wildcards.target, wildcards.run, int(wildcards.block))]
 
 
 def plan_files(wildcards=None):

@@ -1,12 +1,43 @@
-rule consolidate:
-    """All raw rep files of all targets and runs into two Parquet tables.
+rule consolidate_block:
+    """The raw files of one block of reps (common.smk: REPS_PER_BLOCK) of one target and run
+    into that block's tables.
 
     Each raw file is checked against the SHA-256 recorded when it was written; one that changed
     since is refused by name, and the report built from it is withdrawn."""
     input:
+        code=code("consolidate_block.py"),
+        raw=block_raw_files,
+        sha256=block_sha256_files,
+    output:
+        requests=f"{BLOCK_PREFIX}.requests.parquet",
+        cells=f"{BLOCK_PREFIX}.cells.parquet",
+        thermal=f"{BLOCK_PREFIX}.thermal.parquet",
+        host=f"{BLOCK_PREFIX}.host.parquet",
+        meta=f"{BLOCK_PREFIX}.json",
+        inventory=f"{BLOCK_PREFIX}.inventory.json",
+    log:
+        "results/logs/consolidate/{target}/{run}/block{block}.log",
+    conda:
+        "../envs/analyse.yaml"
+    params:
+        token=block_token,
+        # withdrawn when a raw file is refused: they were built from it
+        withdraw=["results/report.md", "results/report.html"],
+    script:
+        "../scripts/consolidate_block.py"
+
+
+rule consolidate:
+    """Every block of every target and run into the pipeline's Parquet tables; raw files of a
+    target measured under different settings are refused, naming each file and key."""
+    input:
         code=code("consolidate.py"),
-        raw=raw_files,
-        sha256=raw_sha256_files,
+        blocks=block_files("json"),
+        tables=[
+            block_files(f"{kind}.parquet")
+            for kind in ("requests", "cells", "thermal", "host")
+        ],
+        inventories=block_files("inventory.json"),
     output:
         requests="results/requests.parquet",
         cells="results/cells.parquet",
@@ -21,7 +52,6 @@ rule consolidate:
         "../envs/analyse.yaml"
     params:
         token=RAW_TOKEN,
-        # withdrawn when a raw file is refused: they were built from it
         withdraw=["results/report.md", "results/report.html"],
     script:
         "../scripts/consolidate.py"

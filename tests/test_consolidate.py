@@ -125,3 +125,32 @@ def test_a_raw_file_without_its_record_is_refused(tmp_path):
     path, _ = write_rep(tmp_path)
     with pytest.raises(RawFileChanged, match="rep1.json.sha256"):
         verify_raw_files([str(path)], [])
+
+
+def test_blocks_merged_give_the_tables_of_one_pass_and_refuse_mixed_settings(tmp_path):
+    """Consolidation a block of reps at a time, then merged, must give the very tables one pass
+    over every raw file gives; settings that differ between blocks are refused by file."""
+    from slotbench.consolidate import BLOCK_TABLES, consolidate_all, merge_blocks, write_block
+
+    def as_written(frame, kind):  # the table the rule writes, read back
+        write_table(frame, BLOCK_TABLES[kind], tmp_path / "t.parquet", kind)
+        return read_table(tmp_path / "t.parquet")
+
+    paths = []
+    for rep in (1, 2, 3):
+        raw = raw_rep(rep) | {"experiment": {"num_predict": 50}}
+        paths.append(str(tmp_path / f"rep{rep}.json"))
+        write_json_atomic(paths[-1], raw)
+    whole = consolidate_all(paths)
+    write_block(consolidate_all(paths[2:]), str(tmp_path / "block2"))  # written out of order
+    write_block(consolidate_all(paths[:2]), str(tmp_path / "block1"))
+    merged = merge_blocks([str(tmp_path / "block2"), str(tmp_path / "block1")])
+    for kind in BLOCK_TABLES:
+        assert as_written(merged[kind], kind).equals(as_written(whole[kind], kind)), kind
+    assert merged["servers"] == whole["servers"] and len(merged["cells"]) == 6
+
+    write_json_atomic(paths[2], raw_rep(3) | {"experiment": {"num_predict": 64}})
+    write_block(consolidate_all(paths[2:]), str(tmp_path / "block2"))
+    with pytest.raises(RawFileError, match=r"rep3\.json was measured under other settings: "
+                                           r"num_predict"):  # fmt: skip
+        merge_blocks([str(tmp_path / "block1"), str(tmp_path / "block2")])

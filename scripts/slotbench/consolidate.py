@@ -309,16 +309,66 @@ def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None
             into.extend(_samples_of(raw, kind))
         states.append(_state_of(raw, path))
     check_same_experiment(experiments)
-    requests = pd.DataFrame(req_rows, columns=REQUESTS_SCHEMA.names)
-    cells = pd.DataFrame(cell_rows, columns=CELLS_SCHEMA.names)
+    return _ordered({
+        "requests": pd.DataFrame(req_rows, columns=REQUESTS_SCHEMA.names),
+        "cells": pd.DataFrame(cell_rows, columns=CELLS_SCHEMA.names),
+        "thermal": pd.DataFrame(samples["thermal"], columns=THERMAL_SCHEMA.names),
+        "host": pd.DataFrame(samples["host"], columns=HOST_SCHEMA.names),
+        "servers": states,
+        "experiments": experiments,
+    })  # fmt: skip
+
+
+def _ordered(tables: dict) -> dict:
+    """Every table in the one order the pipeline writes it, whatever order it was read in."""
     order = ["target", "run", "rep", "position"]
     return {
-        "requests": requests.sort_values(order + ["request"], ignore_index=True),
-        "cells": cells.sort_values(order, ignore_index=True),
-        "thermal": _sample_frame(samples["thermal"], "thermal"),
-        "host": _sample_frame(samples["host"], "host"),
-        "servers": sorted(states, key=lambda s: (s["target"], s["run"], s["rep"])),
+        **tables,
+        "requests": tables["requests"].sort_values(order + ["request"], ignore_index=True),
+        "cells": tables["cells"].sort_values(order, ignore_index=True),
+        "thermal": tables["thermal"].sort_values(SAMPLE_ORDER, ignore_index=True),
+        "host": tables["host"].sort_values(SAMPLE_ORDER, ignore_index=True),
+        "servers": sorted(tables["servers"], key=lambda s: (s["target"], s["run"], s["rep"])),
     }
+
+
+# A block: the tables of some reps of one target and run, as consolidate_all made them, in
+# files named <prefix>.<kind>; the merge pools the blocks into the pipeline's tables.
+BLOCK_TABLES = {"requests": REQUESTS_SCHEMA, "cells": CELLS_SCHEMA, "thermal": THERMAL_SCHEMA,
+                "host": HOST_SCHEMA}  # fmt: skip
+
+
+def write_block(tables: dict, prefix: str) -> None:
+    """One block's tables as <prefix>.<table>.parquet, and <prefix>.json with what each rep saw
+    of its server and the settings each raw file recorded."""
+    for kind, schema in BLOCK_TABLES.items():
+        write_table(tables[kind], schema, f"{prefix}.{kind}.parquet", kind)
+    meta = {"servers": tables["servers"], "experiments": tables["experiments"]}
+    with open(f"{prefix}.json", "w", encoding="utf-8") as fh:
+        json.dump(meta, fh, indent=1, sort_keys=True)
+
+
+def merge_blocks(prefixes: list[str]) -> dict:
+    """The tables of consolidate_all over every raw file of the blocks, from the blocks' files;
+    raw files measured under different settings are refused across blocks too."""
+    frames: dict[str, list] = {kind: [] for kind in BLOCK_TABLES}
+    servers, experiments = [], {}
+    for prefix in prefixes:
+        for kind in BLOCK_TABLES:
+            frames[kind].append(read_table(f"{prefix}.{kind}.parquet"))
+        meta = read_json(f"{prefix}.json")
+        servers += meta["servers"]
+        experiments.update({path: tuple(te) for path, te in meta["experiments"].items()})
+    check_same_experiment(experiments)
+    tables = {kind: _concat(parts, BLOCK_TABLES[kind]) for kind, parts in frames.items()}
+    return _ordered({**tables, "servers": servers, "experiments": experiments})
+
+
+def _concat(parts: list[pd.DataFrame], schema: pa.Schema) -> pd.DataFrame:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return pd.DataFrame(columns=schema.names)
+    return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 
 
 def consolidate(
@@ -349,10 +399,12 @@ def _samples_of(raw: dict, kind: str) -> list[dict]:
             for row in (raw.get(kind) or {}).get("rows", [])]  # fmt: skip
 
 
+SAMPLE_ORDER = ["target", "run", "rep", "t_s"]
+
+
 def _sample_frame(rows: list[dict], kind: str) -> pd.DataFrame:
     schema = {"thermal": THERMAL_SCHEMA, "host": HOST_SCHEMA}[kind]
-    frame = pd.DataFrame(rows, columns=schema.names)
-    return frame.sort_values(["target", "run", "rep", "t_s"], ignore_index=True)
+    return pd.DataFrame(rows, columns=schema.names).sort_values(SAMPLE_ORDER, ignore_index=True)
 
 
 def _state_of(raw: dict, path) -> dict:

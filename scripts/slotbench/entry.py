@@ -88,3 +88,15 @@ def fail(message: str, log: TextIO | None = None) -> None:
     """Exit the job with a plain message instead of a traceback."""
     print(f"\nERROR: {message}", file=log or sys.stderr)
     raise SystemExit(1)
+
+
+def fail_and_withdraw(message: str, withdraw: list[str], log: TextIO | None = None) -> None:
+    """Fail the job, and withdraw the outputs built from what it refuses (e.g. the report built
+    from raw files that are now refused): they must not stay published as if nothing happened."""
+    gone = [p for p in withdraw if Path(p).exists()]
+    for path in gone:
+        Path(path).unlink()
+    if gone:
+        message += (f" The report built from these raw files ({', '.join(gone)}) was withdrawn "
+                    "until they are settled.")  # fmt: skip
+    fail(message, log)

@@ -171,9 +171,27 @@ def inventory_token(raw_paths: list[str], ledger: str | Path) -> str:
     return hashlib.sha256(json.dumps(states, sort_keys=True).encode()).hexdigest()
 
 
+def combined_token(tokens) -> str:
+    """One token for many blocks' inventory tokens: it changes when any of them does."""
+    return hashlib.sha256(" ".join(tokens).encode()).hexdigest()
+
+
 def write_ledger(path: str | Path, raw_paths: list[str], token: str) -> None:
     """Record the raw files as consolidation read them, and the token it ran under."""
-    data = {"token": token, "files": {str(p): file_state(p) for p in raw_paths}}
+    _write_ledger(path, {str(p): file_state(p) for p in raw_paths}, token)
+
+
+def merge_ledgers(path: str | Path, ledgers: list[str], token: str) -> int:
+    """One ledger of every raw file the blocks' ledgers record; returns how many."""
+    files = {}
+    for ledger in ledgers:
+        files.update(read_json(ledger)["files"])
+    _write_ledger(path, files, token)
+    return len(files)
+
+
+def _write_ledger(path: str | Path, files: dict, token: str) -> None:
+    data = {"token": token, "files": files}
     _write_bytes_atomic(Path(path), (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
 
 
