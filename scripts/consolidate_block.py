@@ -19,12 +19,9 @@ def main(sm) -> None:
             fail_and_withdraw(f"consolidate: {exc}", list(sm.params.withdraw), log)
         write_block(tables, prefix)
         write_ledger(sm.output.inventory, raw, sm.params.token)
-        print(
-            f"consolidate: {len(raw)} raw files of {sm.wildcards.target}/{sm.wildcards.run} "
-            f"block {sm.wildcards.block} match the SHA-256 recorded when they were written: "
-            f"{len(tables['cells'])} cells, {len(tables['requests'])} requests",
-            file=log,
-        )
+        where = f"{sm.wildcards.target}/{sm.wildcards.run} block {sm.wildcards.block}"
+        counts = f"{len(tables['cells'])} cells, {len(tables['requests'])} requests"
+        print(f"consolidate: {len(raw)} raw files of {where} verified: {counts}", file=log)
 
 
 main(snakemake)  # noqa: F821 - provided by Snakemake
