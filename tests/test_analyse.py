@@ -243,3 +243,33 @@ def test_entry_point_fails_plainly_without_a_serial_cell(tmp_path):
         run_entry_point(tmp_path, cells[~((cells["rep"] == 1) & (cells["arm"] == 1))])
     assert "'run1' rep 1 has no serial (arm 1) cell" in (tmp_path / "analyse.log").read_text()
     assert not (tmp_path / "summary.csv").exists()
+
+
+def _request(i, sent, first, done, out=40):
+    return {"request": i, "output_tokens": out, "t_sent_s": sent, "t_first_s": first,
+            "t_done_s": done, "gen_s": done - first}  # fmt: skip
+
+
+def test_a_queued_arm_counts_only_the_streams_the_server_generated_for_at_once():
+    """A 2-slot server given a 4-way arm generates for two requests, then the other two. Each
+    request generates as fast as a serial one (no batching at all) and the aggregate doubles,
+    so gen_gain is 2x, not 4x: speedup 2, gen_gain 2, pipelining 1."""
+    from slotbench.consolidate import cell_metrics
+
+    serial = [_request(i, 2.0 * i, 2.0 * i + 0.1, 2.0 * i + 2.0) for i in range(4)]
+    queued = [_request(i, 0.0, 0.1 + 2.0 * (i // 2), 2.0 + 2.0 * (i // 2)) for i in range(4)]
+    full = [_request(i, 0.0, 0.1, 2.0) for i in range(4)]  # 4 slots: all four at once
+    cells = pd.DataFrame([
+        {"target": "t", "run": "run1", "rep": 0, "arm": arm, "position": pos, **cell_metrics(reqs)}
+        for arm, pos, reqs in [(1, 0, serial), (4, 1, queued)]
+    ] + [{"target": "u", "run": "run1", "rep": 0, "arm": arm, "position": pos,
+          **cell_metrics(reqs)} for arm, pos, reqs in [(1, 0, serial), (4, 1, full)]])  # fmt: skip
+    ratios = analyse.cell_ratios(cells).set_index(["target", "arm"])
+    two_slots, four_slots = ratios.loc[("t", 4)], ratios.loc[("u", 4)]
+    assert two_slots["queued"] and two_slots["gen_streams_max"] == 2
+    assert two_slots["streams"] == pytest.approx(2.0)
+    assert two_slots["speedup"] == pytest.approx(2.0)  # 160 tokens in 4 s against 8 s
+    assert two_slots["gen_gain"] == pytest.approx(2.0)  # nominal x4 would say 4.0
+    assert two_slots["gen_gain"] <= two_slots["speedup"] * 1.05
+    assert not four_slots["queued"] and four_slots["streams"] == 4
+    assert four_slots["gen_gain"] == pytest.approx(4.0)

@@ -34,6 +34,9 @@ SUMMARY_COLUMNS = [
     "ttft_s", "ttft_ratio", "ttft_ratio_lo", "ttft_ratio_hi",
     "gen_gain", "gen_gain_lo", "gen_gain_hi",
     "pipelining", "pipelining_lo", "pipelining_hi",
+    # the streams gen_gain counts (the arm, or fewer where the server queued) and in how many
+    # of the arm's cells it queued
+    "streams", "queued_cells",
     "speedup_includes_one", "decomposition", "ci", "n_requests", "n_client_timed",
     "cells", "raw_sha256",
 ]  # fmt: skip
@@ -84,8 +87,15 @@ def cell_ratios(cells: pd.DataFrame) -> pd.DataFrame:
     )
     arm = out["arm"].astype(float)
     speedup = out["agg_tps"] / out["agg_tps_serial"]
-    gen_gain = out["user_tps"] * arm / out["user_tps_serial"]
+    # Per-user rate x N assumes N streams generating at once. When the server generated for
+    # fewer at a time than the arm had in flight (it queued the rest for a slot), the streams
+    # that really shared the generation stage are the time-weighted number generating at once.
+    queued = cells_queued(out)
+    streams = arm.where(~queued, out.get("gen_streams", arm))
+    gen_gain = out["user_tps"] * streams / out["user_tps_serial"]
     out = out.assign(
+        queued=queued,
+        streams=streams,
         speedup=speedup,
         efficiency=speedup / arm,
         user_ratio=out["user_tps"] / out["user_tps_serial"],
@@ -94,6 +104,13 @@ def cell_ratios(cells: pd.DataFrame) -> pd.DataFrame:
         pipelining=speedup / gen_gain,
     )
     return out.drop(columns=["agg_tps_serial", "user_tps_serial", "ttft_s_serial"])
+
+
+def cells_queued(cells: pd.DataFrame) -> pd.Series:
+    """Cells whose server generated for fewer requests at once than the arm kept in flight."""
+    if "gen_streams_max" not in cells:
+        return pd.Series(False, index=cells.index)
+    return (cells["gen_streams_max"] < cells["arm"]) & cells["gen_streams"].notna()
 
 
 def decomposition(speedup: float, gen_gain: float, pipelining: float) -> str | None:
@@ -126,6 +143,8 @@ def summarise(
             "agg_tps": stats.median(grp["agg_tps"]),
             "user_tps": stats.median(grp["user_tps"]),
             "ttft_s": stats.median(grp["ttft_s"]),
+            "streams": stats.median(grp["streams"]),
+            "queued_cells": int(grp["queued"].sum()),
             "ci": float(ci),
             "n_requests": int(grp["n_requests"].sum()) if "n_requests" in grp else None,
             "n_client_timed": (int(grp["n_client_timed"].sum())

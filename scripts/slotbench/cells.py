@@ -59,3 +59,37 @@ def label_key(label: str) -> tuple:
         return parse_label(label)
     except ValueError:
         return (str(label), "", -1, -1)
+
+
+# Two windows that meet within this are back to back, not overlapping: two client threads read
+# one request's last chunk and the next one's first token a millisecond apart.
+OVERLAP_TOLERANCE_S = 0.005
+
+
+def most_at_once(starts: list, ends: list, tolerance_s: float = OVERLAP_TOLERANCE_S) -> int:
+    """Most windows [start, end) sharing one instant, ``tolerance_s`` trimmed off each end.
+
+    A window is counted at its own start even when it is shorter than the tolerance.
+    """
+    best = 0
+    for s in starts:
+        n = sum(1 for s2, e2 in zip(starts, ends) if s2 <= s and (e2 - tolerance_s > s or s2 == s))
+        best = max(best, n)
+    return best
+
+
+def mean_at_once(starts: list, ends: list) -> float:
+    """The time-weighted number of windows [start, end] open while at least one is: their summed
+    length over the length of their union (NaN when none has a length)."""
+    spans = sorted((s, e) for s, e in zip(starts, ends) if e > s)
+    total = union = 0.0
+    reach = None
+    for s, e in spans:
+        total += e - s
+        if reach is None or s >= reach:
+            union += e - s
+            reach = e
+        elif e > reach:
+            union += e - reach
+            reach = e
+    return total / union if union > 0 else float("nan")

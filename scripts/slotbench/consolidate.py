@@ -16,10 +16,11 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .cells import mean_at_once, most_at_once
 from .crosscheck import crosscheck
 from .rawfiles import RAW_SCHEMA, RawFileChanged, read_json, sha256_file, verify_raw_file
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 
 KEYS = [
     pa.field("target", pa.string(), nullable=False),
@@ -81,6 +82,9 @@ CELLS_SCHEMA = pa.schema(
         pa.field("user_tps", pa.float64()),
         pa.field("ttft_s", pa.float64()),
         pa.field("t_start_s", pa.float64()),
+        # requests generating at once ([t_first_s, t_done_s] windows): most, time-weighted
+        pa.field("gen_streams_max", pa.int64()),
+        pa.field("gen_streams", pa.float64()),
         pa.field("t_start_unix", pa.float64()),
         pa.field("raw_file", pa.string()),
         pa.field("raw_sha256", pa.string()),
@@ -180,6 +184,8 @@ def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
     done = [num(r, "t_done_s") for r in rows]
     t_start = min((v for v in sent if v is not None), default=np.nan)
     wall_s = float(max((v for v in done if v is not None), default=np.nan) - t_start)
+    windows = [(num(r, "t_first_s"), num(r, "t_done_s")) for r in rows]
+    windows = [(a, b) for a, b in windows if a is not None and b is not None]
     per_user, ttft = [], []
     for r, t0 in zip(rows, sent):
         gen, out, first = num(r, "gen_s"), num(r, "output_tokens"), num(r, "t_first_s")
@@ -199,6 +205,10 @@ def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
         "user_tps": _median(per_user),
         "ttft_s": _median(ttft),
         "t_start_s": float(t_start),
+        # how many requests the server generated for at once: at most, and time-weighted over
+        # the time any was generating (fewer than the arm when the server queues the rest)
+        "gen_streams_max": most_at_once(*zip(*windows)) if windows else 0,
+        "gen_streams": mean_at_once(*zip(*windows)) if windows else np.nan,
     }
 
 

@@ -10,9 +10,9 @@ headline, and the report says what it reached.
 from __future__ import annotations
 
 from slotbench import stats
-from slotbench.cells import SERIAL_ARM, arm_name, label_series
+from slotbench.cells import OVERLAP_TOLERANCE_S, SERIAL_ARM, arm_name, label_series
 from slotbench.checks.base import Tables, Verdict, judged
-from slotbench.checks.serialisation import OVERLAP_TOLERANCE_S, max_concurrent
+from slotbench.checks.serialisation import max_concurrent
 
 TRAP = "concurrency"
 TITLE = "Arm below its concurrency (in flight at once)"

@@ -14,7 +14,8 @@ from __future__ import annotations
 import pandas as pd
 
 from slotbench import stats
-from slotbench.cells import SERIAL_ARM, arm_name, label_series
+from slotbench.cells import (OVERLAP_TOLERANCE_S, SERIAL_ARM, arm_name, label_series,
+                             most_at_once)
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records
 from slotbench.fmt import count, fmt_num
 
@@ -36,22 +37,11 @@ SERIALISED_CAUSE = (
 # "(nearly) all cells": one odd cell in a handful (e.g. two very short outputs that happened
 # not to overlap) must not hide a server that otherwise never overlapped, nor invent one.
 SERIALISED_SHARE = 0.8
-OVERLAP_TOLERANCE_S = 0.005
 
 
 def max_concurrent(cell: pd.DataFrame, start: str, tolerance_s: float) -> int:
-    """Most windows [start, t_done_s) sharing one instant, ``tolerance_s`` trimmed off each end.
-
-    The trim keeps back-to-back windows (one request's last chunk and the next one's first token
-    read a millisecond apart by two client threads) from counting as overlapping. A window is
-    counted at its own start even when it is shorter than the tolerance.
-    """
-    starts, ends = list(cell[start]), list(cell["t_done_s"])
-    best = 0
-    for s in starts:
-        n = sum(1 for s2, e2 in zip(starts, ends) if s2 <= s and (e2 - tolerance_s > s or s2 == s))
-        best = max(best, n)
-    return best
+    """Most of a cell's windows [start, t_done_s) sharing one instant (cells.most_at_once)."""
+    return most_at_once(list(cell[start]), list(cell["t_done_s"]), tolerance_s)
 
 
 def _service_frame(requests: pd.DataFrame) -> pd.DataFrame:

@@ -66,6 +66,11 @@ def decomposition_sentence(row, serialised: bool = False) -> str | None:
             "describe a server limited to one slot, not what this engine's batching can do. "
             "Measure again with the server allowing parallel requests to read batching here."
         )
+    queued = row.get("queued_cells")
+    if not missing(queued) and int(queued) > 0 and not missing(row.get("streams")):
+        w = (f"{w} (the server generated for {row['streams']:.1f} of the {n} requests in flight "
+             f"at once, time-weighted, and queued the rest for a slot in {int(queued)} "
+             "cells; gen_gain counts those streams)")  # fmt: skip
     loses = (f"At {w} the generation stage delivers {g:.2f}×: {n} streams together produce "
              f"{(1 - g) * 100:.0f}% fewer tokens per second than one stream alone. ")  # fmt: skip
     text = {
@@ -87,7 +92,8 @@ def decomposition_sentence(row, serialised: bool = False) -> str | None:
 def summary_columns(ci: str) -> list[str]:
     return ["arm", "reps", "aggregate tok/s", f"speedup [{ci} CI]", "per-user tok/s",
             f"per-user change [{ci} CI]", "TTFT s", f"TTFT ratio [{ci} CI]",
-            f"efficiency [{ci} CI]", f"gen_gain [{ci} CI]", f"pipelining [{ci} CI]"]  # fmt: skip
+            f"efficiency [{ci} CI]", f"gen_gain [{ci} CI]", f"pipelining [{ci} CI]",
+            "generating at once"]  # fmt: skip
 
 
 def summary_row(row) -> list[str]:
@@ -106,7 +112,19 @@ def summary_row(row) -> list[str]:
         ratio("efficiency", fmt_pct),
         ratio("gen_gain", fmt_times),
         ratio("pipelining", fmt_times),
+        streams_cell(row),
     ]
+
+
+def streams_cell(row) -> str:
+    """How many requests the server generated for at once: the arm's nominal number, or the
+    time-weighted number where it queued the rest (analyse.cells_queued)."""
+    streams, queued = row.get("streams"), row.get("queued_cells")
+    if missing(streams):
+        return DASH
+    if missing(queued) or int(queued) == 0:
+        return f"{int(row['arm'])}"
+    return f"{streams:.1f} of {int(row['arm'])} (queued)"
 
 
 # Which column of the per-arm table prints each headline number.
@@ -194,8 +212,9 @@ def headline_blocks(target, rows, decision, serialised: frozenset, index, ci: fl
     note = (
         "Ratios are within-rep against serial-1 of the same rep; medians across reps, runs "
         f"pooled, with {label} bootstrap intervals. gen_gain = per-user rate × concurrency / "
-        "serial rate (batching in the generation stage); pipelining = speedup / gen_gain "
-        "(overlap)."
+        "serial rate (batching in the generation stage), where concurrency is the arm's, or, "
+        "where the server queued requests for a slot, the time-weighted number it generated "
+        "for at once (\"generating at once\"); pipelining = speedup / gen_gain (overlap)."
     )
     kind = ""
     excluded = (decision or {}).get("excluded_arms", {})
