@@ -159,3 +159,15 @@ def test_a_configfile_that_cannot_be_a_config_is_named_with_its_line(tmp_path):
     said = configfile_problem(str(bad))
     assert said.startswith(f"config file {bad}, line 4, column 4: not valid YAML (")
     assert configfile_problem(str(tmp_path)).endswith("cannot be read: Is a directory")
+
+
+def test_a_managed_servers_slots_follow_the_largest_arm_unless_set():
+    """Arms may go past the slot count (the server then queues, and the report says so); unset,
+    the slots follow the largest arm and the context gives each slot 1024 tokens."""
+    target = {"name": "e", "backend": "llamacpp", "managed": True}
+    sweep = resolve({"targets": [target], "arms": [1, 2, 4, 8, 16], "requests_per_cell": 16})
+    server = sweep["targets"][0]["server"]
+    assert (server["parallel"], server["ctx_size"]) == (16, 16384)
+    fewer = resolve({"targets": [target | {"server": {"parallel": 2}}], "arms": [1, 2, 4]})
+    assert fewer["targets"][0]["server"]["parallel"] == 2
+    assert fewer["targets"][0]["server"]["ctx_size"] == 4096

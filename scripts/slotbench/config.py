@@ -158,7 +158,11 @@ BACKEND_DEFAULTS = {
     },
     "openai": {"target": {"endpoint": "completions"}},
 }
-SERVER_DEFAULTS = {"parallel": 4, "ctx_size": 4096, "startup_timeout_s": 120}
+SERVER_DEFAULTS = {"startup_timeout_s": 120}
+# A managed server's slots follow the largest arm unless set, and its context gives each slot
+# at least this many tokens (never less than 4096 in all).
+CTX_PER_SLOT = 1024
+MIN_CTX = 4096
 # Keys a backend does not understand: a clear error beats a silently ignored setting.
 BACKEND_ONLY = {
     "num_ctx": {"ollama"}, "keep_alive": {"ollama"}, "ollama_env": {"ollama"},
@@ -169,11 +173,16 @@ SERVER_ONLY = {"threads": {"llamacpp"}, "flash_attention": {"ollama"},
 MANAGEABLE = {"llamacpp", "ollama"}
 
 
-def _apply_backend_defaults(target: dict) -> dict:
+def _apply_backend_defaults(target: dict, arms: list) -> dict:
     defaults = BACKEND_DEFAULTS.get(target.get("backend"), {})
     out = defaults.get("target", {}) | target
     if out.get("managed"):
-        out["server"] = SERVER_DEFAULTS | defaults.get("managed_server", {}) | out.get("server", {})
+        server = SERVER_DEFAULTS | defaults.get("managed_server", {}) | out.get("server", {})
+        biggest = max((a for a in arms if isinstance(a, int)), default=1)
+        server.setdefault("parallel", biggest)
+        if isinstance(server["parallel"], int):
+            server.setdefault("ctx_size", max(MIN_CTX, CTX_PER_SLOT * server["parallel"]))
+        out["server"] = server
     return out
 
 
@@ -238,9 +247,10 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
     if isinstance(cfg.get("runs"), list):
         # YAML reads an unquoted 2026-12-01 as a date; the run id is what the user typed.
         cfg["runs"] = [r.isoformat() if isinstance(r, datetime.date) else r for r in cfg["runs"]]
+    arms = cfg["arms"] if isinstance(cfg.get("arms"), list) else []
     if isinstance(cfg.get("targets"), list):
         cfg["targets"] = [
-            _apply_backend_defaults(t) if isinstance(t, dict) else t for t in cfg["targets"]
+            _apply_backend_defaults(t, arms) if isinstance(t, dict) else t for t in cfg["targets"]
         ]
     validator = VALIDATOR(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path)))
@@ -333,13 +343,6 @@ def _semantic_problems(cfg: dict) -> list[str]:
             f"digit nonce, whose leading digits hold the rep number (at most {most}); raise "
             "prompt.nonce_digits"
         )
-    for i, target in enumerate(cfg["targets"]):
-        slots = target.get("server", {}).get("parallel")
-        if target["managed"] and slots is not None and slots < biggest:
-            problems.append(
-                f"config key `targets[{i}].server.parallel`: {slots} slots cannot serve the "
-                f"{biggest}-way arm concurrently; set it to at least {biggest}"
-            )
     return problems
 
 

@@ -145,9 +145,15 @@ def warning_text(row: dict, fps: list[dict]) -> str:
             f"; time to first token grew by {fmt_num(wait, 2)} s for each place a request stood in the "
             "order of service"
         )
+    stated = stated_parallel(fps)
+    if stated and stated[1] == 1:
+        return text + (
+            f". The server has one slot ({stated[0]}), so the queue is what this setting "
+            f"measures, not a fault: {name}'s speedup, gen_gain and pipelining are the cost of "
+            "that queue."
+        )
     cause = SERIALISED_CAUSE.removeprefix("the server served one request at a time: likely ")
     text += f". Likely cause: {cause}."
-    stated = stated_parallel(fps)
     if stated and (stated[1] is None or stated[1] > 1):
         text += (
             f" The stated setting is {stated[0]}, so the server either did not run with it or "
