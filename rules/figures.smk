@@ -1,14 +1,15 @@
-FIGURES = ["throughput", "ttft", "decomposition", "positions", "timeline"]
+FIGURES = ["throughput", "ttft", "decomposition", "positions", "timeline", "capacity"]
 
 
 rule figures:
-    """Operator vs per-user throughput, TTFT, batching vs pipelining, positions, and the
-    timeline annotated with the machine's thermal state."""
+    """Operator vs per-user throughput, TTFT, batching vs pipelining, positions, the timeline
+    annotated with the machine's thermal state, and the capacity curve."""
     input:
         code=code("figures.py"),
         cells="results/cells.parquet",
         ratios="results/analysis/ratios.parquet",
         thermal="results/thermal.parquet",
+        capacity="results/analysis/capacity.json",
     output:
         **{
             name: report(

@@ -10,6 +10,7 @@ rule report:
     input:
         code=code("report.py"),
         summary="results/analysis/summary.csv",
+        capacity="results/analysis/capacity.json",
         checks="results/checks",
         cells="results/cells.parquet",
         sources="results/figures/sources.json",

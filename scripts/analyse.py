@@ -1,9 +1,12 @@
-"""Rule analyse: within-rep ratios and the per-arm summary (logic in slotbench.analyse)."""
+"""Rule analyse: within-rep ratios and the per-arm summary (logic in slotbench.analyse), and
+the capacity under the service levels (slotbench.capacity)."""
 
 import pandas as pd
 
+from slotbench import capacity
 from slotbench.analyse import cell_ratios, headline_cells, summarise
 from slotbench.entry import fail, progress_log
+from slotbench.rawfiles import json_bytes
 
 
 def main(sm) -> None:
@@ -15,6 +18,10 @@ def main(sm) -> None:
         summary = summarise(ratios, int(sm.params.n_boot), float(sm.params.ci), int(sm.params.seed))
         ratios.to_parquet(sm.output.ratios, index=False)
         summary.to_csv(sm.output.summary, index=False)
+        assessed = capacity.assess(ratios, dict(sm.params.slo), int(sm.params.n_boot),
+                                   float(sm.params.ci), int(sm.params.seed))  # fmt: skip
+        with open(sm.output.capacity, "wb") as fh:
+            fh.write(json_bytes(assessed))  # NaN (an interval that could not be drawn) as null
         print(f"analyse: {len(ratios)} cells -> {len(summary)} (target, arm) rows", file=log)
 
 

@@ -22,6 +22,7 @@ def main(sm) -> None:
             trusted(pd.read_parquet(sm.input.cells)), pd.read_parquet(sm.input.ratios),
             outdirs.pop(), files={fid: p.name for fid, p in paths.items()},
             thermal=pd.read_parquet(sm.input.thermal),
+            capacity=json.loads(Path(sm.input.capacity).read_text()),
         )  # fmt: skip
         Path(sm.output.sources).write_text(json.dumps(sources, indent=2) + "\n")
         print(f"figures: {len(sources)} figures", file=log)

@@ -3,6 +3,7 @@ reference shape of the concurrency article."""
 
 from __future__ import annotations
 
+import json
 import runpy
 from pathlib import Path
 from types import SimpleNamespace
@@ -220,10 +221,11 @@ def run_entry_point(tmp_path, cells):
     cells.to_parquet(tmp_path / "cells.parquet", index=False)
     smk = SimpleNamespace(
         input=SimpleNamespace(cells=str(tmp_path / "cells.parquet")),
-        params=SimpleNamespace(n_boot=100, ci=0.9, seed=0),
+        params=SimpleNamespace(n_boot=100, ci=0.9, seed=0, slo={"user_tps_min": 40.0}),
         log=[str(tmp_path / "analyse.log")],
         output=SimpleNamespace(ratios=str(tmp_path / "ratios.parquet"),
-                               summary=str(tmp_path / "summary.csv")),
+                               summary=str(tmp_path / "summary.csv"),
+                               capacity=str(tmp_path / "capacity.json")),
     )  # fmt: skip
     runpy.run_path(str(SCRIPTS / "analyse.py"), init_globals={"snakemake": smk})
 
@@ -233,6 +235,9 @@ def test_entry_point_writes_ratios_and_summary(tmp_path):
     ratios = pd.read_parquet(tmp_path / "ratios.parquet")
     summary = pd.read_csv(tmp_path / "summary.csv")
     assert len(ratios) == 12 and "pipelining" in ratios
+    # the article's per-user rates (100, 47, 34.75): 2 users get 40 tok/s each, 4 do not
+    assessed = json.loads((tmp_path / "capacity.json").read_text())["targets"]["t"]
+    assert assessed["capacity"]["arm"] == 2 and assessed["capacity"]["between"] == [2, 4]
     assert list(summary.columns) == analyse.SUMMARY_COLUMNS
     assert summary.set_index("arm").loc[4, "speedup"] == pytest.approx(1.38)
 

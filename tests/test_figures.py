@@ -155,11 +155,17 @@ def test_entry_point(tmp_path):
     thermal_samples(cells, throttle_at=(("ollama", "run2", 1),)).to_parquet(
         tmp_path / "thermal.parquet"
     )
+    from slotbench import capacity
+
+    ratios = pd.read_parquet(tmp_path / "ratios.parquet")
+    assessed = capacity.assess(ratios, {"user_tps_min": 10.0}, 200, 0.95, 0)
+    (tmp_path / "capacity.json").write_text(json.dumps(assessed))
     snakemake = SimpleNamespace(
         input=SimpleNamespace(
             cells=str(tmp_path / "cells.parquet"),
             ratios=str(tmp_path / "ratios.parquet"),
             thermal=str(tmp_path / "thermal.parquet"),
+            capacity=str(tmp_path / "capacity.json"),
         ),
         output=output,
         log=[str(tmp_path / "figures.log")],

@@ -81,6 +81,7 @@ CELLS_SCHEMA = pa.schema(
         pa.field("agg_tps", pa.float64()),
         pa.field("user_tps", pa.float64()),
         pa.field("ttft_s", pa.float64()),
+        pa.field("ttft_p95_s", pa.float64()),  # the p95 of the cell's request TTFTs
         pa.field("t_start_s", pa.float64()),
         # requests generating at once ([t_first_s, t_done_s] windows): most, time-weighted
         pa.field("gen_streams_max", pa.int64()),
@@ -168,6 +169,17 @@ def _median(values: list) -> float:
     return float(vals[mid]) if len(vals) % 2 else float((vals[mid - 1] + vals[mid]) / 2)
 
 
+def _p95(values: list) -> float:
+    """The 0.95 quantile, interpolated linearly between order statistics (numpy's default)."""
+    vals = sorted(v for v in values if v is not None and math.isfinite(v))
+    if not vals:
+        return np.nan
+    pos = 0.95 * (len(vals) - 1)
+    low = int(pos)
+    high = min(low + 1, len(vals) - 1)
+    return float(vals[low] + (vals[high] - vals[low]) * (pos - low))
+
+
 def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
     """DESIGN.md's per-cell metrics from the cell's request rows (a frame or row dicts).
 
@@ -204,6 +216,7 @@ def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
         "agg_tps": tokens_out / wall_s if wall_s > 0 else np.nan,
         "user_tps": _median(per_user),
         "ttft_s": _median(ttft),
+        "ttft_p95_s": _p95(ttft),
         "t_start_s": float(t_start),
         # how many requests the server generated for at once: at most, and time-weighted over
         # the time any was generating (fewer than the arm when the server queues the rest)

@@ -29,7 +29,7 @@ MAX_COLS = 3
 # PNG metadata without a Software stamp, so identical data gives identical bytes.
 PNG_METADATA = {"Software": None}
 
-FIGURE_IDS = ("throughput", "ttft", "decomposition", "positions", "timeline")
+FIGURE_IDS = ("throughput", "ttft", "decomposition", "positions", "timeline", "capacity")
 
 TITLES = {
     "throughput": "Operator throughput vs per-user generation rate",
@@ -37,6 +37,7 @@ TITLES = {
     "decomposition": "Speedup split into batching (gen_gain) and pipelining",
     "positions": "Median operator throughput at each rotation position",
     "timeline": "Operator throughput over the course of the runs",
+    "capacity": "Capacity curve: aggregate and per-user rate against concurrency",
 }
 
 CAPTIONS = {
@@ -68,6 +69,13 @@ CAPTIONS = {
         "GPU's) and the hottest temperature sampled during the reps are drawn on extra axes "
         "against the same time, and every sample that reported throttling or thermal pressure is "
         'a dotted red vertical line; a panel without samples says "no thermal source".'
+    ),
+    "capacity": (
+        "Per target: median aggregate tok/s and per-user tok/s of each arm against its "
+        "concurrency (log scale), with bootstrap intervals over the arm's cells (one per rep), "
+        "and the judged TTFT percentile on the right-hand axis. Dashed lines are the service "
+        "levels (slo.user_tps_min, slo.ttft_s_max) where set; the shaded band starts at the "
+        "saturation point, after which the next arm adds less than slo.saturation_gain."
     ),
 }
 EVENT_COLOUR = "#c62828"
@@ -351,12 +359,62 @@ def plot_timeline(cells: pd.DataFrame, path: Path, thermal: pd.DataFrame | None 
     _per_target(cells, path, "cells", draw)
 
 
+def plot_capacity(ratios: pd.DataFrame, path: Path, assessed: dict | None = None) -> None:
+    assessed = assessed or {}
+    slo = assessed.get("slo") or {}
+    colours = sns.color_palette("dark", 4)
+
+    def draw(ax, frame, arms):
+        record = (assessed.get("targets") or {}).get(str(frame["target"].iloc[0])) or {}
+        rows = record.get("arms") or []
+        if not rows:
+            _no_data(ax, "capacity record")
+            return
+        x = [r["arm"] for r in rows]
+        for name, label, colour, marker in (("agg_tps", "aggregate", colours[0], "o"),
+                                            ("user_tps", "per user", colours[3], "s")):  # fmt: skip
+            y = np.array([r[name] if r[name] is not None else np.nan for r in rows], dtype=float)
+            lo = np.array([r[f"{name}_lo"] if r[f"{name}_lo"] is not None else np.nan
+                           for r in rows], dtype=float)  # fmt: skip
+            hi = np.array([r[f"{name}_hi"] if r[f"{name}_hi"] is not None else np.nan
+                           for r in rows], dtype=float)  # fmt: skip
+            ax.errorbar(x, y, yerr=[np.nan_to_num(y - lo), np.nan_to_num(hi - y)], color=colour,
+                        marker=marker, capsize=3, label=label)  # fmt: skip
+        if slo.get("user_tps_min") is not None:
+            ax.axhline(slo["user_tps_min"], color=colours[3], linestyle="--", linewidth=1,
+                       label=f"slo.user_tps_min {slo['user_tps_min']:g}")  # fmt: skip
+        sat = (record.get("saturation") or {}).get("arm")
+        if sat is not None:
+            ax.axvspan(sat, max(x), color="0.9", zorder=0, label=f"saturated after {sat}")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(x, [str(a) for a in x])
+        ax.set_xlabel("requests in flight")
+        ax.set_ylabel("tokens / s")
+        ax.set_ylim(bottom=0)
+        twin = ax.twinx()
+        pct = slo.get("ttft_percentile", "p95")
+        ttft = [r["ttft"] if r["ttft"] is not None else np.nan for r in rows]
+        twin.plot(x, ttft, color=colours[1], marker="^", linewidth=1, label=f"TTFT {pct}")
+        if slo.get("ttft_s_max") is not None:
+            twin.axhline(slo["ttft_s_max"], color=colours[1], linestyle="--", linewidth=1,
+                         label=f"slo.ttft_s_max {slo['ttft_s_max']:g} s")  # fmt: skip
+        twin.set_ylabel(f"TTFT {pct} (s)")
+        twin.set_ylim(bottom=0)
+        twin.grid(False)
+        handles = ax.get_legend_handles_labels()
+        more = twin.get_legend_handles_labels()
+        ax.legend(handles[0] + more[0], handles[1] + more[1], fontsize=7, loc="upper left")
+
+    _per_target(ratios, path, "cells", draw)
+
+
 PLOTTERS = {
     "throughput": (plot_throughput, "cells"),
     "ttft": (plot_ttft, "cells"),
     "decomposition": (plot_decomposition, "ratios"),
     "positions": (plot_positions, "cells"),
     "timeline": (plot_timeline, "cells"),
+    "capacity": (plot_capacity, "ratios"),
 }
 
 
@@ -366,6 +424,7 @@ def make_all(
     outdir: str | Path,
     files: dict[str, str] | None = None,
     thermal: pd.DataFrame | None = None,
+    capacity: dict | None = None,
 ) -> dict[str, dict]:
     """Write every figure as PNG into outdir and return fig_id -> provenance.
 
@@ -385,6 +444,8 @@ def make_all(
         basename = files.get(fig_id, f"{fig_id}.png")
         if fig_id == "timeline":
             plot(frame, outdir / basename, thermal)
+        elif fig_id == "capacity":
+            plot(frame, outdir / basename, capacity)
         else:
             plot(frame, outdir / basename)
         sources[fig_id] = {

@@ -75,6 +75,11 @@ def headline_id(target, arm=None, metric=None) -> str:
     return _join("headline", target, _arm(arm), metric)
 
 
+def capacity_id(target) -> str:
+    """The capacity curve of a target (per arm: per-user rate, TTFT, aggregate, levels)."""
+    return _join("capacity", target)
+
+
 def rotation_id(target) -> str:
     return _join("rotation", target)
 

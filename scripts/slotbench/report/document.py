@@ -26,6 +26,7 @@ from slotbench.report.sections import (
     raw_files_blocks,
     timing_source_line,
 )
+from slotbench.report.capacity import blocks as capacity_blocks
 from slotbench.report.traps import TargetContext, trap_blocks
 
 
@@ -42,6 +43,7 @@ class ReportData:
     figure_paths: dict = field(default_factory=dict)
     config: dict | None = None
     image_dir: str = "figures"
+    capacity: dict = field(default_factory=dict)  # results/analysis/capacity.json
 
     @property
     def ci(self) -> float:
@@ -67,6 +69,8 @@ def load(inputs: dict, config: dict | None = None, md_out: str | None = None) ->
         fingerprints=[json.loads(Path(p).read_text()) for p in inputs.get("fingerprints", [])],
         figures_sources=sources, figure_paths=paths, config=config,
         image_dir="" if image_dir == "." else image_dir,
+        capacity=json.loads(Path(inputs["capacity"]).read_text()) if inputs.get("capacity")
+        else {},
     )  # fmt: skip
 
 
@@ -100,6 +104,8 @@ def target_blocks(data: ReportData, target: str, index: prov.CellIndex) -> list:
     blocks += [Paragraph(w["text"], "warning") for w in (decision or {}).get("warnings", [])]
     rows = data.summary[data.summary["target"] == target]
     blocks += headline_blocks(target, rows, decision, serialised, index, data.ci)
+    slo = data.capacity.get("slo") or {}
+    blocks += capacity_blocks(data.capacity.get("targets", {}).get(target), slo, ctx)
     versions = [v["sentence"] for v in verdicts if v["trap"] == "versions" and not v["fired"]]
     measured = [timing_source_line(rows), pinned_line(target, fps), *versions]
     blocks.append(Bullets([m for m in measured if m]))

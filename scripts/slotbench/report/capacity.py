@@ -1,0 +1,110 @@
+"""The capacity section of a target: how many users fit under the service levels, and where the
+aggregate saturates, presented from results/analysis/capacity.json (slotbench.capacity)."""
+
+from __future__ import annotations
+
+from slotbench import provenance as prov
+from slotbench.cells import arm_name
+from slotbench.fmt import DASH, fmt_num, missing
+from slotbench.report.blocks import Heading, Paragraph, Table
+from slotbench.report.traps import TargetContext
+
+LEVEL_NAMES = {"user_tps": "per-user rate", "ttft": "TTFT"}
+
+
+def _interval(row: dict, name: str, digits: int = 1) -> str:
+    value, lo, hi = row.get(name), row.get(f"{name}_lo"), row.get(f"{name}_hi")
+    if missing(value):
+        return DASH
+    if missing(lo) or missing(hi):
+        return fmt_num(value, digits)
+    return f"{fmt_num(value, digits)} [{fmt_num(lo, digits)}, {fmt_num(hi, digits)}]"
+
+
+def _levels(slo: dict) -> str:
+    parts = []
+    if slo.get("user_tps_min") is not None:
+        parts.append(f"≥ {fmt_num(slo['user_tps_min'])} tok/s each")
+    if slo.get("ttft_s_max") is not None:
+        parts.append(f"TTFT {slo.get('ttft_percentile', 'p95')} ≤ {fmt_num(slo['ttft_s_max'], 2)} s")
+    return " with ".join(parts)
+
+
+def statement(record: dict, slo: dict, ci: str) -> str | None:
+    """One sentence: the largest concurrency meeting every level, and what the next arm says."""
+    cap = record.get("capacity")
+    if not cap:
+        return None
+    arms = {r["arm"]: r for r in record["arms"]}
+    levels = _levels(slo)
+    nxt = arms.get(cap.get("next_arm"))
+    if cap["arm"] is None:
+        text = f"No measured concurrency meets {levels}: even serial-1 "
+        return text + _why(nxt, slo, ci) + "."
+    users = "1 user" if cap["arm"] == 1 else f"{cap['arm']} concurrent users"
+    text = f"Serves {users} at {levels}"
+    if nxt is None:
+        return text + (f", at every measured arm: the limit lies beyond {arm_name(cap['arm'])}, "
+                       "the largest arm measured.")  # fmt: skip
+    if cap.get("between"):
+        text += f"; at {nxt['arm']} users {_why(nxt, slo, ci)}"
+        return text + (f". The limit lies between {cap['arm']} and {nxt['arm']} users; nothing "
+                       "between them was measured.")  # fmt: skip
+    return text + (f"; at {nxt['arm']} users the reps cannot tell whether the levels are met "
+                   f"({_why(nxt, slo, ci)}).")  # fmt: skip
+
+
+def _why(row: dict | None, slo: dict, ci: str) -> str:
+    if row is None:
+        return ""
+    parts = []
+    judged = row.get("judged", {})
+    if "user_tps" in judged:
+        parts.append(f"the per-user rate is {_interval(row, 'user_tps')} tok/s")
+    if "ttft" in judged:
+        parts.append(f"TTFT {slo.get('ttft_percentile', 'p95')} is {_interval(row, 'ttft', 2)} s")
+    return " and ".join(parts) + f" ({ci} intervals over reps)"
+
+
+def saturation_sentence(record: dict) -> str:
+    sat = record.get("saturation") or {}
+    gain = sat.get("gain", 0.05)
+    if sat.get("arm") is None:
+        return (f"The aggregate grows by more than {gain:.0%} at every measured step: it had not "
+                "saturated by the largest arm.")  # fmt: skip
+    return (f"The aggregate saturates at {arm_name(sat['arm'])}: {arm_name(sat['next_arm'])} adds "
+            f"{sat['step']:+.1%} (less than {gain:.0%}, slo.saturation_gain).")  # fmt: skip
+
+
+def blocks(record: dict | None, slo: dict, ctx: TargetContext) -> list:
+    """The capacity heading, statement, saturation sentence and the per-arm curve table."""
+    if not record or not record.get("arms"):
+        return []
+    out: list = [Heading(3, "Capacity")]
+    sentence = statement(record, slo, ctx.ci)
+    if sentence:
+        out.append(Paragraph(sentence, "headline"))
+    else:
+        out.append(Paragraph("No service level is set (slo.user_tps_min, slo.ttft_s_max), so "
+                             "no capacity is stated.", "note"))  # fmt: skip
+    out.append(Paragraph(saturation_sentence(record)))
+    if not record.get("capacity"):
+        return out  # the curve itself is the capacity figure; the table judges levels
+    pct = slo.get("ttft_percentile", "p95")
+    columns = ["arm", "cells", f"per-user tok/s [{ctx.ci}]", f"TTFT {pct} s [{ctx.ci}]",
+               f"aggregate tok/s [{ctx.ci}]", "service levels"]  # fmt: skip
+    rows = [[arm_name(r["arm"]), str(r["cells"]), _interval(r, "user_tps"), _interval(r, "ttft", 2),
+             _interval(r, "agg_tps"),
+             ", ".join(f"{LEVEL_NAMES[k]} {v}" for k, v in sorted(r["judged"].items(),
+                                                                    key=lambda kv: kv[0] != "user_tps"))
+             or DASH] for r in record["arms"]]  # fmt: skip
+    table_id = prov.capacity_id(ctx.target)
+    out.append(Table(f"Capacity curve of {ctx.target}", columns, rows,
+                     "Medians over each arm's cells (one per rep) with bootstrap intervals over "
+                     "them; an arm meets a level only when its whole interval does.",
+                     anchor=table_id))  # fmt: skip
+    labels = ctx.index.labels(ctx.target)
+    ref = prov.Ref(table_id, "table", f"Capacity curve of {ctx.target}",
+                   prov.with_roles((labels, "source")), table_id)  # fmt: skip
+    out.append(ctx.sources(labels, table_id, (ref,)))
+    return out
