@@ -2,6 +2,7 @@
 there are; each rep's prompts are distinct, equal in tokens and derived from (seed, target, run,
 rep) alone, so adding reps changes nothing already planned."""
 
+import json
 from collections import Counter
 
 import pytest
@@ -128,3 +129,16 @@ def test_nonces_off_gives_every_measured_request_the_same_prompt():
     plan = _plan(nonces=False)
     prompts = {r["prompt"] for rep in _reps(plan) for c in rep["cells"] for r in c["requests"]}
     assert len(prompts) == 1 and plan["nonces"] is False
+
+
+def test_requests_per_cell_may_be_set_per_arm_so_a_wide_arm_runs_several_rounds():
+    from slotbench.config import resolve
+
+    cfg = resolve({"arms": [1, 2, 4, 8], "requests_per_cell": {1: 4, 2: 4, 4: 8, 8: 16}})
+    run = json.loads(json.dumps(run_plan("t", "run1", cfg["arms"], cfg["requests_per_cell"],
+                                              1, "x {nonce}", 6)))  # fmt: skip
+    rep = make_rep_plan(run, 3)
+    assert {c["arm"]: len(c["requests"]) for c in rep["cells"]} == {1: 4, 2: 4, 4: 8, 8: 16}
+    nonces = [r["nonce"] for c in rep["cells"] for r in c["requests"]]
+    assert len(set(nonces)) == len(nonces) == 32  # every request its own prompt
+    assert make_rep_plan(run, 3) == rep  # from (seed, target, run, rep) alone

@@ -329,10 +329,24 @@ def _semantic_problems(cfg: dict) -> list[str]:
                 "server; an external server keeps its own (state Ollama's in ollama_env)"
             )
     biggest = max(cfg["arms"])
-    if cfg["requests_per_cell"] < biggest:
+    per_cell = cfg["requests_per_cell"]
+    if isinstance(per_cell, dict):
+        listed = {int(k) if str(k).isdigit() else k for k in per_cell}
+        if listed != set(cfg["arms"]):
+            problems.append(
+                f"config key `requests_per_cell`: a mapping must give every arm its number and "
+                f"no other; arms {sorted(cfg['arms'])}, mapping has {sorted(map(str, listed))}"
+            )
+        problems += [
+            f"config key `requests_per_cell.{arm}`: {n} requests cannot keep {arm} in flight; "
+            f"give at least {arm}"
+            for arm, n in sorted(per_cell.items(), key=lambda kv: str(kv[0]))
+            if str(arm).isdigit() and n < int(arm)
+        ]
+    elif per_cell < biggest:
         problems.append(
-            f"config key `requests_per_cell`: {cfg['requests_per_cell']} is fewer than the largest "
-            f"arm ({biggest}); every arm sends the same requests, so it needs at least {biggest}"
+            f"config key `requests_per_cell`: {per_cell} is fewer than the largest arm "
+            f"({biggest}); every arm sends the same requests, so it needs at least {biggest}"
         )
     from .plan import max_reps  # the nonce holds the rep number
 

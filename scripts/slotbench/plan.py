@@ -131,6 +131,14 @@ def _prompts(
     )
 
 
+def cell_requests(per_cell: int | dict, arm: int) -> int:
+    """How many requests a cell of ``arm`` sends: one number for every arm, or the arm's own
+    (a mapping read from YAML has int keys, from a plan file str keys)."""
+    if isinstance(per_cell, dict):
+        return int(per_cell[arm] if arm in per_cell else per_cell[str(arm)])
+    return int(per_cell)
+
+
 def make_rep_plan(
     plan: dict,
     rep: int,
@@ -148,7 +156,7 @@ def make_rep_plan(
     order = rotation_order(arms, rep, plan["run_seed"])
     rng = random.Random(derive_seed(plan["run_seed"], "rep", rep))
     n_warm = warmup_requests if warmup_requests is not None else max(arms)
-    n_measured = len(arms) * per_cell
+    n_measured = sum(cell_requests(per_cell, arm) for arm in arms)
     pairs = _prompts(plan, rep, n_warm + n_measured + (1 if plan["control_arm"] else 0), rng,
                      count_tokens)  # fmt: skip
     items = [{"nonce": n, "prompt": p, "seed": rng.randrange(2**31)} for n, p in pairs]
@@ -156,7 +164,7 @@ def make_rep_plan(
     cells = []
     for position, arm in enumerate(order):
         requests = []
-        for i in range(per_cell):
+        for i in range(cell_requests(per_cell, arm)):
             item = next(measured)
             if not plan["nonces"]:
                 item = item | plan["shared"] | {"allow_cache": True}
@@ -167,7 +175,8 @@ def make_rep_plan(
         cells.append({
             "arm": max(arms), "position": len(order), "control": True,
             "requests": [{"request": i, **one, "seed": items[n_warm + i]["seed"],
-                          "allow_cache": True} for i in range(per_cell)],
+                          "allow_cache": True} for i in range(cell_requests(per_cell,
+                                                                             max(arms)))],
         })  # fmt: skip
     return {
         "rep": rep,

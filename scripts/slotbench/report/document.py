@@ -12,8 +12,10 @@ from pathlib import Path
 import pandas as pd
 
 from slotbench import provenance as prov
+from slotbench.cells import arm_name
 from slotbench.checks import read_verdicts
 from slotbench.report.blocks import Bullets, Heading, Paragraph, Sources
+from slotbench.report.capacity import blocks as capacity_blocks
 from slotbench.report.headline import ci_label, headline_blocks
 from slotbench.report.render_html import render_html
 from slotbench.report.render_md import render_markdown
@@ -26,7 +28,6 @@ from slotbench.report.sections import (
     raw_files_blocks,
     timing_source_line,
 )
-from slotbench.report.capacity import blocks as capacity_blocks
 from slotbench.report.traps import TargetContext, trap_blocks
 
 
@@ -76,11 +77,16 @@ def load(inputs: dict, config: dict | None = None, md_out: str | None = None) ->
 
 def _intro(data: ReportData, targets: list[str]) -> list:
     n_req = sorted(set(data.cells["n_requests"].dropna().astype(int))) if len(data.cells) else []
-    same = f"the same {n_req[0]} requests" if len(n_req) == 1 else "the same requests"
+    if len(n_req) == 1:
+        same = f"Every arm sends the same {n_req[0]} requests; arms differ only in how many are"
+    else:  # requests_per_cell per arm: a wide arm runs several rounds
+        per_arm = data.cells.groupby("arm")["n_requests"].median().astype(int)
+        same = ("Every arm sends requests of the same kind and length (" + ", ".join(
+            f"{n} in {arm_name(a)}" for a, n in per_arm.items()) + "); arms differ in how many are")
     return [
         Heading(1, "slotbench: what concurrency does to an inference server"),
         Paragraph(
-            f"Every arm sends {same}; arms differ only in how many are in flight at once, so "
+            f"{same} in flight at once, so "
             "serial-1 is the queueing control. Arm order rotates by rep. Throughput is tokens "
             "actually produced over the wall clock that produced them. Two numbers move in "
             "opposite directions: aggregate tok/s across the server (what the operator buys) and "
