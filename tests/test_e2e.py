@@ -64,6 +64,10 @@ def test_smoke_numbers_are_sane(smoke):
     # the integrity detectors stay quiet on a clean run
     assert pd.read_csv(work / "results/checks/cache_hits.csv").empty
     assert pd.read_csv(work / "results/checks/prompts.csv").empty
+    # nothing else ran on the machine: the host check could look and stays quiet (its other
+    # half, a burner during one rep, is tests/test_e2e_host.py)
+    (host,) = json.loads((work / "results/checks/host.json").read_text())
+    assert host["assessable"] and not host["fired"], host["summary"]
     by_arm = cells.groupby("arm")[["agg_tps", "ttft_s"]].median()
     assert by_arm.loc[4, "agg_tps"] > by_arm.loc[1, "agg_tps"], by_arm
     assert by_arm.loc[4, "ttft_s"] > by_arm.loc[1, "ttft_s"], by_arm
