@@ -18,6 +18,7 @@ include: "rules/analyse.smk"
 include: "rules/figures.smk"
 include: "rules/report.smk"
 include: "rules/archive.smk"
+include: "rules/compare.smk"
 
 
 rule all:

@@ -25,6 +25,10 @@ def refuse(message):
     raise SystemExit(1)
 
 
+# `snakemake compare --config compare_with=PATH`: what to compare this result with. It is not
+# part of the experiment, so it never reaches the resolved config (nor reruns anything).
+COMPARE_WITH = config.pop("compare_with", None)
+
 try:
     CFG = sbconfig.resolve(config)
 except sbconfig.ConfigError as err:

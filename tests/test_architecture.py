@@ -33,7 +33,7 @@ LAYERS = [
                                "slotbench.capacity"}),
     ("figures", {"slotbench.figures"}),
     ("report", {"slotbench.report", "slotbench.provenance", "slotbench.explain"}),
-    ("archive", {"slotbench.archive", "slotbench.__main__"}),
+    ("archive", {"slotbench.archive", "slotbench.compare", "slotbench.__main__"}),
 ]  # fmt: skip
 
 

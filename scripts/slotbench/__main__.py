@@ -12,6 +12,7 @@ COMMANDS = {
     "explain": ("slotbench.explain", "main_explain", "print the raw request rows behind a figure or table cell"),
     "archive-verify": ("slotbench.archive", "main_verify", "verify an archive's SHA-256 manifest"),
     "archive-render": ("slotbench.archive", "main_render", "re-render the report from an archive, no server needed"),
+    "compare": ("slotbench.compare", "main_compare", "compare two results (directories or archives) arm by arm"),
 }  # fmt: skip
 
 

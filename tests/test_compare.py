@@ -1,0 +1,94 @@
+"""compare: B against A per target, arm and metric, with verdicts that refuse when they must."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from slotbench import compare
+
+FP = {"host.cpu_model": "AMD EPYC", "host.cores": 2, "model.sha256": "abc",
+      "config.measurement.num_predict": 32, "prompt_tokens": 120, "server.slots": 4}  # fmt: skip
+
+
+def ratios(speedup4=1.5, reps=8, noise=0.03, seed=0, target="t"):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for rep in range(reps):
+        for arm, speedup, user in ((1, 1.0, 50.0), (4, speedup4, 50.0 * speedup4 / 4)):
+            f = rng.lognormal(0, noise, 2)
+            rows.append({"target": target, "run": "run1", "rep": rep, "arm": arm,
+                         "speedup": speedup * (f[0] if arm > 1 else 1), "user_ratio": f[1] / 4,
+                         "ttft_ratio": 3.0 * f[0], "efficiency": speedup * f[0] / arm,
+                         "gen_gain": speedup * f[1], "agg_tps": 40 * speedup * f[0],
+                         "user_tps": user * f[1],
+                         "raw_file": f"results/raw/{target}/run1/rep{rep}.json",
+                         "raw_sha256": f"h{seed}-{rep}"})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def side(name, frame, status="allowed", **fp):
+    return compare.Side(name, frame, {"t": {"status": status}}, {"t": FP | fp})
+
+
+def verdicts(result, arm=4):
+    return {r["metric"]: r["verdict"] for r in result["targets"]["t"]["rows"] if r["arm"] == arm}
+
+
+def test_two_results_of_one_engine_show_no_detectable_change_anywhere():
+    result = compare.compare(side("A", ratios(seed=1)), side("B", ratios(seed=2)), n_boot=500)
+    rows = result["targets"]["t"]["rows"]
+    assert rows and {r["verdict"] for r in rows} == {compare.NO_CHANGE}
+    assert result["targets"]["t"]["refusal"] is None
+    assert result["targets"]["t"]["differences"] == {}
+
+
+def test_a_slower_engine_is_called_slower_with_an_interval_that_excludes_zero_and_its_slots():
+    b = side("B", ratios(speedup4=1.0, seed=2), **{"server.slots": 1})
+    result = compare.compare(side("A", ratios(seed=1)), b, n_boot=500)
+    rec = result["targets"]["t"]
+    row = next(r for r in rec["rows"] if r["arm"] == 4 and r["metric"] == "speedup")
+    assert row["verdict"] == compare.SLOWER and row["diff_hi"] < 0 < row["a"] - row["b"]
+    assert row["ratio"] == pytest.approx(1 / 1.5, rel=0.05)
+    assert verdicts(result)["ttft_ratio"] == compare.NO_CHANGE  # same TTFT ratio on both sides
+    assert rec["differences"] == {"server.slots": [4, 1]} and rec["refusal"] is None
+    assert row["cells_a"][0] == "t/run1/rep0/arm4" and len(row["raw_b"]) == 8
+    faster = compare.compare(b, side("A", ratios(seed=1)), n_boot=500)
+    assert verdicts(faster)["speedup"] == compare.FASTER
+
+
+@pytest.mark.parametrize("why, a, b", [
+    ("A's headline was refused", {"status": "refused"}, {}),
+    ("the fingerprints differ in config.measurement.num_predict",
+     {}, {"config.measurement.num_predict": 64}),
+    ("the fingerprints differ in model.sha256", {}, {"model.sha256": "def"}),
+])  # fmt: skip
+def test_a_verdict_refuses_when_a_headline_was_refused_or_the_measurement_differs(why, a, b):
+    status = a.pop("status", "allowed")
+    result = compare.compare(side("A", ratios(seed=1), status, **a),
+                             side("B", ratios(speedup4=1.0, seed=2), **b), n_boot=200)
+    rec = result["targets"]["t"]
+    assert why in rec["refusal"]
+    assert {r["verdict"] for r in rec["rows"]} == {None}
+
+
+def test_a_declared_difference_is_named_and_does_not_refuse():
+    result = compare.compare(side("A", ratios(seed=1)),
+                             side("B", ratios(seed=2), **{"model.sha256": "q8"}), n_boot=200,
+                             declared=("model.sha256",))  # fmt: skip
+    rec = result["targets"]["t"]
+    assert rec["refusal"] is None and rec["differences"] == {"model.sha256": ["abc", "q8"]}
+
+
+def test_the_written_comparison_names_the_verdicts_and_traces_the_cells(tmp_path):
+    sides = (side("A", ratios(seed=1)), side("B", ratios(speedup4=1.0, seed=2), **{"server.slots": 1}))
+    result = compare.compare(*sides, n_boot=200)
+    md, html, js, png = compare.write(result, sides, tmp_path)
+    text = md.read_text()
+    assert "| parallel-4 | speedup |" in text and "B slower" in text and "server.slots: A 4, B 1" in text
+    assert "<table" in html.read_text() and png.stat().st_size > 5000
+    record = json.loads(js.read_text())
+    assert record["targets"]["t"]["rows"][0]["cells_a"]
