@@ -92,3 +92,25 @@ def test_the_written_comparison_names_the_verdicts_and_traces_the_cells(tmp_path
     assert "<table" in html.read_text() and png.stat().st_size > 5000
     record = json.loads(js.read_text())
     assert record["targets"]["t"]["rows"][0]["cells_a"]
+
+
+def test_too_few_reps_can_never_claim_a_change_and_many_metrics_do_not_make_one_likely():
+    """3 reps against 3: the exact rank-sum test's smallest p is 0.1, so even a complete
+    separation is "no detectable change"; 6 against 6 can detect it, after Holm over the rows."""
+    from slotbench import stats
+
+    assert stats.rank_sum_p([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1)
+    assert stats.rank_sum_p(range(6), range(6, 12)) == pytest.approx(2 / 924)
+    few = compare.compare(side("A", ratios(reps=3, seed=1)),
+                          side("B", ratios(speedup4=1.0, reps=3, seed=2)), n_boot=200)
+    assert {r["verdict"] for r in few["targets"]["t"]["rows"]} == {compare.NO_CHANGE}
+    enough = compare.compare(side("A", ratios(reps=6, seed=1)),
+                             side("B", ratios(speedup4=1.0, reps=6, seed=2)), n_boot=200)
+    assert verdicts(enough)["speedup"] == compare.SLOWER
+    # the same engine, compared 40 times at 8 reps a side: Holm keeps false claims rare
+    false_claims = sum(
+        any(r["verdict"] != compare.NO_CHANGE for r in compare.compare(
+            side("A", ratios(seed=2 * k)), side("B", ratios(seed=2 * k + 1)),
+            n_boot=200)["targets"]["t"]["rows"])
+        for k in range(40))  # fmt: skip
+    assert false_claims <= 4, false_claims

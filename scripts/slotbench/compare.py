@@ -4,7 +4,9 @@ A and B are results directories (a checkout's ``results/``, or the directory abo
 archives (``results/archive/*.tar.gz``, verified against their manifest first). For each target
 in both and each arm in both, per metric: B − A and B / A, with a bootstrap interval of the
 difference over the reps of each side resampled independently, and a verdict in the spirit of
-benchstat: "B faster", "B slower" or "no detectable change" (the interval includes 0). A verdict
+benchstat: "B faster" or "B slower" when a rank-sum test of the two sides' cells finds a change
+(Holm–Bonferroni over every row of the target, at 1 − ci) and the interval excludes 0, and
+"no detectable change" otherwise: 3 reps against 3 can never claim one. A verdict
 refuses to speak when either side's headline was refused, or when the fingerprints differ in
 something that defines the measurement (CPU, model digest, num_predict, prompt length) and was
 not declared with ``--declare``; every other fingerprint difference (slots, server version,
@@ -121,10 +123,12 @@ def _diff_interval(a: np.ndarray, b: np.ndarray, n_boot: int, ci: float, seed: i
     return float(np.median(b) - np.median(a)), float(lo), float(hi)
 
 
-def verdict(lo: float, hi: float, higher_better: bool) -> str | None:
+def verdict(lo: float, hi: float, higher_better: bool, detected: bool = True) -> str | None:
+    """B faster or slower when the rank test detected a change (Holm over the target's rows)
+    and the difference's interval excludes 0; otherwise no detectable change."""
     if missing(lo) or missing(hi):
         return None
-    if lo <= 0 <= hi:
+    if lo <= 0 <= hi or not detected:
         return NO_CHANGE
     better = (lo > 0) == higher_better
     return FASTER if better else SLOWER
@@ -161,10 +165,15 @@ def compare(a: Side, b: Side, n_boot: int = 2000, ci: float = 0.95, seed: int = 
                     "arm": arm, "metric": metric, "label": label, "a": med_a, "b": med_b,
                     "diff": diff, "diff_lo": lo, "diff_hi": hi,
                     "ratio": med_b / med_a if med_a else np.nan,
-                    "verdict": None if refusal else verdict(lo, hi, higher),
+                    "p": stats.rank_sum_p(va, vb), "higher_better": higher,
                     "cells_a": cell_labels(ca), "cells_b": cell_labels(cb),
                     "raw_a": raw_hashes(ca), "raw_b": raw_hashes(cb),
                 })  # fmt: skip
+        detected = stats.holm([r["p"] for r in rows], 1 - ci)
+        for row, found in zip(rows, detected):
+            row["detected"] = found
+            row["verdict"] = None if refusal else verdict(row["diff_lo"], row["diff_hi"],
+                                                          row.pop("higher_better"), found)
         out["targets"][target] = {"refusal": "; ".join(refusal) or None, "guarded": guarded,
                                   "differences": {k: [a.fingerprint.get(target, {}).get(k),
                                                       b.fingerprint.get(target, {}).get(k)]
@@ -190,8 +199,9 @@ def document(result: dict, figure: str | None = None) -> list:
         Heading(1, "slotbench compare: did the change help?"),
         Paragraph(f"A = {result['a']}; B = {result['b']}. Per target and arm: medians over each "
                   f"side's cells, B − A with a {ci} bootstrap interval (each side's reps "
-                  "resampled on their own), B / A, and a verdict: no detectable change when the "
-                  "interval includes 0."),
+                  "resampled on their own), B / A, the rank-sum p-value and a verdict: B faster "
+                  "or slower only where the rank-sum test finds a change (Holm–Bonferroni over "
+                  "the target's rows) and the interval excludes 0."),
     ]  # fmt: skip
     if not result["targets"]:
         blocks.append(Paragraph("No target is in both results: nothing to compare.", "refusal"))
@@ -210,10 +220,11 @@ def document(result: dict, figure: str | None = None) -> list:
                  f"{_num(r['diff'], r['metric'])} [{_num(r['diff_lo'], r['metric'])}, "
                  f"{_num(r['diff_hi'], r['metric'])}]",
                  DASH if missing(r["ratio"]) else f"{r['ratio']:.3f}",
+                 DASH if missing(r["p"]) else f"{r['p']:.3g}",
                  r["verdict"] or "refused",
                  f"{len(r['cells_a'])} / {len(r['cells_b'])}"] for r in rec["rows"]]  # fmt: skip
         blocks.append(Table(f"{target}: B against A", ["arm", "metric", "A", "B",
-                                                       f"B − A [{ci}]", "B / A", "verdict",
+                                                       f"B − A [{ci}]", "B / A", "p", "verdict",
                                                        "cells A / B"], rows,
                             "The cells of each side behind every row are in compare.json."))
     if figure:

@@ -215,3 +215,54 @@ def position_effect(
             "null_median": float(np.median(null)) if null.size else float("nan"),
             "null_p95": float(np.quantile(null, 0.95)) if null.size else float("nan"),
             "coefficients": coefs, "blocks": n_blocks}  # fmt: skip
+
+
+# Rank-sum tests enumerate every split exactly up to this many; past it, the normal
+# approximation with a tie correction (n of 20 per side and more).
+EXACT_SPLITS = 200_000
+
+
+def rank_sum_p(a, b) -> float:
+    """Two-sided p-value of the Wilcoxon–Mann–Whitney rank-sum test of a against b (finite
+    values only; NaN when a side is empty). Exact for small samples, so 3 against 3 can never
+    reach 0.05 (its smallest p is 0.1): too few reps cannot claim a change."""
+    from itertools import combinations
+    from math import comb, erf, sqrt
+
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    n_a, n_b = len(a), len(b)
+    if not n_a or not n_b:
+        return float("nan")
+    pooled = np.concatenate([a, b])
+    order = pooled.argsort(kind="mergesort")
+    ranks = np.empty(len(pooled))
+    ranks[order] = np.arange(1, len(pooled) + 1)
+    for value in np.unique(pooled):  # ties share their mean rank
+        tied = pooled == value
+        ranks[tied] = ranks[tied].mean()
+    observed = ranks[:n_a].sum()
+    centre = n_a * (len(pooled) + 1) / 2
+    if comb(len(pooled), n_a) <= EXACT_SPLITS:
+        sums = np.array([ranks[list(c)].sum() for c in combinations(range(len(pooled)), n_a)])
+        return float(np.mean(np.abs(sums - centre) >= abs(observed - centre) - 1e-9))
+    counts = np.unique(pooled, return_counts=True)[1]
+    n = len(pooled)
+    var = n_a * n_b / 12 * ((n + 1) - (counts**3 - counts).sum() / (n * (n - 1)))
+    if var <= 0:
+        return 1.0
+    z = (abs(observed - centre) - 0.5) / sqrt(var)
+    return float(max(0.0, min(1.0, 2 * (1 - 0.5 * (1 + erf(z / sqrt(2)))))))
+
+
+def holm(p_values, alpha: float) -> list[bool]:
+    """Which of the p-values the Holm–Bonferroni procedure rejects at family-wise level alpha
+    (NaN never): many metrics compared at once must not make one false claim likely."""
+    p = [(v, i) for i, v in enumerate(p_values) if v == v]
+    rejected = [False] * len(p_values)
+    for k, (value, i) in enumerate(sorted(p)):
+        if value > alpha / (len(p) - k):
+            break
+        rejected[i] = True
+    return rejected

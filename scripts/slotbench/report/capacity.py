@@ -72,8 +72,10 @@ def saturation_sentence(record: dict) -> str:
     if sat.get("arm") is None:
         return (f"The aggregate grows by more than {gain:.0%} at every measured step: it had not "
                 "saturated by the largest arm.")  # fmt: skip
-    return (f"The aggregate saturates at {arm_name(sat['arm'])}: {arm_name(sat['next_arm'])} adds "
-            f"{sat['step']:+.1%} (less than {gain:.0%}, slo.saturation_gain).")  # fmt: skip
+    step = f"{abs(sat['step']):.1%}"
+    change = f"adds {step}" if sat["step"] >= 0 else f"loses {step}"
+    return (f"The aggregate saturates at {arm_name(sat['arm'])}: {arm_name(sat['next_arm'])} "
+            f"{change} (a gain of less than {gain:.0%}, slo.saturation_gain).")  # fmt: skip
 
 
 def blocks(record: dict | None, slo: dict, ctx: TargetContext) -> list:
