@@ -194,7 +194,7 @@ def test_html_is_self_contained(figure):
     assert {s[1:] for s in srcs if s.startswith("#")} <= ids
     assert "data:image/png;base64," + base64.b64encode(PNG_BYTES).decode() in page
     assert "http://" not in page and "https://" not in page
-    assert "![Operator vs user](figures/throughput.png)" in md and "data:image" not in md
+    assert "![throughput](figures/throughput.png)" in md and "data:image" not in md
 
 
 def test_fingerprint_is_flattened_and_escaped():
@@ -237,13 +237,28 @@ def test_markdown_sources_are_compact_and_the_lists_are_there_once():
     appendix = md[md.index("## Cells and raw files") :]
     for rep in range(1, 6):
         digest = syn.sha(TARGET, "run1", rep)
-        assert md.count(digest) == 1 and digest in appendix
-        assert (
-            f"| embedded/run1/rep{rep} | results/raw/embedded/run1/rep{rep}.json | {digest} | arm1, arm2, arm4 |"
-            in appendix
-        )
+        # these synthetic hashes share their first 16 digits, so the Markdown keeps them whole
+        assert md.count(digest) == 1
+        assert f"| results/raw/embedded/run1/rep{rep}.json | {digest} |" in appendix
         assert f"<code>{digest}</code>" in page
+    assert "Each holds the cells arm1, arm2, arm4 of its rep." in appendix
     assert "embedded/run1/rep3/arm2" in page and "`embedded/run1/rep3/arm2`" not in md
+
+
+def test_the_raw_files_table_names_each_hash_by_its_first_16_digits_in_markdown():
+    import hashlib
+
+    from slotbench.report.blocks import Table
+    from slotbench.report.render_html import render_html
+    from slotbench.report.render_md import render_markdown
+
+    digests = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(3)]
+    table = Table("Raw files", ["raw file", "SHA-256"], [[f"rep{i}.json", d]
+                                                         for i, d in enumerate(digests)],
+                  kind="hashes")  # fmt: skip
+    md, page = render_markdown([table]), render_html([table])
+    for d in digests:
+        assert f"| {d[:16]}… |" in md and d not in md and d in page
 
 
 def test_two_targets_get_their_own_sections():

@@ -33,7 +33,7 @@ class Table:
     columns: list[str]
     rows: list[list[str]]
     note: str = ""
-    kind: str = ""  # "", "not-headline", "kv"
+    kind: str = ""  # "", "not-headline", "kv", "hashes" (Markdown shortens its SHA-256s)
     anchor: str = ""  # the table's provenance id (HTML id)
     row_ids: list[str] = field(default_factory=list)  # one provenance id per row, or none
     link_column: int | None = None  # a column whose cells are provenance ids (HTML: links)

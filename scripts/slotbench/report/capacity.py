@@ -70,8 +70,8 @@ def saturation_sentence(record: dict) -> str:
     sat = record.get("saturation") or {}
     gain = sat.get("gain", 0.05)
     if sat.get("arm") is None:
-        return (f"The aggregate grows by more than {gain:.0%} at every measured step: it had not "
-                "saturated by the largest arm.")  # fmt: skip
+        return (f"Aggregate tok/s grew by more than {gain:.0%} at every step: not saturated by "
+                "the largest arm.")  # fmt: skip
     step = f"{abs(sat['step']):.1%}"
     change = f"adds {step}" if sat["step"] >= 0 else f"loses {step}"
     return (f"The aggregate saturates at {arm_name(sat['arm'])}: {arm_name(sat['next_arm'])} "
@@ -82,16 +82,12 @@ def blocks(record: dict | None, slo: dict, ctx: TargetContext) -> list:
     """The capacity heading, statement, saturation sentence and the per-arm curve table."""
     if not record or not record.get("arms"):
         return []
-    out: list = [Heading(3, "Capacity")]
     sentence = statement(record, slo, ctx.ci)
-    if sentence:
-        out.append(Paragraph(sentence, "headline"))
-    else:
-        out.append(Paragraph("No service level is set (slo.user_tps_min, slo.ttft_s_max), so "
-                             "no capacity is stated.", "note"))  # fmt: skip
-    out.append(Paragraph(saturation_sentence(record)))
-    if not record.get("capacity"):
-        return out  # the curve itself is the capacity figure; the table judges levels
+    if not sentence:  # no level set: the saturation point alone, the curve is the figure
+        return [Paragraph(saturation_sentence(record) + " (Set slo.* for a capacity "
+                          "statement.)")]  # fmt: skip
+    out: list = [Heading(3, "Capacity"), Paragraph(sentence, "headline"),
+                 Paragraph(saturation_sentence(record))]  # fmt: skip
     pct = slo.get("ttft_percentile", "p95")
     columns = ["arm", "cells", f"per-user tok/s [{ctx.ci}]", f"TTFT {pct} s [{ctx.ci}]",
                f"aggregate tok/s [{ctx.ci}]", "service levels"]  # fmt: skip

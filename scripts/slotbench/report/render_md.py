@@ -28,6 +28,17 @@ def with_row_ids(table: kinds.Table) -> tuple[list[str], list[list[str]]]:
     return [*table.columns, "provenance"], rows
 
 
+def _short_hash(text: str) -> str:
+    return f"{text[:16]}…" if len(text) == 64 else text
+
+
+def first_sentence(text: str) -> str:
+    """A figure caption's first sentence: the Markdown stays compact, the HTML page and
+    report/<figure>.rst carry the whole caption."""
+    head, dot, rest = str(text).partition(". ")
+    return f"{head}." if dot and rest else str(text)
+
+
 def _longest_backtick_run(text: str) -> int:
     """So a fenced code block can use a longer fence than any backtick run it contains."""
     longest = current = 0
@@ -40,6 +51,11 @@ def _longest_backtick_run(text: str) -> int:
 def _table(b: kinds.Table) -> str:
     title = f"**{escape(b.title.upper() if b.kind == 'not-headline' else b.title)}**"
     columns, rows = with_row_ids(b)
+    if b.kind == "hashes":  # a table of raw files: a SHA-256's first 16 digits name it,
+        at = columns.index("SHA-256")  # unless two of them share those digits
+        short = [_short_hash(r[at]) for r in rows]
+        if len(set(short)) == len(short):
+            rows = [[*r[:at], cut, *r[at + 1 :]] for r, cut in zip(rows, short)]
     lines = [title, "", "| " + " | ".join(map(_cell, columns)) + " |",
              "|" + "|".join(" --- " for _ in columns) + "|"]  # fmt: skip
     lines += ["| " + " | ".join(map(_cell, r)) + " |" for r in rows]
@@ -68,9 +84,9 @@ def render_markdown(blocks: list, image_dir: str = "figures") -> str:
         elif isinstance(b, kinds.Figure):
             link = f"{image_dir.rstrip('/')}/{b.file}" if image_dir else b.file
             img = (
-                f"![{escape(b.title)}]({link})" if b.path is not None else "_(figure file missing)_"
+                f"![{escape(b.fig_id)}]({link})" if b.path is not None else "_(figure file missing)_"
             )
-            out.append(f"### {escape(b.title)}\n\n{img}\n\n_{escape(b.caption)}_")
+            out.append(f"### {escape(b.title)}\n\n{img}\n\n_{escape(first_sentence(b.caption))}_")
         elif isinstance(b, kinds.Sources):
             out.append(_sources(b))
         elif isinstance(b, kinds.Code):

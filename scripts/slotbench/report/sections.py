@@ -183,11 +183,16 @@ def raw_files_blocks(index: prov.CellIndex) -> list:
         key = (info["target"], info["run"], info["rep"], info.get("raw_file"),
                info.get("raw_sha256"))  # fmt: skip
         by_file.setdefault(key, []).append(f"arm{info['arm']}")
-    rows = [[f"{t}/{run}/rep{rep}", str(path), "n/a" if missing(sha) else str(sha),
-             ", ".join(arms)] for (t, run, rep, path, sha), arms in by_file.items()]  # fmt: skip
+    arm_sets = {", ".join(arms) for arms in by_file.values()}
+    same = len(arm_sets) == 1  # every rep holds the same arms: say so once
+    rows = [[str(path), "n/a" if missing(sha) else str(sha), *([] if same else [", ".join(arms)])]
+            for (t, run, rep, path, sha), arms in by_file.items()]  # fmt: skip
+    held = f" Each holds the cells {arm_sets.pop()} of its rep." if same and rows else ""
     return [
         Heading(2, "Cells and raw files"),
         Paragraph(f"Every cell above comes from one of these {count(len(rows), 'raw file')}, "
-                  "each checked against the SHA-256 recorded when it was written."),
-        Table("Raw files", ["rep", "raw file", "SHA-256", "cells"], rows),
+                  f"each checked against the SHA-256 recorded when it was written.{held} "
+                  "(SHA-256s cut to 16 digits here; whole in report.html.)"),
+        Table("Raw files", ["raw file", "SHA-256", *([] if same else ["cells"])], rows,
+              kind="hashes"),
     ]  # fmt: skip

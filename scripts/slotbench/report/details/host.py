@@ -75,7 +75,10 @@ def render(verdict: dict, ctx) -> list:
     table_ref = prov.Ref(tid, "table", f"Host contention of {ctx.target}",
                          prov.with_roles((flagged, "deviant"), (ctx.cells, "source")), tid,
                          parent=ctx.overview_id)  # fmt: skip
-    return [heading, Paragraph(verdict["sentence"], "warning" if verdict["fired"] else ""),
+    # fired, the whole sentence is the warning at the top of the target: here its summary
+    said = (f"{verdict['summary']} (what to do is in the warning at the top of this target)"
+            if verdict["fired"] else verdict["sentence"])  # fmt: skip
+    return [heading, Paragraph(said, "warning" if verdict["fired"] else ""),
             Table("What else ran on the machine, per rep", COLUMNS, table_rows, note, anchor=tid,
                   row_ids=row_ids),
             ctx.sources(ctx.cells, tid, (table_ref, *refs))]  # fmt: skip
