@@ -5,8 +5,10 @@ stamped milliseconds late) without making CI flaky. With 24 requests a p99 is th
 request, and one scheduler stall on a shared two-core runner put it at 18 ms (CI, 2026-11-30)
 while the median stayed at 1.1 ms. So the test bounds what a client bug moves: the median
 (2 ms; the OpenAI client this replaced was 2.1 ms late at 1-way, 3.6 ms at 4-way) and the p90
-(5 ms, which lets two of 24 requests stall). The 1 ms p99 target is a benchmark, measured on
-a quiet machine in benchmarks/RESULTS.md."""
+(5 ms, which lets two of 24 requests stall), and keeps a p99 bound loose enough for one stall
+(50 ms) that still catches a client that waits a timer tick or a read timeout for its first
+token. The 1 ms p99 target is a benchmark, measured on a quiet machine in
+benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from e2e_helpers import REPO
 
 TTFT_P50_BOUND_S = 0.002
 TTFT_P90_BOUND_S = 0.005
+TTFT_P99_BOUND_S = 0.050
 FORMATS = ("llamacpp", "ollama", "openai", "openai-chat")
 
 
@@ -40,4 +43,5 @@ def test_fidelity_quick_loses_nothing_and_stamps_ttft_within_bounds(tmp_path):
             assert 0 <= res["ttft_err_p50"] < TTFT_P50_BOUND_S, (where, res["ttft_err_p50"])
             assert res["ttft_err_p50"] <= res["ttft_err_p90"] < TTFT_P90_BOUND_S, (
                 where, res["ttft_err_p90"], res["ttft_err_p99"])  # fmt: skip
+            assert res["ttft_err_p99"] < TTFT_P99_BOUND_S, (where, res["ttft_err_p99"])
             assert abs(res["agg_tps_err"]) < 0.005, (where, res["agg_tps_err"])
