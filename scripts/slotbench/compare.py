@@ -29,6 +29,7 @@ from slotbench import stats
 from slotbench.archive import ArchiveError, verify
 from slotbench.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes
 from slotbench.fmt import DASH, fmt_num, missing
+from slotbench.report.sections import flatten
 
 # metric -> (label, True when higher is better); ratios exist only for parallel arms
 METRICS = {
@@ -58,15 +59,6 @@ class Side:
     fingerprint: dict = field(default_factory=dict)  # target -> flat field -> value
 
 
-def _flat(obj, prefix="") -> dict:
-    if isinstance(obj, dict):
-        out = {}
-        for k, v in obj.items():
-            out.update(_flat(v, f"{prefix}{k}."))
-        return out
-    return {prefix.rstrip("."): json.dumps(obj, sort_keys=True) if isinstance(obj, list) else obj}
-
-
 def _files(path: Path) -> dict[str, bytes]:
     """The members a comparison reads, relative to the directory that holds results/."""
     if path.is_file():
@@ -91,7 +83,7 @@ def load_side(path: str | Path) -> Side:
     for rel in sorted(data):
         if rel.startswith("results/fingerprint/") and rel.endswith(".json"):
             fp = json.loads(data[rel])
-            fingerprint.setdefault(str(fp.get("target")), {}).update(_flat(fp))
+            fingerprint.setdefault(str(fp.get("target")), {}).update(flatten(fp))
         elif rel.startswith("results/plan/") and rel.endswith(".json"):
             plan = json.loads(data[rel])
             fingerprint.setdefault(str(plan.get("target")), {})["prompt_tokens"] = plan.get(
