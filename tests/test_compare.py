@@ -88,7 +88,7 @@ def test_the_written_comparison_names_the_verdicts_and_traces_the_cells(tmp_path
     result = compare.compare(*sides, n_boot=200)
     md, html, js, png = compare.write(result, sides, tmp_path)
     text = md.read_text()
-    assert "| parallel-4 | speedup |" in text and "B slower" in text and "server.slots: A 4, B 1" in text
+    assert "| parallel-4 | speedup |" in text and "B slower" in text and "server.slots: A 4; B 1" in text
     assert "<table" in html.read_text() and png.stat().st_size > 5000
     record = json.loads(js.read_text())
     assert record["targets"]["t"]["rows"][0]["cells_a"]

@@ -203,7 +203,8 @@ def document(result: dict, figure: str | None = None) -> list:
             blocks.append(Paragraph(f"No verdict: {rec['refusal']}.", "refusal"))
         if rec["differences"]:
             blocks.append(Paragraph("The fingerprints differ in:", "note"))
-            blocks.append(Bullets([f"{k}: A {a!s}, B {b!s}"
+            shown = lambda v: "absent" if v is None else str(v)  # noqa: E731
+            blocks.append(Bullets([f"{k}: A {shown(a)}; B {shown(b)}"
                                    for k, (a, b) in rec["differences"].items()]))  # fmt: skip
         else:
             blocks.append(Paragraph("The fingerprints do not differ in any field compared.", "note"))
