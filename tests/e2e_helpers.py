@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+SMOKE = ["--configfile", "config/smoke.yaml"]
 
 
 def copy_repo(dest: Path, git: bool = True) -> Path:
@@ -34,6 +35,13 @@ def copy_repo(dest: Path, git: bool = True) -> Path:
                      ["-c", "user.name=slotbench tests", "-c", "user.email=tests@slotbench",
                       "commit", "--quiet", "--no-verify", "-m", "test copy"]):  # fmt: skip
             subprocess.run(["git", "-C", str(dest), *args], check=True, capture_output=True)
+    return dest
+
+
+def copy_work(work: Path, dest: Path) -> Path:
+    """A copy of a finished work directory, results and Snakemake metadata included (mtimes
+    kept, so Snakemake finds it as up to date as the original)."""
+    shutil.copytree(work, dest, symlinks=True)
     return dest
 
 

@@ -2,7 +2,7 @@
 verifies and re-renders offline, and `snakemake --report`.
 
 The unit tests build archives from small synthetic result trees. The end-to-end tests share one
-smoke run on the real embedded llama-server (module fixture) and work on copies of it.
+smoke run on the real embedded llama-server (the session's, conftest.py) and work on copies of it.
 """
 
 from __future__ import annotations
@@ -24,12 +24,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from e2e_helpers import copy_repo, file_states, jobs_run, llama_servers_under, snakemake
+from e2e_helpers import SMOKE, copy_work, file_states, jobs_run, llama_servers_under, snakemake
 from slotbench import archive
 from slotbench.config import canonical, resolve
 from slotbench.rawfiles import write_json_atomic, write_sha256_atomic
 
-SMOKE = ["--configfile", "config/smoke.yaml"]
 SERVER_RULES = {"fingerprint", "plan", "rep"}
 
 
@@ -213,17 +212,9 @@ def cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory, cache):
-    work = copy_repo(tmp_path_factory.mktemp("archive-smoke"))
-    proc = snakemake(work, *SMOKE, cache=cache)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return work
-
-
-def copy_work(work: Path, dest: Path) -> Path:
-    """A copy of a finished work directory, results and Snakemake metadata included."""
-    shutil.copytree(work, dest, symlinks=True)
-    return dest
+def smoke(tmp_path_factory, smoke_template):
+    """A copy of the session's smoke run (conftest.py), which this module may add to."""
+    return copy_work(smoke_template.work, tmp_path_factory.mktemp("archive-smoke") / "work")
 
 
 @pytest.mark.e2e

@@ -1,7 +1,8 @@
 """End to end: the real pipeline, on the real embedded llama-server, with config/smoke.yaml.
 
 These tests send real requests to a real llama-server running Gemma 3 270M; nothing is mocked.
-They share one smoke run (module fixture) and then probe reruns on top of it.
+They build on the session's one smoke run (conftest.smoke_template): the module probes reruns
+on a copy of it, and the fault tests add a rep to copies of their own.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from e2e_helpers import copy_repo, file_states, jobs_run, llama_servers_under, snakemake
+from e2e_helpers import (
+    SMOKE, copy_repo, copy_work, file_states, jobs_run, llama_servers_under, snakemake,
+)
 
 pytestmark = pytest.mark.e2e
-
-SMOKE = ["--configfile", "config/smoke.yaml"]
 
 
 @pytest.fixture(scope="module")
@@ -31,24 +32,28 @@ def cache(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory, cache):
-    work = copy_repo(tmp_path_factory.mktemp("smoke"))
-    started = time.monotonic()
-    proc = snakemake(work, *SMOKE, cache=cache)
-    elapsed = time.monotonic() - started
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    return work, proc, elapsed
+def smoke(tmp_path_factory, smoke_template, cache):
+    """A copy of the session's smoke run, which this module's rerun tests may change.
+
+    A copy's raw files have new change times, which a finished run cannot tell from an edit
+    with the modification time restored: its first run re-reads them (their recorded hashes
+    verify) and re-renders, and measures nothing."""
+    work = copy_work(smoke_template.work, tmp_path_factory.mktemp("smoke") / "work")
+    settle = snakemake(work, *SMOKE, cache=cache)
+    assert settle.returncode == 0, settle.stderr[-3000:]
+    assert not set(jobs_run(settle)) & {"rep", "plan", "fingerprint"}, jobs_run(settle)
+    return work, smoke_template, smoke_template.elapsed_s
 
 
-def test_smoke_run_produces_every_output_quickly(smoke, cache):
-    work, proc, elapsed = smoke
+def test_smoke_run_produces_every_output_quickly(smoke):
+    work, template, elapsed = smoke
     for rel in ["results/report.md", "results/report.html", "results/cells.parquet",
                 "results/requests.parquet", "results/checks/headline.json",
                 "results/analysis/summary.csv", "results/fingerprint/embedded/run1.json",
                 "results/raw/embedded/run1/rep1.json", "results/raw/embedded/run1/rep2.json"]:
         assert (work / rel).stat().st_size > 0, rel
     assert elapsed < 180, f"smoke run took {elapsed:.0f} s, the budget is 3 minutes"
-    assert llama_servers_under(str(cache)) == [], "a managed llama-server outlived the run"
+    assert llama_servers_under(str(template.cache)) == [], "a managed llama-server outlived it"
 
 
 def test_smoke_numbers_are_sane(smoke):
@@ -186,10 +191,13 @@ def _wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cache):
-    work = copy_repo(tmp_path / "kill")
+def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cache,
+                                                                    smoke_template):
+    """Two reps more on a finished smoke run; the server is killed while the first of them
+    measures (its first cell done)."""
+    work = copy_work(smoke_template.work, tmp_path / "kill")
     config = work / "kill.yaml"
-    config.write_text(yaml.safe_dump({"reps": 3, "num_predict": 48}))
+    config.write_text(yaml.safe_dump({"reps": 5}))
     args = [*SMOKE, str(config)]
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args]
     env = {**os.environ, "SLOTBENCH_CACHE": str(cache)}
@@ -197,12 +205,8 @@ def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cac
     log_dir = work / "results/logs/rep/embedded/run1"
 
     def victim() -> str | None:
-        """A rep that is measuring (its first cell done) while an earlier one is complete.
-
-        Snakemake may run the reps in any order, so look for whichever it is."""
+        """A new rep that is measuring (its first cell done): Snakemake may start either."""
         done = {p.stem for p in raw_dir.glob("rep*.json")}
-        if not done:
-            return None
         for log in log_dir.glob("rep*.log"):
             rep = log.name.removesuffix(".log")
             if rep.endswith(".server") or rep in done:
@@ -214,7 +218,7 @@ def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cac
     proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env)
     try:
-        rep = _wait_for(victim, 240, "a rep to be measuring after another finished")
+        rep = _wait_for(victim, 240, "a new rep to be measuring")
         pids = _wait_for(lambda: llama_servers_under(str(cache)), 10, f"the {rep} server")
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
@@ -235,37 +239,33 @@ def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cac
     again = snakemake(work, *args, cache=cache)
     assert again.returncode == 0, again.stderr[-3000:]
     assert file_states(completed) == kept, "a completed rep was redone"
-    # the failed rep and the ones never started, nothing else
-    assert jobs_run(again).count("rep") == 3 - len(completed)
-    assert len(list(raw_dir.glob("rep*.json"))) == 3
+    # the failed rep and the one never started (if it was not), nothing else
+    assert jobs_run(again).count("rep") == 5 - len(completed)
+    assert len(list(raw_dir.glob("rep*.json"))) == 5
 
 
 @pytest.mark.parametrize("how", ["ctrl-c", "kill -9 snakemake"])
-def test_an_interrupt_stops_the_managed_server_and_keeps_what_was_measured(tmp_path, cache, how):
+def test_an_interrupt_stops_the_managed_server_and_keeps_what_was_measured(
+    tmp_path, cache, smoke_template, how
+):
     """On the real server: Ctrl-C (SIGINT to the process group) or kill -9 of Snakemake while
-    the second rep measures. That rep is discarded with one line, the managed llama-server
-    stops, the first rep stays byte-identical, and the next plain run measures the second
-    alone."""
-    work = copy_repo(tmp_path / "interrupt")
-    (work / "two.yaml").write_text(yaml.safe_dump({"reps": 2}))
-    args = [*SMOKE, "two.yaml"]
+    a fourth rep, added to a finished smoke run, measures. That rep is discarded with one line,
+    the managed llama-server stops, the third rep stays byte-identical, and the next plain run
+    measures the fourth alone."""
+    work = copy_work(smoke_template.work, tmp_path / "interrupt")
+    (work / "four.yaml").write_text(yaml.safe_dump({"reps": 4}))
+    args = [*SMOKE, "four.yaml"]
     env = {**os.environ, "SLOTBENCH_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
     raw_dir, log = work / "results/raw/embedded/run1", work / "results/logs/rep/embedded/run1"
     proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=work,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)  # fmt: skip
-    def measuring_second():
-        """(the rep done, the rep measuring): Snakemake may run the two reps in either order."""
-        for done, other in ((1, 2), (2, 1)):
-            other_log = log / f"rep{other}.log"
-            if ((raw_dir / f"rep{done}.json.sha256").exists() and other_log.exists()
-                    and not (raw_dir / f"rep{other}.json").exists()
-                    and "position 0" in other_log.read_text()):  # fmt: skip
-                return done, other
-        return None
+    def measuring_fourth():
+        return (log / "rep4.log").exists() and "position 0" in (log / "rep4.log").read_text()
 
+    first, second = 3, 4
     try:
-        first, second = _wait_for(measuring_second, 300, "the second rep to be measuring")
+        _wait_for(measuring_fourth, 300, "the fourth rep to be measuring")
         assert llama_servers_under(str(cache))
         kept = file_states([raw_dir / f"rep{first}.json", raw_dir / f"rep{first}.json.sha256"])
         if how == "ctrl-c":

@@ -1,6 +1,6 @@
-"""Host contention on the real embedded server: a CPU burner started during one rep of a smoke
-run is named, with that rep and its process name. (The same run without it stays quiet: that is
-asserted on tests/test_e2e.py's smoke run, so the suite measures the quiet run once.)"""
+"""Host contention on the real embedded server: a CPU burner started during a rep added to a
+finished smoke run is named, with that rep and its process name. (The smoke run without it stays
+quiet: that is asserted in tests/test_e2e.py, so the suite measures the quiet run once.)"""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ import time
 
 import pytest
 
-from e2e_helpers import copy_repo
+import yaml
+
+from e2e_helpers import SMOKE, copy_work
 
 pytestmark = pytest.mark.e2e
 
-SMOKE = ["--configfile", "config/smoke.yaml"]
 # a busy loop whose process name (PR_SET_NAME) is "cpuburner", so the report can name it
 BURNER = ("import ctypes; ctypes.CDLL('libc.so.6').prctl(15, b'cpuburner', 0, 0, 0)\n"
           "while True:\n    pass\n")  # fmt: skip
@@ -37,27 +38,23 @@ def _wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_a_burner_during_one_rep_is_named(tmp_path):
+def test_a_burner_during_one_rep_is_named(tmp_path, smoke_template):
     cache = tmp_path / "cache"
-    work = copy_repo(tmp_path / "burner")
-    raw_dir, log_dir = work / "results/raw/embedded/run1", work / "results/logs/rep/embedded/run1"
+    work = copy_work(smoke_template.work, tmp_path / "burner")
+    (work / "four.yaml").write_text(yaml.safe_dump({"reps": 4}))
+    raw_dir, log = work / "results/raw/embedded/run1", work / "results/logs/rep/embedded/run1"
+    rep = "rep4"
 
-    def measuring_second():
-        """The rep measuring (first cell done) once another rep is complete, in any order."""
-        done = {p.stem for p in raw_dir.glob("rep*.json")}
-        for log in log_dir.glob("rep*.log") if done else ():
-            rep = log.name.removesuffix(".log")
-            if not rep.endswith(".server") and rep not in done and "position 0" in log.read_text():
-                return rep
-        return None
+    def measuring():  # its first cell done
+        return (log / f"{rep}.log").exists() and "position 0" in (log / f"{rep}.log").read_text()
 
-    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *SMOKE]
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *SMOKE, "four.yaml"]
     env = os.environ | {"SLOTBENCH_CACHE": str(cache)}
     run = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True, env=env)  # fmt: skip
     burner = None
     try:
-        rep = _wait_for(measuring_second, 300, "a second rep to be measuring")
+        _wait_for(measuring, 300, f"{rep} to be measuring")
         burner = subprocess.Popen([sys.executable, "-c", BURNER])
         _wait_for(lambda: (raw_dir / f"{rep}.json").exists(), 300, f"{rep} to finish")
         burner.kill()
@@ -72,6 +69,7 @@ def test_a_burner_during_one_rep_is_named(tmp_path):
     assert v["fired"] and v["effect"] == "warn", v["summary"]
     rows = {r["rep"]: r for r in v["evidence"]["rows"]}
     assert rows[number]["contended"] and "cpuburner" in rows[number]["top"], rows[number]
+    assert not any(rows[r]["contended"] for r in rows if r != number), rows  # the quiet reps
     assert f"run1 rep {number} (" in v["summary"]
     md = (work / "results/report.md").read_text()
     head = md[md.index("## Target: embedded") : md.index("**Per-arm results**")]

@@ -11,11 +11,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from e2e_helpers import copy_repo, file_states, jobs_run, snakemake
+from e2e_helpers import SMOKE, copy_repo, copy_work, file_states, jobs_run, snakemake
 
 pytestmark = pytest.mark.e2e
 
-SMOKE = ["--configfile", "config/smoke.yaml"]
 MEASURING = {"rep", "plan", "fingerprint"}
 
 
@@ -32,9 +31,10 @@ def run(work, cache, reps: int):
 
 
 @pytest.fixture(scope="module")
-def two_reps(tmp_path_factory, cache):
-    work = copy_repo(tmp_path_factory.mktemp("reruns"))
-    run(work, cache, 2)
+def three_reps(tmp_path_factory, smoke_template):
+    """A copy of the session's smoke run (3 reps), with its rep count in reps.yaml."""
+    work = copy_work(smoke_template.work, tmp_path_factory.mktemp("reruns") / "work")
+    (work / "reps.yaml").write_text(yaml.safe_dump({"reps": 3}))
     return work
 
 
@@ -42,27 +42,29 @@ def raw_files(work):
     return sorted((work / "results/raw").rglob("rep*.json*"))
 
 
-def test_adding_a_rep_measures_only_that_rep(two_reps, cache):
-    work = two_reps
+def test_adding_a_rep_measures_only_that_rep(three_reps, cache):
+    work = three_reps
     before = file_states(raw_files(work))
-    assert len(before) == 4  # two raw files and their .sha256
-    proc = run(work, cache, 3)
+    assert len(before) == 6  # three raw files and their .sha256
+    proc = run(work, cache, 4)
     ran = jobs_run(proc)
     assert ran.count("rep") == 1 and "plan" not in ran and "fingerprint" not in ran, ran
-    assert "results/raw/embedded/run1/rep3.json" in proc.stdout + proc.stderr
+    assert "results/raw/embedded/run1/rep4.json" in proc.stdout + proc.stderr
     after = file_states(raw_files(work))
-    assert {k: after[k] for k in before} == before, "reps 1 and 2 must stay byte-identical"
-    assert len(after) == 6
+    assert {k: after[k] for k in before} == before, "reps 1 to 3 must stay byte-identical"
+    assert len(after) == 8
     cells = pd.read_parquet(work / "results/cells.parquet")
-    assert sorted(cells["rep"].unique()) == [1, 2, 3]
+    assert sorted(cells["rep"].unique()) == [1, 2, 3, 4]
     md = (work / "results/report.md").read_text()
-    assert "| serial-1 | 3 |" in md and "| parallel-4 | 3 |" in md
-    # rep 3's order continues the Latin square: every arm has now been at every position
+    assert "| serial-1 | 4 |" in md and "| parallel-4 | 4 |" in md
+    # rep 4 continues the cyclic rotation: reps 1-3 were a Latin square, rep 4 repeats rep 1
+    orders = cells.sort_values("position").groupby("rep")["arm"].apply(tuple)
+    assert orders[4] == orders[1] and orders.nunique() == 3, orders
     assert cells.groupby("arm")["position"].nunique().eq(3).all()
 
 
-def test_an_analysis_code_change_reruns_the_analysis_and_what_follows(two_reps, cache):
-    work = two_reps
+def test_an_analysis_code_change_reruns_the_analysis_and_what_follows(three_reps, cache):
+    work = three_reps
     raws = file_states(raw_files(work))
     with open(work / "scripts/slotbench/analyse.py", "a") as fh:
         fh.write("\n# an edit: the analysis must rerun\n")
@@ -74,8 +76,8 @@ def test_an_analysis_code_change_reruns_the_analysis_and_what_follows(two_reps, 
     assert file_states(raw_files(work)) == raws
 
 
-def test_a_measurement_code_change_re_measures_nothing(two_reps, cache):
-    work = two_reps
+def test_a_measurement_code_change_re_measures_nothing(three_reps, cache):
+    work = three_reps
     raws = file_states(raw_files(work))
     with open(work / "scripts/slotbench/execute.py", "a") as fh:
         fh.write("\n# an edit: measurement code, the raw files stay\n")
