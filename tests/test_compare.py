@@ -114,3 +114,15 @@ def test_too_few_reps_can_never_claim_a_change_and_many_metrics_do_not_make_one_
             n_boot=200)["targets"]["t"]["rows"])
         for k in range(40))  # fmt: skip
     assert false_claims <= 4, false_claims
+
+
+def test_absolute_rates_of_a_busy_side_are_not_compared_but_its_ratios_are():
+    busy = side("B", ratios(speedup4=1.0, seed=2))
+    busy.busy["t"] = "3 reps of 8 shared the machine"
+    result = compare.compare(side("A", ratios(seed=1)), busy, n_boot=300)
+    got = {(r["arm"], r["metric"]): r["verdict"] for r in result["targets"]["t"]["rows"]}
+    assert got[(4, "agg_tps")] == got[(1, "user_tps")] == compare.BUSY
+    assert got[(4, "speedup")] == compare.SLOWER  # a within-rep ratio still compares
+    assert result["targets"]["t"]["busy"] == {"B": "3 reps of 8 shared the machine"}
+    md = "\n".join(str(b) for b in compare.document(result))
+    assert "B was measured on a busy machine (3 reps of 8 shared the machine)" in md

@@ -1,6 +1,8 @@
 """The capacity sweep on the real embedded llama-server, past its slots: two slots, arms
 [1, 2, 4, 8], 2 reps, few tokens. The 4- and 8-way arms queue at the server, so their gen_gain
-must count the two streams that generated at once, not the arm's nominal number."""
+must count the two streams that generated at once, not the arm's nominal number. And on a
+scripted server whose per-user rate is known at every concurrency, the capacity statement is
+that known answer."""
 
 from __future__ import annotations
 
@@ -10,7 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from e2e_helpers import copy_repo, snakemake
+from e2e_helpers import copy_repo, jobs_run, snakemake
+from ollama_double import OllamaDouble
 
 pytestmark = pytest.mark.e2e
 
@@ -64,3 +67,52 @@ def test_a_sweep_past_two_slots_counts_the_streams_generating_and_states_the_cap
     assert "### Capacity" in report and "Serves 8 concurrent users" in report
     assert "of 4 (queued)" in report and "of 8 (queued)" in report
     assert (work / "results/figures/capacity.png").stat().st_size > 10_000
+
+
+# The scripted Ollama server (tests/ollama_double.py) with 4 slots paces every token of every
+# stream at token_s * (1 + 0.25 * (generating - 1)): a per-user rate of 100, 80 and 57.1 tok/s
+# with 1, 2 and 4 streams generating, and 57.1 again at 8 in flight, where 4 wait for a slot
+# (about 32 tokens at 17.5 ms, 0.56 s, before their first token). So the answers are known.
+SCRIPTED_SLOTS, TOKEN_S = 4, 0.01
+KNOWN_USER_TPS = {1: 100.0, 2: 80.0, 4: 1 / (TOKEN_S * 1.75), 8: 1 / (TOKEN_S * 1.75)}
+
+
+@pytest.mark.parametrize("slo, arm, between", [
+    ({"user_tps_min": 70.0}, 2, [2, 4]),  # 80 meets at 2-way, 57 misses at 4-way
+    ({"user_tps_min": 90.0}, 1, [1, 2]),
+    ({"user_tps_min": 50.0, "ttft_s_max": 0.3, "ttft_percentile": "p95"}, 4, [4, 8]),  # queue
+    ({"user_tps_min": 1.0}, 8, None),  # every arm meets: past the largest arm measured
+])  # fmt: skip
+def test_capacity_on_a_scripted_server_is_its_known_answer(scripted_sweep, slo, arm, between):
+    work, cache = scripted_sweep
+    (work / "slo.yaml").write_text(yaml.safe_dump({"slo": slo}))
+    proc = snakemake(work, "--configfile", "config/smoke.yaml", "scripted.yaml", "slo.yaml",
+                     cache=cache)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "rep" not in jobs_run(proc), "a level is judged on the cells measured, not new ones"
+    record = json.loads((work / "results/analysis/capacity.json").read_text())["targets"]["ollama"]
+    for r in record["arms"]:  # the client measured the rates the server was scripted to give
+        assert r["user_tps"] == pytest.approx(KNOWN_USER_TPS[r["arm"]], rel=0.15), r
+    assert record["capacity"]["arm"] == arm and record["capacity"]["between"] == between
+    assert record["saturation"]["arm"] == SCRIPTED_SLOTS  # 4 → 8 in flight adds no tok/s
+    md = (work / "results/report.md").read_text()
+    assert ("Serves 1 user at" if arm == 1 else f"Serves {arm} concurrent users at") in md
+    if between:
+        assert f"between {between[0]} and {between[1]} users" in md
+
+
+@pytest.fixture(scope="module")
+def scripted_sweep(tmp_path_factory):
+    """One sweep [1, 2, 4, 8] of the scripted server; each SLO above re-judges its cells."""
+    work = copy_repo(tmp_path_factory.mktemp("scripted"))
+    cache = tmp_path_factory.mktemp("scripted-cache")
+    with OllamaDouble(slots=SCRIPTED_SLOTS, token_s=TOKEN_S) as double:
+        target = yaml.safe_load((work / "config/ollama.yaml").read_text())["targets"][0]
+        target |= {"url": double.url,
+                   "ollama_env": {"OLLAMA_NUM_PARALLEL": str(SCRIPTED_SLOTS)}}
+        (work / "scripted.yaml").write_text(yaml.safe_dump({
+            "targets": [target], "arms": [1, 2, 4, 8],
+            "requests_per_cell": {1: 4, 2: 4, 4: 8, 8: 16}}))  # fmt: skip
+        proc = snakemake(work, "--configfile", "config/smoke.yaml", "scripted.yaml", cache=cache)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        yield work, cache

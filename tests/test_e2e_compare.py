@@ -1,0 +1,90 @@
+"""compare on real archives of the real embedded server: two smoke runs of one config show no
+detectable change; a one-slot llama-server is found slower at 4-way, with the slots named.
+
+Eight reps a side: with the exact rank-sum test and Holm over a target's 16 rows, 5 reps
+against 5 can never claim a change (p ≥ 0.0079, above 0.05 / 16), so a "no detectable change"
+from them would say nothing; 6 against 6 can, but one rep of each side out of order (p = 0.0043,
+measured here at 4-way with 32 tokens on 2 cores) already hides a real one. Side A is the
+session's smoke run taken to eight reps."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from e2e_helpers import SMOKE, copy_repo, copy_work, snakemake
+
+pytestmark = pytest.mark.e2e
+
+EIGHT = {"reps": 8}
+
+
+def archived(work, cache, *override: dict):
+    """Run the smoke config (plus overrides) to the end and archive it: the archive's path."""
+    files = []
+    for i, extra in enumerate((EIGHT, *override)):
+        (work / f"override{i}.yaml").write_text(yaml.safe_dump(extra))
+        files.append(f"override{i}.yaml")
+    proc = snakemake(work, "archive", *SMOKE, *files, cache=cache)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (tarball,) = (work / "results/archive").glob("*.tar.gz")
+    return tarball
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory, smoke_template):
+    cache = tmp_path_factory.mktemp("compare-cache")
+    a = archived(copy_work(smoke_template.work, tmp_path_factory.mktemp("a") / "work"), cache)
+    again = archived(copy_repo(tmp_path_factory.mktemp("a-again")), cache)
+    one_slot = archived(copy_repo(tmp_path_factory.mktemp("one-slot")), cache,
+                        {"targets": [{"name": "embedded", "backend": "llamacpp", "managed": True,
+                                      "server": {"parallel": 1, "threads": 2}}]})
+    return a, again, one_slot
+
+
+def compare(tmp_path, a, b):
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "slotbench", "compare", str(a), str(b),
+                           "--out", str(out)], capture_output=True, text=True, timeout=300,
+                          env=os.environ | {"PYTHONPATH": str(a.parents[2] / "scripts")})  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((out / "compare.json").read_text())
+    return proc.stdout, result["targets"]["embedded"], (out / "compare.md").read_text()
+
+
+def test_two_runs_of_one_config_show_no_detectable_change(archives, tmp_path):
+    a, again, _ = archives
+    out, rec, md = compare(tmp_path, a, again)
+    assert rec["refusal"] is None and rec["guarded"] == [], rec["refusal"]
+    rows = rec["rows"]
+    assert len(rows) == 16 and all(len(r["cells_a"]) == len(r["cells_b"]) == 8 for r in rows)
+    # absolute rates are compared only when neither side's host check saw other processes
+    # take the CPU (on a quiet machine, every row); the within-rep ratios always are
+    allowed = {r["metric"]: {"no detectable change"} for r in rows}
+    if rec["busy"]:
+        allowed |= {m: {"no detectable change", "not comparable (busy host)"}
+                    for m in ("agg_tps", "user_tps")}  # fmt: skip
+    assert all(r["verdict"] in allowed[r["metric"]] for r in rows), [
+        (r["arm"], r["metric"], r["verdict"], r["p"], r["diff_lo"], r["diff_hi"]) for r in rows]
+    assert "server.slots" not in rec["differences"]
+    assert "embedded: 16 no detectable change" in out or rec["busy"]
+    assert "| parallel-4 | speedup |" in md
+
+
+def test_a_one_slot_server_is_slower_at_four_way_and_its_slots_are_named(archives, tmp_path):
+    a, _, one_slot = archives
+    out, rec, md = compare(tmp_path, a, one_slot)
+    assert rec["refusal"] is None, rec["refusal"]
+    assert [str(v) for v in rec["differences"]["server.slots"]] == ["4", "1"]
+    row = next(r for r in rec["rows"] if r["arm"] == 4 and r["metric"] == "speedup")
+    assert row["verdict"] == "B slower", row
+    assert row["diff_hi"] < 0 and row["b"] < row["a"], row
+    # every number is traced to the cells of both sides, and their raw files by hash
+    assert len(row["cells_a"]) == len(row["cells_b"]) == 8
+    assert row["cells_b"][0].startswith("embedded/run1/rep") and len(row["raw_b"]) == 8
+    assert "server.slots: A 4; B 1" in md
