@@ -21,6 +21,21 @@ include: "rules/archive.smk"
 include: "rules/compare.smk"
 
 
+# Reading, computing and writing files: run where Snakemake runs, never queued on a cluster.
+# Only fingerprint, plan and rep (the jobs that talk to a server) go to the executor.
+localrules:
+    all,
+    resolved_config,
+    consolidate_block,
+    consolidate,
+    checks,
+    analyse,
+    figures,
+    report,
+    archive,
+    compare,
+
+
 rule all:
     default_target: True
     input:

@@ -1,4 +1,5 @@
 # Shared by every stage: the validated config and the names of the files that flow between rules.
+import os
 import sys
 
 # The package comes from this checkout, for the Snakefile and (code.run_from_checkout) for
@@ -8,6 +9,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 from slotbench import code as sbcode
 from slotbench import config as sbconfig
 from slotbench import rawfiles as sbraw
+from slotbench import resources as sbres
 from slotbench import smkstate as sbstate
 
 sbcode.run_from_checkout()
@@ -37,6 +39,39 @@ except sbconfig.ConfigError as err:
 TARGETS = [t["name"] for t in CFG["targets"]]
 RUNS = sbconfig.run_ids(CFG)
 REPS = sbconfig.rep_ids(CFG)
+
+# What a measuring job (fingerprint, plan, rep) of each target asks for: its cores, memory and
+# GPUs, a runtime estimate, and one unit of each endpoint resource it holds (slotbench/
+# resources.py). Every endpoint resource exists once, so two jobs that would share what they
+# measure (an external server's host and port, a CPU of a managed one) never run at once,
+# under --jobs N locally or on a cluster; different endpoints run side by side.
+MACHINE_CPUS = (
+    sorted(os.sched_getaffinity(0))
+    if hasattr(os, "sched_getaffinity")
+    else list(range(os.cpu_count() or 1))
+)
+_JOB_RESOURCES = {
+    t["name"]: sbres.job_resources(CFG, t, MACHINE_CPUS, sbres.rep_runtime_min(CFG))
+    for t in CFG["targets"]
+}
+for _target in CFG["targets"]:
+    for _name in sbres.endpoint_resources(_target, MACHINE_CPUS):
+        if _name not in workflow.global_resources:  # unless given with --resources
+            workflow.register_resource(_name, 1)
+
+
+def measuring_resources(runtime_min=None):
+    """The rule's resources: each a function of the job's target (0 where it holds none)."""
+
+    def value(key):
+        if key == "runtime" and runtime_min is not None:
+            return lambda wildcards: runtime_min
+        return lambda wildcards: _JOB_RESOURCES[wildcards.target].get(key, 0)
+
+    return {
+        key: value(key)
+        for key in sorted({k for r in _JOB_RESOURCES.values() for k in r})
+    }
 
 
 wildcard_constraints:

@@ -13,7 +13,7 @@ rule fingerprint:
     conda:
         "../envs/measure.yaml"
     resources:
-        llm_server=1,
+        **measuring_resources(runtime_min=10),
     params:
         target=target_cfg,
         measurement=sbconfig.measurement_settings(CFG),

@@ -9,7 +9,7 @@ rule plan:
     conda:
         "../envs/measure.yaml"
     resources:
-        llm_server=1,
+        **measuring_resources(runtime_min=10),
     params:
         target=target_cfg,
         arms=CFG["arms"],

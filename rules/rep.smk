@@ -15,7 +15,7 @@ rule rep:
     conda:
         "../envs/measure.yaml"
     resources:
-        llm_server=1,
+        **measuring_resources(),
     params:
         target=target_cfg,
         settings=sbconfig.measurement_settings(CFG),

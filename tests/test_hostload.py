@@ -3,6 +3,13 @@ everything else by name, and the check names the reps that shared the machine.""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -11,6 +18,7 @@ from slotbench import hostload
 from slotbench.checks import host
 from slotbench.hostload import LinuxHostLoad, PsHostLoad
 
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 # pid: (name, parent)
 TREE = {1: ("init", 0), 100: ("snakemake", 1), 200: ("python", 100), 300: ("llama-server", 200),
         301: ("llama-server", 300), 400: ("burner", 1), 500: ("sshd", 1)}  # fmt: skip
@@ -129,3 +137,37 @@ def test_the_report_warns_before_the_headline_and_lists_the_reps():
     assert "| run1 rep 3 | 6 | 1.00 (50.0%) | 1.00 | 0.0% | 2.00 | 1.90 | burner 1.00 cores" in md
     assert syn.trap_row(md, "Host contention (other processes, steal)")[1] == "yes"
     assert list(host.HOST_COLUMNS)[:3] == ["target", "run", "rep"]
+
+
+PINNED_PROBE = r"""
+import json, os, time
+from slotbench.hostload import LinuxHostLoad
+os.sched_setaffinity(0, {0})  # this rep runs on CPU 0
+load = LinuxHostLoad()
+load.sample()
+time.sleep(1.0)
+print(json.dumps(load.sample()[0]))
+"""
+BURN = "import ctypes; ctypes.CDLL('libc.so.6').prctl(15, b'%s', 0, 0, 0)\nwhile True: pass"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin apart")
+def test_a_pinned_rep_counts_only_its_cpus_and_what_may_run_on_them():
+    """Another target's rep pinned to the other CPU does not compete; a process that may run
+    anywhere does."""
+    def burner(name, cpus):
+        return subprocess.Popen([sys.executable, "-c", BURN % name],
+                                preexec_fn=lambda: os.sched_setaffinity(0, cpus))
+
+    burners = [burner("nextdoor", {1}), burner("anywhere", {0, 1})]
+    try:
+        time.sleep(0.3)
+        proc = subprocess.run([sys.executable, "-c", PINNED_PROBE], capture_output=True,
+                              text=True, timeout=60, env=os.environ | {"PYTHONPATH": str(SCRIPTS)})
+    finally:
+        for b in burners:
+            b.kill()
+    assert proc.returncode == 0, proc.stderr
+    row = json.loads(proc.stdout)
+    assert row["cpus"] == 1
+    assert "nextdoor" not in row["top"] and "anywhere" in row["top"], row["top"]

@@ -24,12 +24,43 @@ def test_snakefmt_check_is_clean():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_profile_serialises_server_jobs_and_ignores_script_mtimes():
+def test_profile_ignores_script_mtimes():
     profile = yaml.safe_load((REPO / "profiles/default/profile.yaml").read_text())
-    assert "llm_server=1" in profile["resources"]
     assert "code" not in profile["rerun-triggers"]
-    for rule in ["fingerprint", "plan", "rep"]:
-        assert "llm_server=1" in (REPO / f"rules/{rule}.smk").read_text(), rule
+
+
+def test_measuring_jobs_hold_their_endpoint_and_analysis_jobs_stay_local():
+    """A dry run of the matrix: each measuring job holds the CPU its server is pinned to (the
+    default target holds both), asks for its cores and a runtime; the analysis rules are
+    localrules, so that they never queue on a cluster."""
+    proc = run(sys.executable, "-m", "snakemake", "-n", "--jobs", "2", "--configfile",
+               "config/matrix.yaml")  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    jobs = {}
+    for block in out.split("\nrule ")[1:] + out.split("\nlocalrule ")[1:]:
+        rule = block.split(":", 1)[0]
+        wildcards = next((line for line in block.splitlines() if "wildcards:" in line), "")
+        res = next((line for line in block.splitlines() if "resources:" in line), "")
+        jobs.setdefault(rule, []).append((wildcards, res))
+    for rule in ("fingerprint", "plan", "rep"):
+        for wildcards, res in jobs[rule]:
+            endpoint = "cpu0=1" if "target=emb-a-" in wildcards else "cpu1=1"
+            other = "cpu1=1" if endpoint == "cpu0=1" else "cpu0=1"
+            assert endpoint in res and other not in res and "cpus_per_task=1" in res, (rule, res)
+            assert "runtime=" in res, res
+
+
+def test_every_rule_but_the_measuring_ones_is_a_localrule():
+    """Only fingerprint, plan and rep talk to a server; a new rule must say where it runs."""
+    listed = run(sys.executable, "-m", "snakemake", "--list-rules")
+    rules = {line.split()[0] for line in listed.stdout.splitlines()
+             if line.strip() and not line.startswith(" ")}  # fmt: skip
+    text = (REPO / "Snakefile").read_text()
+    block = text[text.index("localrules:"):].split("\n\n", 1)[0]
+    local = {line.strip().rstrip(",") for line in block.splitlines()[1:] if line.strip()}
+    assert rules - local == {"fingerprint", "plan", "rep"}, rules - local
+    assert local <= rules, local - rules
 
 
 def test_ci_runs_exactly_the_readme_test_command():

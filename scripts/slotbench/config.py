@@ -16,6 +16,8 @@ from typing import Any
 import jsonschema
 import yaml
 
+from . import matrix
+
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 SCHEMA_PATH = REPO_CONFIG.parent / "schema.yaml"
 
@@ -177,7 +179,10 @@ def _apply_backend_defaults(target: dict, arms: list) -> dict:
     defaults = BACKEND_DEFAULTS.get(target.get("backend"), {})
     out = defaults.get("target", {}) | target
     if out.get("managed"):
-        server = SERVER_DEFAULTS | defaults.get("managed_server", {}) | out.get("server", {})
+        given = out.get("server", {})
+        server = SERVER_DEFAULTS | defaults.get("managed_server", {}) | given
+        if isinstance(given.get("cpus"), list) and "threads" in server and "threads" not in given:
+            server["threads"] = max(1, len(given["cpus"]))  # its share of the cores
         biggest = max((a for a in arms if isinstance(a, int)), default=1)
         server.setdefault("parallel", biggest)
         if isinstance(server["parallel"], int):
@@ -243,7 +248,15 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
     if empty:
         raise ConfigError(_invalid([f"config key `{key}` is given without a value; give one, or "
                                     "drop the key to get its default" for key in empty]))
-    cfg = _fill_defaults(copy.deepcopy(dict(config)), schema)
+    config = copy.deepcopy(dict(config))
+    expanded_from = None
+    if "matrix" in config:  # the matrix gives the targets (see matrix.py)
+        found = _matrix_problems(config["matrix"], schema)
+        if found:
+            raise ConfigError(_invalid(found))
+        config["targets"] = matrix.expand(config.pop("matrix"))
+        expanded_from = [t.get("name") for t in config["targets"]]
+    cfg = _fill_defaults(config, schema)
     if isinstance(cfg.get("runs"), list):
         # YAML reads an unquoted 2026-12-01 as a date; the run id is what the user typed.
         cfg["runs"] = [r.isoformat() if isinstance(r, datetime.date) else r for r in cfg["runs"]]
@@ -257,6 +270,9 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
     problems = [_describe(e) for e in errors]
     if not problems:
         problems = _semantic_problems(cfg)
+    if problems and expanded_from:
+        problems.append("the targets were expanded from `matrix`: " + ", ".join(
+            f"targets[{i}] = {name}" for i, name in enumerate(expanded_from)))  # fmt: skip
     if problems:
         raise ConfigError(_invalid(problems))
     cfg["arms"] = sorted(cfg["arms"])
@@ -264,6 +280,14 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
     # file must not look like a change and rerun measurement
     cfg["targets"] = [canonical(t) for t in cfg["targets"]]
     return cfg
+
+
+def _matrix_problems(value, schema: dict) -> list[str]:
+    errors = sorted(VALIDATOR(schema["properties"]["matrix"]).iter_errors(value),
+                    key=lambda e: list(map(str, e.absolute_path)))  # fmt: skip
+    if errors:
+        return [_describe(e).replace("config key `", "config key `matrix", 1) for e in errors]
+    return matrix.problems(value)
 
 
 def canonical(cfg: dict) -> dict:

@@ -53,13 +53,32 @@ class LinuxHostLoad:
         self.own_pid = own_pid if own_pid is not None else os.getpid()
         self.ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._last: tuple[float, list[int], dict[int, int]] | None = None
+        # A rep pinned to some CPUs (server.cpus) shares only those: the machine is those CPUs,
+        # and only processes that may run on them compete (another target's pinned rep next
+        # door does not). Read from the real /proc only.
+        allowed = set(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else set()
+        everything = set(range(os.cpu_count() or 1))
+        self.cpus = allowed if str(self.root) == "/" and allowed and allowed != everything else None
 
     def available(self) -> bool:
         return (self.root / "proc" / "stat").is_file()
 
     def _cpu_line(self) -> list[int]:
-        first = (self.root / "proc" / "stat").read_text().splitlines()[0].split()
-        return [int(v) for v in first[1:]]
+        lines = (self.root / "proc" / "stat").read_text().splitlines()
+        if self.cpus is None:
+            return [int(v) for v in lines[0].split()[1:]]
+        per_cpu = [line.split() for line in lines if line.startswith("cpu")]
+        mine = [[int(v) for v in f[1:]] for f in per_cpu if f[0][3:].isdigit()
+                and int(f[0][3:]) in self.cpus]  # fmt: skip
+        return [sum(column) for column in zip(*mine)]
+
+    def _may_share(self, pid: int) -> bool:
+        if self.cpus is None:
+            return True
+        try:
+            return bool(os.sched_getaffinity(pid) & self.cpus)
+        except OSError:  # it ended
+            return False
 
     def _processes(self) -> dict[int, tuple[str, int, int]]:
         """pid -> (name, parent pid, utime + stime in ticks)."""
@@ -101,14 +120,14 @@ class LinuxHostLoad:
         harness = (descendants(procs, {self.own_pid}) | ancestors(procs, self.own_pid)) - server
         others: dict[str, float] = {}
         for pid, ticks in used.items():
-            if pid not in server and pid not in harness and ticks > 0:
+            if pid not in server and pid not in harness and ticks > 0 and self._may_share(pid):
                 others[procs[pid][0]] = others.get(procs[pid][0], 0.0) + ticks / elapsed_ticks
         server_cores = sum(used[p] for p in server if p in used) / elapsed_ticks
         harness_cores = sum(used[p] for p in harness if p in used) / elapsed_ticks
         cores = busy / elapsed_ticks
         return [
             _row(
-                os.cpu_count(),
+                len(self.cpus) if self.cpus else os.cpu_count(),
                 cores,
                 steal / elapsed_ticks,
                 iowait / elapsed_ticks,

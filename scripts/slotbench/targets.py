@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,11 +27,17 @@ class Connection:
     def describe(self) -> dict:
         """Server facts for the fingerprint and raw files."""
         info = {"backend": self.target["backend"], "managed": self.target["managed"]}
+        if hasattr(os, "sched_getaffinity"):  # the cores this measurement had: the split
+            info["cpus"] = sorted(os.sched_getaffinity(0))
         if self.server is not None:
             info |= self.server.describe()
         else:
             info["url"] = self.target["url"]
         return info | self.backend.describe()
+
+
+class ConnectError(RuntimeError):
+    """The target cannot be reached as configured."""
 
 
 def _sigterm_as_exit(signum, frame):  # so that `finally` stops the server on SIGTERM too
@@ -40,6 +47,13 @@ def _sigterm_as_exit(signum, frame):  # so that `finally` stops the server on SI
 @contextmanager
 def connect(target: dict, log_path: str | Path, timeout_s: float) -> Iterator[Connection]:
     previous = signal.signal(signal.SIGTERM, _sigterm_as_exit)
+    cpus = (target.get("server") or {}).get("cpus") if target["managed"] else None
+    if cpus:  # this process and the server it starts run on the target's CPUs alone
+        try:
+            os.sched_setaffinity(0, cpus)
+        except (OSError, AttributeError) as exc:
+            raise ConnectError(f"target {target['name']}: cannot run on CPUs {cpus} "
+                               f"(server.cpus): {exc}") from exc  # fmt: skip
     try:
         if target["managed"]:
             with MANAGED[target["backend"]](target["server"], log_path) as server:
