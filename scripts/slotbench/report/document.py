@@ -15,6 +15,7 @@ from slotbench import provenance as prov
 from slotbench.cells import arm_name
 from slotbench.checks import read_verdicts
 from slotbench.report.blocks import Bullets, Heading, Paragraph, Sources
+from slotbench.report.across import blocks as across_blocks
 from slotbench.report.capacity import blocks as capacity_blocks
 from slotbench.report.headline import ci_label, headline_blocks
 from slotbench.report.render_html import render_html
@@ -128,6 +129,7 @@ def build_document(data: ReportData) -> tuple[list, dict]:
     blocks = _intro(data, targets)
     for target in targets:
         blocks += target_blocks(data, target, index)
+    blocks += across_blocks(data.summary, index, ci_label(data.ci))
 
     sources = TargetContext("", [], index).sources
     blocks += figure_blocks(data.figures_sources, data.figure_paths, sources)

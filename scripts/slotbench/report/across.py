@@ -1,0 +1,68 @@
+"""Across targets: with two targets or more, per metric one table of every target at the widest
+arm they all ran, ordered by speedup, and which neighbours differ beyond their intervals.
+
+It presents results/analysis/summary.csv (medians and bootstrap intervals per target and arm);
+the cells behind every row are the target's cells of that arm and of its serial arm.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from slotbench import provenance as prov
+from slotbench.across import common_arm, ordered, separations
+from slotbench.cells import SERIAL_ARM, arm_name
+from slotbench.fmt import DASH, fmt_num, missing
+from slotbench.report.blocks import Heading, Paragraph, Table
+from slotbench.report.traps import TargetContext
+
+# metric -> (label, digits, True when higher is better)
+METRICS = {"speedup": ("speedup", 2, True), "user_ratio": ("per-user change", 2, True),
+           "ttft_ratio": ("TTFT ratio", 2, False), "efficiency": ("efficiency", 2, True),
+           "gen_gain": ("gen_gain", 2, True)}  # fmt: skip
+ACROSS_ID = "across"
+
+
+def _cell(row, metric: str, digits: int) -> str:
+    value, lo, hi = row.get(metric), row.get(f"{metric}_lo"), row.get(f"{metric}_hi")
+    if missing(value):
+        return DASH
+    if missing(lo) or missing(hi):
+        return fmt_num(value, digits)
+    return f"{fmt_num(value, digits)} [{fmt_num(lo, digits)}, {fmt_num(hi, digits)}]"
+
+
+def blocks(summary: pd.DataFrame, index: prov.CellIndex, ci: str) -> list:
+    targets = sorted(set(summary["target"].dropna().astype(str)))
+    arm = common_arm(summary)
+    if len(targets) < 2 or arm is None:
+        return []
+    rows = ordered(summary, arm)
+    name = arm_name(arm)
+    out: list = [Heading(2, "Across targets"),
+                 Paragraph(f"Every target at {name}, the widest arm they all ran, ordered by "
+                           f"speedup (highest first); medians with {ci} intervals over the "
+                           "reps.")]  # fmt: skip
+    columns = ["target", *(f"{label} [{ci}]" for label, _, _ in METRICS.values()),
+               "aggregate tok/s", "per-user tok/s", "reps"]  # fmt: skip
+    table = [[r["target"], *(_cell(r, m, d) for m, (_, d, _) in METRICS.items()),
+              fmt_num(r["agg_tps"], 1), fmt_num(r["user_tps"], 1), str(int(r["n_reps"]))]
+             for r in rows.to_dict("records")]  # fmt: skip
+    out.append(Table(f"Targets at {name}", columns, table, "The cells behind each row are that "
+                     f"target's {name} and serial-1 cells, listed below.", anchor=ACROSS_ID))
+    sentences = []
+    for metric, (label, _, _) in METRICS.items():
+        pairs = separations(rows, metric)
+        beyond = [f"{a} and {b}" for a, b, apart in pairs if apart]
+        if pairs:
+            sentences.append(f"{label}: " + ("; ".join(beyond) + " differ beyond their intervals"
+                                             if beyond else "no neighbours differ beyond "
+                                             "their intervals"))  # fmt: skip
+    if sentences:
+        out.append(Paragraph("Neighbours in this order, " + ". ".join(sentences) + "."))
+    labels = [lab for t in rows["target"] for a in (arm, SERIAL_ARM)
+              for lab in index.labels(t, arm=a)]  # fmt: skip
+    ref = prov.Ref(ACROSS_ID, "table", f"Targets at {name}", prov.with_roles((labels, "source")),
+                   ACROSS_ID)
+    out.append(TargetContext("", labels, index).sources(labels, ACROSS_ID, (ref,)))
+    return out
