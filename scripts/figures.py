@@ -23,6 +23,7 @@ def main(sm) -> None:
             outdirs.pop(), files={fid: p.name for fid, p in paths.items()},
             thermal=pd.read_parquet(sm.input.thermal),
             capacity=json.loads(Path(sm.input.capacity).read_text()),
+            summary=pd.read_csv(sm.input.summary),
         )  # fmt: skip
         Path(sm.output.sources).write_text(json.dumps(sources, indent=2) + "\n")
         print(f"figures: {len(sources)} figures", file=log)

@@ -55,6 +55,15 @@ def synthetic_cells(targets=("embedded",), runs=("run1", "run2"), reps=3) -> pd.
     return pd.DataFrame(rows)
 
 
+def synthetic_summary(ratios: pd.DataFrame) -> pd.DataFrame:
+    """summary.csv's shape: medians per target and arm, intervals 5% either side."""
+    out = ratios.groupby(["target", "arm"], as_index=False)[
+        ["speedup", "user_ratio", "ttft_ratio", "agg_tps", "user_tps"]].median()
+    for metric in ("speedup", "user_ratio", "ttft_ratio"):
+        out[f"{metric}_lo"], out[f"{metric}_hi"] = out[metric] * 0.95, out[metric] * 1.05
+    return out
+
+
 def synthetic_ratios(cells: pd.DataFrame) -> pd.DataFrame:
     serial = cells[cells["arm"] == 1].set_index(["target", "run", "rep"])
     keys = pd.MultiIndex.from_frame(cells[["target", "run", "rep"]])
@@ -80,9 +89,15 @@ def png_size(path: Path) -> tuple[int, int]:
 def test_make_all_writes_pngs_and_sources(tmp_path, targets):
     cells = synthetic_cells(targets)
     ratios = synthetic_ratios(cells)
-    sources = figures.make_all(cells, ratios, tmp_path)
+    summary = synthetic_summary(ratios)
+    sources = figures.make_all(cells, ratios, tmp_path, summary=summary)
 
     assert set(sources) == set(figures.FIGURE_IDS)
+    # targets side by side: the widest shared arm and serial-1 of each, shown with two or more
+    across = sources.pop("across")
+    assert across["shown"] == (len(targets) >= 2)
+    assert {c.rsplit("/", 1)[1] for c in across["cells"]} == {"arm1", "arm4"}
+    assert {c.split("/")[0] for c in across["cells"]} == set(targets)
     expected_cells = sorted(
         {
             cell_label(t, r, rep, a)
@@ -160,12 +175,14 @@ def test_entry_point(tmp_path):
     ratios = pd.read_parquet(tmp_path / "ratios.parquet")
     assessed = capacity.assess(ratios, {"user_tps_min": 10.0}, 200, 0.95, 0)
     (tmp_path / "capacity.json").write_text(json.dumps(assessed))
+    synthetic_summary(ratios).to_csv(tmp_path / "summary.csv", index=False)
     snakemake = SimpleNamespace(
         input=SimpleNamespace(
             cells=str(tmp_path / "cells.parquet"),
             ratios=str(tmp_path / "ratios.parquet"),
             thermal=str(tmp_path / "thermal.parquet"),
             capacity=str(tmp_path / "capacity.json"),
+            summary=str(tmp_path / "summary.csv"),
         ),
         output=output,
         log=[str(tmp_path / "figures.log")],

@@ -19,7 +19,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from slotbench.cells import arm_name, cell_labels, raw_hashes  # noqa: E402
+from slotbench.across import common_arm, ordered  # noqa: E402
+from slotbench.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes  # noqa: E402
 from slotbench.analyse import position_medians  # noqa: E402
 from slotbench.thermal import is_event  # noqa: E402
 
@@ -29,7 +30,8 @@ MAX_COLS = 3
 # PNG metadata without a Software stamp, so identical data gives identical bytes.
 PNG_METADATA = {"Software": None}
 
-FIGURE_IDS = ("throughput", "ttft", "decomposition", "positions", "timeline", "capacity")
+FIGURE_IDS = ("throughput", "ttft", "decomposition", "positions", "timeline", "capacity",
+              "across")
 
 TITLES = {
     "throughput": "Operator throughput vs per-user generation rate",
@@ -38,6 +40,7 @@ TITLES = {
     "positions": "Median operator throughput at each rotation position",
     "timeline": "Operator throughput over the course of the runs",
     "capacity": "Capacity curve: aggregate and per-user rate against concurrency",
+    "across": "Targets side by side at the widest arm they share",
 }
 
 CAPTIONS = {
@@ -77,7 +80,15 @@ CAPTIONS = {
         "levels (slo.user_tps_min, slo.ttft_s_max) where set; the shaded band starts at the "
         "saturation point, after which the next arm adds less than slo.saturation_gain."
     ),
+    "across": (
+        "Every target at the widest parallel arm all of them ran, in the order of the Across "
+        "targets table (speedup, highest first): median speedup, per-user change and TTFT ratio "
+        "with their bootstrap intervals over the reps. Intervals that do not overlap are the "
+        "differences the table names."
+    ),
 }
+# Figures the report shows only with two targets or more (the file is always written).
+MULTI_TARGET = {"across"}
 EVENT_COLOUR = "#c62828"
 CLOCK_COLOUR = "0.35"
 TEMP_COLOUR = "#b35806"
@@ -408,6 +419,31 @@ def plot_capacity(ratios: pd.DataFrame, path: Path, assessed: dict | None = None
     _per_target(ratios, path, "cells", draw)
 
 
+def plot_across(summary: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """Per metric, one row of point-and-interval per target; returns the rows drawn."""
+    arm = common_arm(summary) if len(summary) else None
+    metrics = (("speedup", "speedup"), ("user_ratio", "per-user change"),
+               ("ttft_ratio", "TTFT ratio"))  # fmt: skip
+    n = summary["target"].nunique() if len(summary) else 1
+    fig, axes = plt.subplots(1, len(metrics), figsize=(10, max(2.4, 1.2 + 0.45 * n)),
+                             squeeze=False, sharey=True)  # fmt: skip
+    rows = ordered(summary, arm) if arm is not None else summary.iloc[0:0]
+    for ax, (metric, label) in zip(axes[0], metrics):
+        if rows.empty:
+            _no_data(ax, "parallel arm shared by the targets")
+            continue
+        y = np.arange(len(rows))[::-1]
+        value = rows[metric].to_numpy(float)
+        lo, hi = rows[f"{metric}_lo"].to_numpy(float), rows[f"{metric}_hi"].to_numpy(float)
+        ax.errorbar(value, y, xerr=[np.nan_to_num(value - lo), np.nan_to_num(hi - value)],
+                    fmt="o", capsize=3, color="#1b4f9c")  # fmt: skip
+        ax.axvline(1.0, color="0.5", linestyle="--", linewidth=1)
+        ax.set_yticks(y, rows["target"].tolist())
+        ax.set_xlabel(f"{label} at {arm}-way")
+    _save(fig, path)
+    return rows
+
+
 PLOTTERS = {
     "throughput": (plot_throughput, "cells"),
     "ttft": (plot_ttft, "cells"),
@@ -415,6 +451,7 @@ PLOTTERS = {
     "positions": (plot_positions, "cells"),
     "timeline": (plot_timeline, "cells"),
     "capacity": (plot_capacity, "ratios"),
+    "across": (plot_across, "summary"),
 }
 
 
@@ -425,6 +462,7 @@ def make_all(
     files: dict[str, str] | None = None,
     thermal: pd.DataFrame | None = None,
     capacity: dict | None = None,
+    summary: pd.DataFrame | None = None,
 ) -> dict[str, dict]:
     """Write every figure as PNG into outdir and return fig_id -> provenance.
 
@@ -436,7 +474,8 @@ def make_all(
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     files = files or {}
-    frames = {"cells": cells, "ratios": ratios}
+    frames = {"cells": cells, "ratios": ratios,
+              "summary": summary if summary is not None else pd.DataFrame(columns=["target"])}
     sources = {}
     sns.set_theme(style="whitegrid", context="paper")
     for fig_id, (plot, frame_name) in PLOTTERS.items():
@@ -446,6 +485,11 @@ def make_all(
             plot(frame, outdir / basename, thermal)
         elif fig_id == "capacity":
             plot(frame, outdir / basename, capacity)
+        elif fig_id == "across":  # its cells: each drawn target's cells of that arm and serial
+            drawn = plot(frame, outdir / basename)
+            arms = {SERIAL_ARM, *drawn["arm"].astype(int)} if len(drawn) else set()
+            frame = ratios[ratios["target"].astype(str).isin(set(drawn["target"].astype(str)))
+                           & ratios["arm"].astype(int).isin(arms)]  # fmt: skip
         else:
             plot(frame, outdir / basename)
         sources[fig_id] = {
@@ -455,4 +499,6 @@ def make_all(
             "cells": cell_labels(frame),
             "raw_sha256": raw_hashes(frame),
         }
+        if fig_id in MULTI_TARGET:
+            sources[fig_id]["shown"] = bool(frame["target"].nunique() >= 2)
     return sources

@@ -124,6 +124,8 @@ def fingerprint_blocks(fingerprints: list[dict], index: prov.CellIndex, sources)
 def figure_blocks(figures_sources: dict, figure_paths: dict, sources) -> list:
     blocks: list = [Heading(2, "Figures")]
     for fig_id, src in figures_sources.items():
+        if src.get("shown") is False:  # e.g. the cross-target figure of a one-target run
+            continue
         path = figure_paths.get(fig_id)
         blocks.append(Figure(fig_id, src.get("title", fig_id), src.get("caption", ""),
                              src.get("file", f"{fig_id}.png"),
