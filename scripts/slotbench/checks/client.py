@@ -174,8 +174,9 @@ def self_check(
     if lag_fired:
         parts.append(
             f"requests went out late: p95 send lag {fmt_ms(lag_p95)} (max {fmt_ms(lag_max)}) exceeds "
-            f"{fmt_ms(lag_threshold_s)}, leaving the server idle between requests in "
-            f"{len(over_lag)} cell(s) (e.g. {over_lag[0] if over_lag else 'pooled'})"
+            f"{fmt_ms(lag_threshold_s)}, so the server had fewer requests in flight than the "
+            f"arm meant (idle, unless it was queueing others anyway) in {len(over_lag)} cell(s) "
+            f"(e.g. {over_lag[0] if over_lag else 'pooled'})"
         )
     if cpu_fired:
         parts.append(
