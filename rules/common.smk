@@ -90,7 +90,12 @@ def code(script):
     """The package modules a cheap rule's script runs: declared as inputs, so that a change to
     that code reruns the rule and what follows it. Measuring rules never declare code.
     """
-    return sbcode.module_files(Path(workflow.basedir) / "scripts" / script)
+    # local(): read where Snakemake runs (only localrules declare code), never from the
+    # default storage a cluster profile may set (profiles/kubernetes)
+    return [
+        local(p)
+        for p in sbcode.module_files(Path(workflow.basedir) / "scripts" / script)
+    ]
 
 
 def raw_files(wildcards=None):
