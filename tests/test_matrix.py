@@ -80,6 +80,10 @@ def test_one_endpoint_is_one_resource_and_disjoint_cpus_are_two():
     assert resources.endpoint_resources(one, cpus) == resources.endpoint_resources(same, cpus) == {
         "endpoint_gpu1_lan_11434": 1}
     assert resources.endpoint_resources(other, cpus) == {"endpoint_api_example_com_443": 1}
+    # a server on this machine shares its CPUs with the managed ones
+    local = {"managed": False, "url": "http://127.0.0.1:11434"}
+    assert resources.endpoint_resources(local, cpus) == {
+        "endpoint_127_0_0_1_11434": 1, "cpu0": 1, "cpu1": 1}
 
 
 def test_the_runtime_estimate_grows_with_the_work_a_rep_does():

@@ -16,6 +16,7 @@ SLOW_TPS = 5.0
 STARTUP_S = 120  # a server start, its warm-up and the job's own start
 MEMORY_MB = {"llamacpp": 2048, "ollama": 4096}  # a managed server of the embedded size
 CLIENT_MB = 1024
+LOOPBACK = {"localhost", "::1", "ip6-localhost"}
 
 
 def endpoint_resources(target: dict, machine_cpus: list[int]) -> dict[str, int]:
@@ -25,14 +26,18 @@ def endpoint_resources(target: dict, machine_cpus: list[int]) -> dict[str, int]:
 
     A managed server holds each CPU it may run on (``server.cpus``, else every CPU of this
     machine): targets on disjoint CPUs are measured side by side, overlapping ones in turn. An
-    external server holds its endpoint: the host and port of its URL.
+    external server holds its endpoint: the host and port of its URL; on this machine (a
+    loopback address) it shares the CPUs with any managed server, so it holds them all too.
     """
     if target.get("managed"):
         cpus = target.get("server", {}).get("cpus") or machine_cpus
         return {f"cpu{c}": 1 for c in cpus}
     url = urlsplit(target["url"])
     port = url.port or (443 if url.scheme == "https" else 80)
-    return {"endpoint_" + re.sub(r"\W", "_", f"{url.hostname}_{port}"): 1}
+    held = {"endpoint_" + re.sub(r"\W", "_", f"{url.hostname}_{port}"): 1}
+    if url.hostname in LOOPBACK or (url.hostname or "").startswith("127."):
+        held |= {f"cpu{c}": 1 for c in machine_cpus}
+    return held
 
 
 def rep_runtime_min(cfg: dict) -> int:
