@@ -87,8 +87,7 @@ CAPTIONS = {
         "differences the table names."
     ),
 }
-# Figures the report shows only with two targets or more (the file is always written).
-MULTI_TARGET = {"across"}
+MULTI_TARGET = {"across"}  # shown in the report with two targets or more; always written
 EVENT_COLOUR = "#c62828"
 CLOCK_COLOUR = "0.35"
 TEMP_COLOUR = "#b35806"
@@ -422,19 +421,16 @@ def plot_capacity(ratios: pd.DataFrame, path: Path, assessed: dict | None = None
 def plot_across(summary: pd.DataFrame, path: Path) -> pd.DataFrame:
     """Per metric, one row of point-and-interval per target; returns the rows drawn."""
     arm = common_arm(summary) if len(summary) else None
-    metrics = (("speedup", "speedup"), ("user_ratio", "per-user change"),
-               ("ttft_ratio", "TTFT ratio"))  # fmt: skip
-    n = summary["target"].nunique() if len(summary) else 1
-    fig, axes = plt.subplots(1, len(metrics), figsize=(10, max(2.4, 1.2 + 0.45 * n)),
-                             squeeze=False, sharey=True)  # fmt: skip
+    metrics = {"speedup": "speedup", "user_ratio": "per-user change", "ttft_ratio": "TTFT ratio"}
+    height = max(2.4, 1.2 + 0.45 * (summary["target"].nunique() if len(summary) else 1))
+    fig, axes = plt.subplots(1, len(metrics), figsize=(10, height), squeeze=False, sharey=True)
     rows = ordered(summary, arm) if arm is not None else summary.iloc[0:0]
-    for ax, (metric, label) in zip(axes[0], metrics):
+    for ax, (metric, label) in zip(axes[0], metrics.items()):
         if rows.empty:
             _no_data(ax, "parallel arm shared by the targets")
             continue
         y = np.arange(len(rows))[::-1]
-        value = rows[metric].to_numpy(float)
-        lo, hi = rows[f"{metric}_lo"].to_numpy(float), rows[f"{metric}_hi"].to_numpy(float)
+        value, lo, hi = (rows[c].to_numpy(float) for c in (metric, f"{metric}_lo", f"{metric}_hi"))
         ax.errorbar(value, y, xerr=[np.nan_to_num(value - lo), np.nan_to_num(hi - value)],
                     fmt="o", capsize=3, color="#1b4f9c")  # fmt: skip
         ax.axvline(1.0, color="0.5", linestyle="--", linewidth=1)

@@ -12,7 +12,7 @@ import pandas as pd
 from slotbench import provenance as prov
 from slotbench.across import common_arm, ordered, separations
 from slotbench.cells import SERIAL_ARM, arm_name
-from slotbench.fmt import DASH, fmt_num, missing
+from slotbench.fmt import DASH, fmt_num, missing, with_ci
 from slotbench.report.blocks import Heading, Paragraph, Table
 from slotbench.report.traps import TargetContext
 
@@ -24,12 +24,8 @@ ACROSS_ID = "across"
 
 
 def _cell(row, metric: str, digits: int) -> str:
-    value, lo, hi = row.get(metric), row.get(f"{metric}_lo"), row.get(f"{metric}_hi")
-    if missing(value):
-        return DASH
-    if missing(lo) or missing(hi):
-        return fmt_num(value, digits)
-    return f"{fmt_num(value, digits)} [{fmt_num(lo, digits)}, {fmt_num(hi, digits)}]"
+    return DASH if missing(row.get(metric)) else with_ci(row, metric,
+                                                         lambda x: fmt_num(x, digits))
 
 
 def blocks(summary: pd.DataFrame, index: prov.CellIndex, ci: str) -> list:
