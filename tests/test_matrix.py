@@ -49,6 +49,8 @@ def test_names_say_what_varies(vary, names):
     ({"base": {"name": "x"}, "vary": {"name": ["a", "b"]}}, "the name is made from"),
     ({"vary": {}}, "`matrix[0]`: 'base' is a required property"),
     ({"base": {"name": "x"}, "bogus": 1}, "`matrix[0].bogus` is not a slotbench key"),
+    ({"base": {"name": "x", "server": 4}, "vary": {"server.parallel": [1]}},
+     "server.parallel: server is not a mapping in the base target"),
 ])  # fmt: skip
 def test_a_bad_matrix_is_named_before_anything_runs(entry, message):
     with pytest.raises(config.ConfigError, match="nothing was sent") as err:

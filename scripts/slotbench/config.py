@@ -254,7 +254,10 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
         found = _matrix_problems(config["matrix"], schema)
         if found:
             raise ConfigError(_invalid(found))
-        config["targets"] = matrix.expand(config.pop("matrix"))
+        try:
+            config["targets"] = matrix.expand(config.pop("matrix"))
+        except ValueError as exc:  # a varied key below a base value that is not a mapping
+            raise ConfigError(_invalid([f"config key `matrix`: {exc}"])) from None
         expanded_from = [t.get("name") for t in config["targets"]]
     cfg = _fill_defaults(config, schema)
     if isinstance(cfg.get("runs"), list):

@@ -1,5 +1,5 @@
-"""Across targets: with two targets or more, per metric one table of every target at the widest
-arm they all ran, ordered by speedup, and which neighbours differ beyond their intervals.
+"""Across targets: with two targets or more, one table of every target at the widest arm they
+all ran, ordered by speedup, and per metric which neighbours differ beyond their intervals.
 
 It presents results/analysis/summary.csv (medians and bootstrap intervals per target and arm);
 the cells behind every row are the target's cells of that arm and of its serial arm.
@@ -16,16 +16,13 @@ from slotbench.fmt import DASH, fmt_num, missing, with_ci
 from slotbench.report.blocks import Heading, Paragraph, Table
 from slotbench.report.traps import TargetContext
 
-# metric -> (label, digits, True when higher is better)
-METRICS = {"speedup": ("speedup", 2, True), "user_ratio": ("per-user change", 2, True),
-           "ttft_ratio": ("TTFT ratio", 2, False), "efficiency": ("efficiency", 2, True),
-           "gen_gain": ("gen_gain", 2, True)}  # fmt: skip
+METRICS = {"speedup": "speedup", "user_ratio": "per-user change", "ttft_ratio": "TTFT ratio",
+           "efficiency": "efficiency", "gen_gain": "gen_gain"}  # fmt: skip
 ACROSS_ID = "across"
 
 
-def _cell(row, metric: str, digits: int) -> str:
-    return DASH if missing(row.get(metric)) else with_ci(row, metric,
-                                                         lambda x: fmt_num(x, digits))
+def _cell(row, metric: str) -> str:
+    return DASH if missing(row.get(metric)) else with_ci(row, metric, lambda x: fmt_num(x, 2))
 
 
 def blocks(summary: pd.DataFrame, index: prov.CellIndex, ci: str) -> list:
@@ -39,15 +36,15 @@ def blocks(summary: pd.DataFrame, index: prov.CellIndex, ci: str) -> list:
                  Paragraph(f"Every target at {name}, the widest arm they all ran, ordered by "
                            f"speedup (highest first); medians with {ci} intervals over the "
                            "reps.")]  # fmt: skip
-    columns = ["target", *(f"{label} [{ci}]" for label, _, _ in METRICS.values()),
+    columns = ["target", *(f"{label} [{ci}]" for label in METRICS.values()),
                "aggregate tok/s", "per-user tok/s", "reps"]  # fmt: skip
-    table = [[r["target"], *(_cell(r, m, d) for m, (_, d, _) in METRICS.items()),
+    table = [[r["target"], *(_cell(r, m) for m in METRICS),
               fmt_num(r["agg_tps"], 1), fmt_num(r["user_tps"], 1), str(int(r["n_reps"]))]
              for r in rows.to_dict("records")]  # fmt: skip
     out.append(Table(f"Targets at {name}", columns, table, "The cells behind each row are that "
                      f"target's {name} and serial-1 cells, listed below.", anchor=ACROSS_ID))
     sentences = []
-    for metric, (label, _, _) in METRICS.items():
+    for metric, label in METRICS.items():
         pairs = separations(rows, metric)
         beyond = [f"{a} and {b}" for a, b, apart in pairs if apart]
         if pairs:
