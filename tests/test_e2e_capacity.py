@@ -17,10 +17,15 @@ from ollama_double import OllamaDouble
 
 pytestmark = pytest.mark.e2e
 
-# gen_gain counts the streams generating at once and the speedup the tokens over the wall clock,
-# so where the server queued, gen_gain can exceed the speedup only by what the prefill of the
-# queued requests and the hand-over between them cost: 15% on this server and these lengths.
-QUEUED_GEN_GAIN_TOLERANCE = 1.15
+# gen_gain counts the generation windows of the streams generating at once, the speedup the
+# tokens over the wall clock. With 16-token outputs the two differ even where nothing queues:
+# gen_gain / speedup was 1.11-1.18 at 2-way, 1.14-1.25 at 4-way in three runs here (1.21 at
+# 4-way in CI, 2026-12-01). So the queued arms are held to the 2-way arm of their own run, which
+# had the same two streams generating and no queue: their excess was 0.98-1.06 of its excess at
+# 4-way, 0.88-0.96 at 8-way (in two runs a 1-CPU burner took every arm to 0.67-0.72 and the
+# ratios to 1.00-1.07). Counting the arm's nominal streams would double it at 4-way.
+QUEUED_GEN_GAIN_TOLERANCE = 1.25  # of the 2-way arm's gen_gain / speedup
+EXCESS_MAX = 1.5  # gen_gain / speedup of any arm on these lengths
 SWEEP = {
     "targets": [{"name": "embedded", "backend": "llamacpp", "managed": True,
                  "server": {"parallel": 2, "threads": 2}}],
@@ -47,12 +52,14 @@ def test_a_sweep_past_two_slots_counts_the_streams_generating_and_states_the_cap
     wide = ratios[ratios["arm"] >= 4]
     assert wide["queued"].all() and (wide["streams"] <= 2.0 + 1e-9).all()
     summary = pd.read_csv(work / "results/analysis/summary.csv").set_index("arm")
+    excess = summary["gen_gain"] / summary["speedup"]
+    assert not summary.loc[2, "queued_cells"] and excess.max() <= EXCESS_MAX, excess
     for arm in (4, 8):
         row = summary.loc[arm]
         assert row["queued_cells"] == 2 and row["streams"] <= 2.0
-        assert row["gen_gain"] <= row["speedup"] * QUEUED_GEN_GAIN_TOLERANCE, row
+        assert excess[arm] <= excess[2] * QUEUED_GEN_GAIN_TOLERANCE, excess
         # the nominal count would have claimed batching for streams that never ran together
-        assert row["gen_gain"] * arm / row["streams"] > row["speedup"] * QUEUED_GEN_GAIN_TOLERANCE
+        assert excess[arm] * arm / row["streams"] > excess[2] * QUEUED_GEN_GAIN_TOLERANCE, row
 
     assessed = json.loads((work / "results/analysis/capacity.json").read_text())
     record = assessed["targets"]["embedded"]

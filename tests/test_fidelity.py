@@ -1,14 +1,18 @@
 """benchmarks/fidelity.py --quick as a test: slotbench's own client against the pacing server
 (a truth log of when each request was read and each token written), at concurrency 1 and 4,
 in every wire format. Catches a client regression (a lost or duplicated request, a TTFT
-stamped milliseconds late) without making CI flaky. With 24 requests a p99 is the single worst
-request, and one scheduler stall on a shared two-core runner put it at 18 ms (CI, 2026-11-30)
-while the median stayed at 1.1 ms. So the test bounds what a client bug moves: the median
-(2 ms; the OpenAI client this replaced was 2.1 ms late at 1-way, 3.6 ms at 4-way) and the p90
-(5 ms, which lets two of 24 requests stall), and keeps a p99 bound loose enough for one stall
-(50 ms) that still catches a client that waits a timer tick or a read timeout for its first
-token. The 1 ms p99 target is a benchmark, measured on a quiet machine in
-benchmarks/RESULTS.md."""
+stamped milliseconds late) without making CI flaky.
+
+With 24 requests the tail is a handful of requests, and a shared two-core CI runner stalls a
+few of them: one stall put a p99 at 18 ms (CI, 2026-11-30), three or more put the OpenAI
+format's 4-way p90 at 9.9 ms and its p99 at 15.7 ms (CI, 2026-12-01), while every median stayed
+under 2 ms. So the test bounds what a client bug moves. A client that stamps late on every
+request (waits for the second chunk, a timer tick, the pacer's 10 ms gap) moves the median: 2 ms
+(the OpenAI client this replaced was 2.1 ms late at 1-way, 3.6 ms at 4-way). A client that
+reads some streams late (one after another instead of side by side) is late on them by whole
+requests, hundreds of milliseconds, and moves the p90 past 20 ms. The p99 bound (50 ms) still
+catches a client that waits a read timeout for its first token. The 1 ms p99 target is a
+benchmark, measured on a quiet machine in benchmarks/RESULTS.md."""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ import sys
 from e2e_helpers import REPO
 
 TTFT_P50_BOUND_S = 0.002
-TTFT_P90_BOUND_S = 0.005
+TTFT_P90_BOUND_S = 0.020
 TTFT_P99_BOUND_S = 0.050
 FORMATS = ("llamacpp", "ollama", "openai", "openai-chat")
 
