@@ -30,9 +30,9 @@ pytestmark = [
 ]
 
 MATRIX = [*SMOKE, "config/smoke-matrix.yaml", "short.yaml"]
-# two reps of short outputs (one thread per server), and status checks every few seconds
-# rather than the profile's 10 s and up: the test's own time
-SHORT = {"reps": 2, "num_predict": 16}
+# two reps of the serial and 2-way arms with short outputs (one thread per server), and status
+# checks every few seconds rather than the profile's 10 s and up: the test's own time
+SHORT = {"reps": 2, "num_predict": 16, "arms": [1, 2]}
 PROFILE = ["--profile", "profiles/slurm", "--slurm-init-seconds-before-status-checks", "3"]
 
 
