@@ -79,8 +79,11 @@ def test_a_sweep_past_two_slots_counts_the_streams_generating_and_states_the_cap
 # The scripted Ollama server (tests/ollama_double.py) with 4 slots paces every token of every
 # stream at token_s * (1 + 0.25 * (generating - 1)): a per-user rate of 100, 80 and 57.1 tok/s
 # with 1, 2 and 4 streams generating, and 57.1 again at 8 in flight, where 4 wait for a slot
-# (about 32 tokens at 17.5 ms, 0.56 s, before their first token). So the answers are known.
+# (about 32 tokens at 17.5 ms, 0.56 s, before their first token). So the answers are known. Its
+# tokens are paced against deadlines, so the client should see these rates to within a few per
+# cent: 99.7, 79.9, 57.1, 57.1 here (a sleep per token had given 94-96 at 1-way).
 SCRIPTED_SLOTS, TOKEN_S = 4, 0.01
+KNOWN_RATE_TOLERANCE = 0.05
 KNOWN_USER_TPS = {1: 100.0, 2: 80.0, 4: 1 / (TOKEN_S * 1.75), 8: 1 / (TOKEN_S * 1.75)}
 
 
@@ -99,7 +102,7 @@ def test_capacity_on_a_scripted_server_is_its_known_answer(scripted_sweep, slo, 
     assert "rep" not in jobs_run(proc), "a level is judged on the cells measured, not new ones"
     record = json.loads((work / "results/analysis/capacity.json").read_text())["targets"]["ollama"]
     for r in record["arms"]:  # the client measured the rates the server was scripted to give
-        assert r["user_tps"] == pytest.approx(KNOWN_USER_TPS[r["arm"]], rel=0.15), r
+        assert r["user_tps"] == pytest.approx(KNOWN_USER_TPS[r["arm"]], rel=KNOWN_RATE_TOLERANCE), r
     assert record["capacity"]["arm"] == arm and record["capacity"]["between"] == between
     assert record["saturation"]["arm"] == SCRIPTED_SLOTS  # 4 → 8 in flight adds no tok/s
     md = (work / "results/report.md").read_text()
