@@ -249,6 +249,7 @@ def plot(result: dict, sides: tuple[Side, Side], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     targets = list(result["targets"]) or [""]
+    arms = sorted({int(a) for side in sides for a in side.ratios["arm"].unique()})
     fig, axes = plt.subplots(len(targets), 2, figsize=(9, 3.2 * len(targets)), squeeze=False)
     for row, target in zip(axes, targets):
         for ax, metric in zip(row, ("speedup", "user_tps")):
@@ -259,7 +260,6 @@ def plot(result: dict, sides: tuple[Side, Side], path: Path) -> None:
                 med = r.groupby("arm")[metric].median()
                 ax.plot(med.index, med.values, marker="o", color=colour, label=label)
                 ax.scatter(r["arm"], r[metric], s=8, color=colour, alpha=0.4)
-            arms = sorted({int(a) for side in sides for a in side.ratios["arm"].unique()})
             ax.set_xscale("log", base=2)
             # the arms as plain numbers: log-scale tick labels are mathtext ("2^1")
             ax.set_xticks(arms, [str(a) for a in arms])
