@@ -19,6 +19,8 @@ rule rep:
     params:
         target=target_cfg,
         settings=sbconfig.measurement_settings(CFG),
+        # how the requests are sent: client processes and their CPUs (recorded in the raw file)
+        client=sbconfig.client_settings(CFG),
         # recorded in the raw file: consolidation refuses to pool reps measured differently
         experiment=experiment,
     script:

@@ -44,11 +44,13 @@ def main(sm) -> None:
             fail(f"target {target}, run {run}, rep {rep}: {space}", log)
         try:
             with connect(sm.params.target, sm.log.server, settings["request_timeout_s"]) as conn:
-                entry = make_rep_plan(plan, rep, conn.backend.tokenizer())
+                client = dict(sm.params.client)
+                entry = make_rep_plan(plan, rep, conn.backend.tokenizer(),
+                                      client_processes=client["processes"])
                 raw = run_rep(conn, plan, entry, settings, pipeline_version(), log=log,
                               thermal_sources=available_sources(),
                               thermal_interval_s=settings["thermal_interval_s"],
-                              host=host_source(conn))
+                              host=host_source(conn), client=client)
         except (RepError, ServerError, BackendError, RuntimeError) as exc:
             fail(str(exc) if isinstance(exc, RepError) else
                  f"target {target}, run {run}, rep {rep}: {exc}", log)

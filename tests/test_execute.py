@@ -1,6 +1,6 @@
 """Rep execution: N in flight per arm, same work everywhere, failures name their place."""
 
-import threading
+import asyncio
 import time
 
 import pytest
@@ -20,38 +20,42 @@ class CountingBackend(Backend):
 
     def __init__(self, fail_on=None):
         super().__init__("http://127.0.0.1:9")
-        self.lock = threading.Lock()
         self.in_flight = 0
         self.peaks = []
         self.calls = 0
         self.fail_on = fail_on
 
-    def generate(self, prompt, num_predict, temperature, seed):
+    def prepare(self, prompt, num_predict, temperature, seed, allow_cache=False):
+        return num_predict
+
+    async def send(self, client, num_predict, finish=True):
         rec = RequestRecord(t_sent=time.monotonic())
-        with self.lock:
-            self.calls += 1
-            call = self.calls
-            self.in_flight += 1
-            self.peaks.append(self.in_flight)
+        self.calls += 1  # one event loop: no lock needed
+        call = self.calls
+        self.in_flight += 1
+        self.peaks.append(self.in_flight)
         try:
             if call == self.fail_on:
                 raise BackendError("connection refused")
-            time.sleep(0.03)
+            await asyncio.sleep(0.03)
             rec.t_first = time.monotonic()
-            time.sleep(0.02)
+            await asyncio.sleep(0.02)
             rec.output_tokens, rec.gen_s, rec.prompt_tokens = num_predict, 0.02, 10
             rec.done_reason = "length"
             rec.t_done = time.monotonic()
             return rec
         finally:
-            with self.lock:
-                self.in_flight -= 1
+            self.in_flight -= 1
+
+    def finish(self, rec):
+        return rec
 
 
 class FakeConnection:
     def __init__(self, backend):
         self.backend = backend
         self.server = None
+        self.target = {"name": "t", "backend": "fake", "managed": False}
 
     def describe(self):
         return {"backend": "fake", "managed": False}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import datetime
 import math
+import os
 import string
 from pathlib import Path
 from typing import Any
@@ -420,6 +421,21 @@ def experiment(cfg: dict, target: str) -> dict:
 def check_settings(cfg: dict) -> dict:
     """What the checks read: their thresholds, the interval level and resamples, the seed."""
     return {"checks": cfg["checks"], "analysis": cfg["analysis"], "seed": cfg["seed"]}
+
+
+def client_settings(cfg: dict) -> dict:
+    """How the rep's requests are sent: client processes (``auto`` resolved against the widest
+    arm and the CPUs the client may use) and their CPUs. Not part of the experiment: reps sent
+    by different client processes still pool, and each raw file records its own."""
+    from .plan import auto_processes
+
+    client = cfg["client"]
+    processes = client["processes"]
+    if processes == "auto":
+        cpus = client["cpus"] or (sorted(os.sched_getaffinity(0))
+                                  if hasattr(os, "sched_getaffinity") else [0])  # fmt: skip
+        processes = auto_processes(max(cfg["arms"]), len(cpus))
+    return {"processes": int(processes), "cpus": client["cpus"]}
 
 
 def measurement_settings(cfg: dict) -> dict:

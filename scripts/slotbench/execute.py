@@ -1,55 +1,53 @@
 """Run one rep: warm up, then every arm in the rep's planned order, and record every request.
 
-An arm of concurrency N sends the cell's requests with at most N in flight: a worker pool of N
-threads takes the next request as soon as one finishes, so every arm does the same work.
+An arm of concurrency N sends the cell's requests with at most N in flight: N streams (on one
+event loop, or shared out over client processes as the rep plan says: slotbench.clients), each
+sending its next request as soon as its previous one is done, so every arm does the same work.
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 from .backends import BackendError
+from .clients import Clients
+from .loadgen import CellFailed
+from .plan import split_streams
 from .rawfiles import RAW_SCHEMA
 from .sampler import Sampler
 from .targets import Connection
+
+TIMES = ("t_sent_s", "t_first_s", "t_last_s", "t_done_s")
 
 
 class RepError(RuntimeError):
     """A request failed, so the rep it belongs to is not recorded."""
 
 
-def _send_all(conn: Connection, requests: list[dict], concurrency: int, num_predict: int,
-              temperature: float) -> list:
-    """Send ``requests`` with ``concurrency`` in flight; on the first failure, stop sending.
+def _shares(requests: list[dict], shares: list[dict] | None, streams: int) -> list[dict]:
+    """The plan's split of a cell over client processes, with each process's request dicts."""
+    by_id = {r["request"]: r for r in requests}
+    if not shares or sorted(i for s in shares for i in s["requests"]) != sorted(by_id):
+        shares = split_streams(streams, list(by_id), len(shares or [1]))
+    return [s | {"requests": [by_id[i] for i in s["requests"]]} for s in shares]
 
-    Returns a list aligned with ``requests``: RequestRecord, or (index, exception) for the
-    first failure.
+
+def _send_all(clients: Clients, requests: list[dict], shares: list[dict] | None, streams: int,
+              num_predict: int, temperature: float, measure: bool = True):  # fmt: skip
+    """Send ``requests`` with ``streams`` in flight; on the first failure, stop sending.
+
+    Returns (raw records in request order with absolute times, client process stats), or
+    raises CellFailed naming the request.
     """
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = [
-            pool.submit(conn.backend.generate, r["prompt"], num_predict, temperature, r["seed"],
-                        **({"allow_cache": True} if r.get("allow_cache") else {}))
-            for r in requests
-        ]  # fmt: skip
-        try:
-            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
-        except BaseException:  # an interrupt: end the streams in flight, keep nothing
-            _stop(futures, conn)
-            raise
-        failed = [i for i, f in enumerate(futures) if f in done and f.exception() is not None]
-        if failed:
-            _stop(futures, conn)
-            return [(failed[0], futures[failed[0]].exception())]
-        return [f.result() for f in futures]
-
-
-def _stop(futures: list, conn: Connection) -> None:
-    """The rep stops: requests not yet sent are not sent, and those in flight are ended."""
-    for f in futures:
-        f.cancel()
-    conn.backend.abort()
+    try:
+        return clients.cell(_shares(requests, shares, streams), num_predict, temperature,
+                            measure)  # fmt: skip
+    except CellFailed:
+        raise
+    except BaseException:  # an interrupt: end the streams in flight, keep nothing
+        clients.abort()
+        raise
 
 
 def _failure(ctx: dict, arm, position, request, exc: BaseException, conn: Connection) -> RepError:
@@ -70,36 +68,40 @@ def _failure(ctx: dict, arm, position, request, exc: BaseException, conn: Connec
     return RepError(msg)
 
 
-def _warm_up(conn: Connection, warm: list[dict], settings: dict, ctx: dict, label: str,
-             log) -> None:
-    """Load the model, then short generations on every slot; nothing here is measured."""
+def _warm_up(conn: Connection, clients: Clients, rep_entry: dict, settings: dict, ctx: dict,
+             label: str, log) -> None:  # fmt: skip
+    """Load the model, then short generations on every slot, from every client process (each
+    opens its connections); nothing here is measured."""
     t0 = time.monotonic()
+    warm = rep_entry["warmup"]
     try:
         conn.backend.load()
     except Exception as exc:  # noqa: BLE001 - any failure here fails the rep, named
         raise _failure(ctx, None, None, None, exc, conn) from exc
-    results = _send_all(conn, warm, len(warm), settings["warmup_predict"], settings["temperature"])
-    if isinstance(results[0], tuple):
-        i, exc = results[0]
-        raise _failure(ctx, None, None, warm[i]["request"], exc, conn)
+    try:
+        _send_all(clients, warm, rep_entry.get("warmup_shares"), len(warm),
+                  settings["warmup_predict"], settings["temperature"], measure=False)  # fmt: skip
+    except CellFailed as failed:
+        raise _failure(ctx, None, None, failed.index, failed.error, conn) from None
     print(f"[{label}] warm-up: {len(warm)} requests in {time.monotonic() - t0:.1f} s", file=log)
 
 
-def _measure_cell(conn: Connection, cell: dict, settings: dict, origin: float, ctx: dict,
-                  label: str, log) -> dict:
-    """One cell: its requests with ``arm`` in flight, and the client's own CPU time meanwhile."""
+def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict,
+                  origin: float, ctx: dict, label: str, log) -> dict:  # fmt: skip
+    """One cell: its requests with ``arm`` in flight, and what each client process spent."""
     arm, position = cell["arm"], cell["position"]
-    cpu0 = time.process_time()
-    results = _send_all(conn, cell["requests"], arm, settings["num_predict"],
-                        settings["temperature"])
-    client_cpu_s = time.process_time() - cpu0
-    if isinstance(results[0], tuple):
-        i, exc = results[0]
-        raise _failure(ctx, arm, position, cell["requests"][i]["request"], exc, conn)
-    requests = [
-        {"request": r["request"], "nonce": r["nonce"], "seed": r["seed"], **rec.to_raw(origin)}
-        for r, rec in zip(cell["requests"], results, strict=True)
-    ]
+    try:
+        results, stats = _send_all(clients, cell["requests"], cell.get("shares"), arm,
+                                   settings["num_predict"], settings["temperature"])  # fmt: skip
+    except CellFailed as failed:
+        raise _failure(ctx, arm, position, failed.index, failed.error, conn) from None
+    requests = []
+    for r, rec in zip(cell["requests"], results, strict=True):
+        rec = rec | {k: None if rec[k] is None else rec[k] - origin for k in TIMES}
+        requests.append({"request": r["request"], "nonce": r["nonce"], "seed": r["seed"], **rec})
+    for st in stats:
+        st["started"] -= origin
+    client_cpu_s = sum(st["cpu_s"] for st in stats)
     t_start = min(r["t_sent_s"] for r in requests)
     t_end = max(r["t_done_s"] for r in requests)
     tokens = sum(r["output_tokens"] for r in requests)
@@ -111,17 +113,19 @@ def _measure_cell(conn: Connection, cell: dict, settings: dict, origin: float, c
     )
     return {"arm": arm, "position": position, "control": bool(cell.get("control")),
             "t_start_s": t_start, "t_end_s": t_end, "client_cpu_s": client_cpu_s,
-            "requests": requests}  # fmt: skip
+            "client": {"processes": stats}, "requests": requests}  # fmt: skip
 
 
 def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code: dict,
             log=sys.stderr, thermal_sources=(), thermal_interval_s: float = 1.0,
-            host=None) -> dict:
+            host=None, client: dict | None = None) -> dict:
     """Measure one rep and return its raw record (the caller writes it atomically).
 
     Background samplers record the machine's thermal state and, with a ``host`` source, what the
     rest of the machine was doing (slotbench.hostload), from before the warm-up to the end of
-    the last cell; an optional cooldown lets the machine settle before the rep starts.
+    the last cell; an optional cooldown lets the machine settle before the rep starts. ``client``
+    (resolved ``client`` settings: processes, cpus) says how many client processes send the
+    requests; the rep plan's shares split each cell over them.
     """
     ctx = {"target": plan["target"], "run": plan["run"], "rep": rep_entry["rep"]}
     label = f"{ctx['target']} {ctx['run']} rep {ctx['rep']}"
@@ -133,12 +137,21 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
     sampler = Sampler(list(thermal_sources), interval_s=thermal_interval_s, tags=ctx)
     host_sampler = Sampler([host] if host else [], interval_s=thermal_interval_s, tags=ctx,
                            kind="host")  # fmt: skip
-    with sampler, host_sampler:
-        _warm_up(conn, rep_entry["warmup"], settings, ctx, label, log)
+    client = client or {}
+    processes = max([len(c.get("shares") or [1]) for c in rep_entry["cells"]]
+                    + [len(rep_entry.get("warmup_shares") or [1])])  # fmt: skip
+    try:
+        clients = Clients(conn.backend, conn.target, conn.backend.base_url,
+                          conn.backend.timeout_s, processes, client.get("cpus"))  # fmt: skip
+    except Exception as exc:  # noqa: BLE001 - a client process that cannot start fails the rep
+        raise _failure(ctx, None, None, None, exc, conn) from exc
+    with sampler, host_sampler, clients:
+        _warm_up(conn, clients, rep_entry, settings, ctx, label, log)
         origin = time.monotonic()
         origin_unix = time.time()
-        cells = [_measure_cell(conn, cell, settings, origin, ctx, label, log)
+        cells = [_measure_cell(conn, clients, cell, settings, origin, ctx, label, log)
                  for cell in rep_entry["cells"]]  # fmt: skip
+        loop = cells[0]["client"]["processes"][0].get("loop") if cells else None
     return {
         "schema": RAW_SCHEMA,
         "target": ctx["target"],
@@ -154,6 +167,8 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
         "server": conn.describe(),
         "thermal": {"sources": [s.name for s in thermal_sources], "rows": sampler.rows()},
         "host": {"sources": [host.name] if host else [], "rows": host_sampler.rows()},
+        "client": {"processes": processes, "cpus": client.get("cpus"), "loop": loop,
+                   "gc": "frozen and disabled during each cell"},
         "cells": cells,
     }
 

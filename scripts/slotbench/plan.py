@@ -16,6 +16,7 @@ without replacement, so no two requests of a run ever share one.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from collections import Counter
 from typing import Callable
@@ -139,11 +140,31 @@ def cell_requests(per_cell: int | dict, arm: int) -> int:
     return int(per_cell)
 
 
+# The streams one client process is given at most when client.processes is "auto": one event
+# loop ingests about 40,000 tokens/s on a core (benchmarks/RESULTS.md), 128 streams of 300 each.
+STREAMS_PER_PROCESS = 128
+
+
+def auto_processes(widest_arm: int, cpus: int) -> int:
+    """client.processes "auto": enough for the widest arm, never more than the client's CPUs."""
+    return max(1, min(math.ceil(widest_arm / STREAMS_PER_PROCESS), cpus))
+
+
+def split_streams(streams: int, request_ids: list[int], processes: int) -> list[dict]:
+    """How a cell's streams and requests are shared out over client processes: as evenly as
+    possible, never more processes than streams, request k to process k mod P (so each process
+    gets requests in proportion to its streams, within one)."""
+    used = max(1, min(processes, streams, len(request_ids) or 1))
+    return [{"process": j, "streams": streams // used + (1 if j < streams % used else 0),
+             "requests": request_ids[j::used]} for j in range(used)]  # fmt: skip
+
+
 def make_rep_plan(
     plan: dict,
     rep: int,
     count_tokens: Callable[[str], int] | None = None,
     warmup_requests: int | None = None,
+    client_processes: int = 1,
 ) -> dict:
     """Rep ``rep``'s order, warm-up and cells, from (seed, target, run, rep) alone.
 
@@ -169,7 +190,8 @@ def make_rep_plan(
             if not plan["nonces"]:
                 item = item | plan["shared"] | {"allow_cache": True}
             requests.append({"request": i, **item})
-        cells.append({"arm": arm, "position": position, "requests": requests})
+        cells.append({"arm": arm, "position": position, "requests": requests,
+                      "shares": _shares(arm, requests, client_processes)})  # fmt: skip
     if plan["control_arm"]:
         one = items[-1]
         cells.append({
@@ -178,10 +200,17 @@ def make_rep_plan(
                           "allow_cache": True} for i in range(cell_requests(per_cell,
                                                                              max(arms)))],
         })  # fmt: skip
+        cells[-1]["shares"] = _shares(max(arms), cells[-1]["requests"], client_processes)
+    warm = [{"request": i, **w} for i, w in enumerate(warmup)]
     return {
         "rep": rep,
         "order": order,
         "prompt_tokens": plan["prompt_tokens"],
-        "warmup": [{"request": i, **w} for i, w in enumerate(warmup)],
+        "warmup": warm,
+        "warmup_shares": _shares(len(warm), warm, client_processes),
         "cells": cells,
     }
+
+
+def _shares(streams: int, requests: list[dict], processes: int) -> list[dict]:
+    return split_streams(streams, [r["request"] for r in requests], processes)

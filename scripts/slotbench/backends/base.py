@@ -1,18 +1,20 @@
 """What every backend returns for one streamed request, how it fails, and the one way every
-backend streams: post, check the status, read within the request's deadline, finish."""
+backend streams: post through the transport, check the status, parse the body once it is over."""
 
 from __future__ import annotations
 
-import heapq
+import copy
+import json
 import math
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from urllib.parse import urlsplit
 
-import requests
+from .transport import Answer, LoopThread, StreamError, lines
 
-from .transport import cut, finish, post_stream
+
+_RUNNER_LOCK = threading.Lock()
 
 
 class BackendError(RuntimeError):
@@ -36,34 +38,156 @@ class RequestRecord:
     # "server" when gen_s/output_tokens come from the server's own timings, "client" when they
     # were derived from token arrival times on this side (e.g. an OpenAI server without timings)
     timing_source: str = "server"
+    answer: Answer | None = field(default=None, repr=False)  # the body, until parsed
+    # arrival of each non-blank line of the body, kept only for benchmarks (keep_arrivals)
+    arrivals: list | None = field(default=None, repr=False)
 
     def to_raw(self, origin: float) -> dict:
         """Times relative to ``origin`` (the rep's start), as stored in raw files."""
-        out = asdict(self)
-        for key in ("t_sent", "t_first", "t_last", "t_done"):
-            value = out.pop(key)
+        out = {key: getattr(self, key) for key in RAW_FIELDS if key not in TIMES}
+        out["server"] = copy.deepcopy(out["server"])
+        if out["arrivals"] is None:
+            del out["arrivals"]
+        else:
+            out["arrivals"] = [t - origin for t in out["arrivals"]]
+        for key in TIMES:
+            value = getattr(self, key)
             out[f"{key}_s"] = None if value is None else value - origin
         return out
+
+
+TIMES = ("t_sent", "t_first", "t_last", "t_done")
+RAW_FIELDS = [f.name for f in fields(RequestRecord) if f.name != "answer"]
+
 
 
 class Backend:
     """Interface: subclasses speak one server's protocol."""
 
     name = "base"
+    path = "/"  # the generation endpoint, for messages
 
     def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
         self.base_url = base_url.rstrip("/")
         self.target = target or {}
         self.model = self.target.get("model")
         self.timeout_s = timeout_s
-        self.live: set[Deadline] = set()  # the streams being read right now (abort)
         self.aborted = False
+        self._runner: LoopThread | None = None
+        # benchmarks/fidelity.py: keep each line's arrival time (never set by the pipeline)
+        self.keep_arrivals = bool(self.target.get("keep_arrivals"))
+
+    # -- what each backend says -----------------------------------------------------------
+
+    def request(self, prompt: str, num_predict: int, temperature: float, seed: int,
+                allow_cache: bool) -> tuple[str, dict, dict]:  # fmt: skip
+        """The generation's URL, JSON body and extra headers. ``allow_cache`` lets the server
+        reuse a cached prompt prefix (only the control arm and a nonce-less plan ask for it;
+        measured requests never do)."""
+        raise NotImplementedError
+
+    def parse(self, answer: Answer, rec: "RequestRecord") -> None:
+        """Fill ``rec`` from a 200 answer's body (every event parsed as strict JSON), or raise
+        the BackendError that says what the server did."""
+        raise NotImplementedError
+
+    def error_event(self, data: bytes) -> bool:
+        """Whether a piece of body holding an error mark is an error event (read mid-stream)."""
+        return any(_is_error(line) for _, line in lines([(0.0, data)]))
+
+    def unreachable(self, exc: Exception) -> BackendError:
+        return BackendError(f"POST {self.path}: cannot reach {self.base_url}: {exc}")
+
+    def http_error(self, answer: Answer) -> BackendError:
+        return BackendError(f"POST {self.path}: HTTP {answer.status_code}: {answer.text[:300]}")
+
+    # -- streaming ------------------------------------------------------------------------
 
     def generate(self, prompt: str, num_predict: int, temperature: float, seed: int,
                  allow_cache: bool = False) -> RequestRecord:  # fmt: skip
-        """One streamed generation. ``allow_cache`` lets the server reuse a cached prompt prefix
-        (only the control arm and a nonce-less plan ask for it; measured requests never do)."""
-        raise NotImplementedError
+        """One streamed generation, from a caller that is not a coroutine (tests, tools)."""
+        runner = self.runner()
+        prepared = self.prepare(prompt, num_predict, temperature, seed, allow_cache)
+        return runner.run(self.send(runner.client, prepared))
+
+    def runner(self) -> LoopThread:
+        """This backend's event loop thread (made on first use)."""
+        with _RUNNER_LOCK:
+            if self._runner is None:
+                self._runner = LoopThread()
+        return self._runner
+
+    def prepare(self, prompt: str, num_predict: int, temperature: float, seed: int,
+                allow_cache: bool = False) -> tuple[str, bytes, dict]:  # fmt: skip
+        """A generation's URL, encoded body and headers, made before anything is timed."""
+        url, body, headers = self.request(prompt, num_predict, temperature, seed, allow_cache)
+        data = json.dumps(body, separators=(",", ":")).encode()
+        return url, data, {"Content-Type": "application/json"} | headers
+
+    async def send(self, client, prepared: tuple[str, bytes, dict],
+                   finish: bool = True) -> RequestRecord:  # fmt: skip
+        """One streamed generation on ``client`` (transport.Client). With ``finish=False`` a
+        body that arrived whole is left unparsed in ``rec.answer`` for ``finish()`` later (a
+        cell parses after its last request, so parsing never delays a stamp); a failed one
+        raises at once, so the rep stops on it."""
+        url, data, headers = prepared
+        rec = RequestRecord(t_sent=time.monotonic())
+        try:
+            answer = await client.post(url, data, headers, self.timeout_s, self.error_event)
+        except StreamError as exc:
+            raise self.unreachable(exc) from None
+        rec.t_sent = answer.t_sent if answer.t_sent is not None else rec.t_sent
+        rec.answer = answer
+        failed = (answer.error is not None or answer.error_event or answer.cut_reason
+                  or answer.status_code != 200)  # fmt: skip
+        if finish or failed:
+            self.finish(rec)
+        return rec
+
+    def finish(self, rec: RequestRecord) -> RequestRecord:
+        """Parse a streamed answer into ``rec``; raise what went wrong, named."""
+        answer, rec.answer = rec.answer, None
+        if answer is None:
+            return rec
+        if answer.cut_reason is not None:
+            try:  # count what did arrive, for the message
+                self.parse(answer, rec)
+            except BackendError:
+                pass
+            raise self._cut_short(answer.cut_reason, rec)
+        if answer.status_code == 0:
+            raise self.unreachable(answer.error or StreamError("no answer"))
+        if answer.status_code != 200:
+            raise self.http_error(answer)
+        kind = answer.headers.get("content-type", "")
+        if kind.startswith("text/html"):  # a web site, not an inference server
+            raise BackendError(
+                f"POST {self.path}: {self.base_url} answered a web page ({kind}), not a "
+                f"{self.name} stream; are the target's url and backend right?"
+            )
+        self.parse(answer, rec)
+        rec.t_done = answer.t_done
+        if self.keep_arrivals:
+            rec.arrivals = [t for t, line in lines(answer.reads) if line.strip()]
+        return rec
+
+    def abort(self) -> None:
+        """End every stream being read now and any about to start, from any thread: each of
+        their generations raises a BackendError. For a rep that stops (a failed request, an
+        interrupt), so it does not wait for the others to finish or time out."""
+        self.aborted = True
+        if self._runner is not None:
+            self._runner.call(self._runner.client.abort)
+
+    def _cut_short(self, reason: str, rec: RequestRecord) -> BackendError:
+        if reason == "abort":
+            return BackendError(f"POST {self.path} was abandoned after {rec.chunks} chunks: the "
+                                "rep stopped")  # fmt: skip
+        return BackendError(
+            f"POST {self.path} took longer than request_timeout_s ({self.timeout_s:g} s) after "
+            f"{rec.chunks} chunks; the server is too slow or stalled (raise request_timeout_s "
+            "if it is only slow)"
+        )
 
     def tokenizer(self):
         """A callable text → token count, or None when the server cannot tokenize.
@@ -91,149 +215,17 @@ class Backend:
     def now() -> float:
         return time.monotonic()
 
-    def abort(self) -> None:
-        """End every stream being read now and any about to start, from any thread: each of
-        their generate() calls raises a BackendError at once. For a rep that stops (a failed
-        request, an interrupt), so it does not wait for the others to finish or time out."""
-        self.aborted = True
-        for deadline in list(self.live):
-            deadline.expire(aborted=True)
 
-    def stream(self, rec: RequestRecord, url: str, read, unreachable, http_error, **kwargs):
-        """POST ``url`` as a stream, check its status and ``read(resp, rec)`` its body within
-        the request's deadline (``request_timeout_s`` from the moment it was sent, however
-        slowly the server trickles), then leave the connection for the next request.
-
-        unreachable(exc) and http_error(resp) make the backend's own errors; read's result is
-        returned; rec.t_done is the moment the final event arrived.
-        """
-        # the whole request, headers included, within request_timeout_s from its sending
-        with Deadline(self.timeout_s, self.live) as deadline:
-            if self.aborted:
-                deadline.expire(aborted=True)
-            try:
-                resp = post_stream(self.session, rec, url, self.now, deadline,
-                                   timeout=(10, self.timeout_s), **kwargs)  # fmt: skip
-            except requests.RequestException as exc:
-                raise self._cut_short(deadline, url, rec) or unreachable(exc) from None
-            with resp:
-                deadline.reading(resp)
-                if resp.status_code != 200:
-                    raise http_error(resp)
-                kind = resp.headers.get("Content-Type", "")
-                if kind.startswith("text/html"):  # a web site, not an inference server
-                    raise BackendError(
-                        f"POST {urlsplit(url).path}: {self.base_url} answered a web page "
-                        f"({kind}), not a {self.name} stream; are the target's url and backend "
-                        "right?"
-                    )
-                try:
-                    result = read(resp, rec)
-                except Exception:
-                    short = self._cut_short(deadline, url, rec)
-                    if short is not None:
-                        raise short from None
-                    raise
-                rec.t_done = self.now()
-                finish(resp)
-        return result
-
-    def _cut_short(self, deadline: "Deadline", url: str, rec: RequestRecord):
-        """The error for a request its deadline or an abort ended, or None if neither did."""
-        path = urlsplit(url).path
-        if deadline.aborted:
-            return BackendError(f"POST {path} was abandoned after {rec.chunks} chunks: the rep "
-                                "stopped")  # fmt: skip
-        if deadline.expired:
-            return BackendError(
-                f"POST {path} took longer than request_timeout_s ({self.timeout_s:g} s) after "
-                f"{rec.chunks} chunks; the server is too slow or stalled (raise "
-                "request_timeout_s if it is only slow)"
-            )
-        return None
-
-
-class _Watcher:
-    """One daemon thread that expires every Deadline when its time comes: a thread per
-    request (threading.Timer) cost its start, ~0.5 ms, between a worker becoming free and its
-    next request going out (send lag)."""
-
-    def __init__(self):
-        self.cond = threading.Condition()
-        self.heap: list[tuple[float, int, "Deadline"]] = []
-        self.seq = 0
-        self.thread: threading.Thread | None = None
-
-    def add(self, deadline: "Deadline", due: float) -> None:
-        with self.cond:
-            self.seq += 1
-            heapq.heappush(self.heap, (due, self.seq, deadline))
-            if self.thread is None:
-                self.thread = threading.Thread(target=self._run, name="slotbench-deadlines",
-                                               daemon=True)  # fmt: skip
-                self.thread.start()
-            elif self.heap[0][2] is deadline:
-                self.cond.notify()  # an earlier deadline than the one being waited for
-
-    def _run(self) -> None:
-        while True:
-            with self.cond:
-                while not self.heap or self.heap[0][0] > time.monotonic():
-                    self.cond.wait(None if not self.heap else self.heap[0][0] - time.monotonic())
-                _, _, deadline = heapq.heappop(self.heap)
-            if not deadline.done:
-                deadline.expire()
-
-
-_WATCHER = _Watcher()
-
-
-class Deadline:
-    """Cuts a request when its time is up, so a read blocked on a server that queues, trickles
-    or stalls returns (with an error) instead of holding the request forever; while it runs it
-    is in ``live`` (Backend.abort). It follows the request: the connection it is written on
-    (``sending``), then the response being read (``reading``)."""
-
-    def __init__(self, seconds: float, live: set | None = None):
-        self.conn = self.resp = None
-        self.expired = self.aborted = self.done = False
-        self.live = live if live is not None else set()
-        self.lock = threading.Lock()
-        self.seconds = max(0.0, seconds)
-
-    def sending(self, conn) -> None:
-        with self.lock:
-            self.conn = conn
-        if self.expired:  # expired before the bytes went out: do not wait for an answer
-            cut(conn)
-
-    def reading(self, resp: requests.Response) -> None:
-        with self.lock:
-            self.resp = resp
-        if self.expired:
-            cut(self.conn, resp)
-
-    def expire(self, aborted: bool = False) -> None:
-        self.aborted = self.aborted or aborted
-        with self.lock:
-            if self.done:  # the request is over; its connection may serve the next one
-                return
-            self.expired = True
-            conn, resp = self.conn, self.resp
-        try:
-            cut(conn, resp)
-        except Exception:  # noqa: BLE001 - cutting is all we can do; the read will fail
-            pass
-
-    def __enter__(self) -> "Deadline":
-        self.live.add(self)
-        _WATCHER.add(self, time.monotonic() + self.seconds)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        with self.lock:
-            self.done = True
-        self.live.discard(self)
+def _is_error(line: bytes) -> bool:
+    """An SSE ``error:`` event, or a JSON line or ``data:`` event whose object has "error"."""
+    if line.startswith(b"error:"):
+        return True
+    payload = line[5:] if line.startswith(b"data:") else line
+    try:
+        event = json.loads(payload)
+    except ValueError:
+        return False
+    return isinstance(event, dict) and ("error" in event or event.get("object") == "error")
 
 
 def finite(value, field_name: str, rec: RequestRecord):

@@ -13,14 +13,15 @@ import json
 import requests
 
 from .base import Backend, BackendError, RequestRecord, finite
-from .transport import make_session, stream_lines
+from .transport import lines, make_session
 
 # stop_type → the done_reason vocabulary shared with Ollama and OpenAI ("stop" or "length").
 DONE_REASON = {"eos": "stop", "word": "stop", "limit": "length"}
 TIMINGS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
 
 
-def _error_text(resp: requests.Response) -> str:
+def _error_text(resp) -> str:
+    """The message in an error answer's body (requests.Response or transport.Answer)."""
     try:
         body = resp.json()
     except ValueError:
@@ -43,6 +44,7 @@ def _event_error(payload: bytes) -> str:
 
 class LlamaCppBackend(Backend):
     name = "llamacpp"
+    path = "/completion"
 
     def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
         super().__init__(base_url, target, timeout_s)
@@ -119,50 +121,50 @@ class LlamaCppBackend(Backend):
             "cache_prompt": False,  # no measured request may reuse another's KV cache
         } | ({"ignore_eos": True} if self.ignore_eos else {})
 
-    def generate(self, prompt: str, num_predict: int, temperature: float, seed: int,
-                 allow_cache: bool = False) -> RequestRecord:  # fmt: skip
+    def request(self, prompt: str, num_predict: int, temperature: float, seed: int,
+                allow_cache: bool) -> tuple[str, dict, dict]:  # fmt: skip
         body = self.payload(prompt, num_predict, temperature, seed)
         body["cache_prompt"] = allow_cache
-        rec = RequestRecord(t_sent=self.now())
-        final = self.stream(
-            rec, self.base_url + "/completion", self._read_stream, json=body,
-            unreachable=lambda exc: BackendError(
-                f"POST /completion: cannot reach {self.base_url}: {exc}"),
-            http_error=lambda resp: BackendError(
-                f"POST /completion: HTTP {resp.status_code}: {_error_text(resp)}"),
-        )  # fmt: skip
+        return self.base_url + self.path, body, {}
+
+    def unreachable(self, exc: Exception) -> BackendError:
+        return BackendError(f"POST /completion: cannot reach {self.base_url}: {exc}")
+
+    def http_error(self, answer) -> BackendError:
+        return BackendError(f"POST /completion: HTTP {answer.status_code}: {_error_text(answer)}")
+
+    def parse(self, answer, rec: RequestRecord) -> None:
+        final = self._read_stream(answer, rec)
         self._apply_final(rec, final)
         rec.server["ignore_eos"] = self.ignore_eos
-        return rec
 
-    def _read_stream(self, resp: requests.Response, rec: RequestRecord) -> dict:
-        try:
-            for line in stream_lines(resp):
-                if line.startswith(b"error: "):  # server_sent_event(sink, "error", ...)
-                    raise BackendError(f"server error mid-stream after {rec.chunks} tokens: "
-                                       f"{_event_error(line[7:])}")  # fmt: skip
-                if not line.startswith(b"data: "):
-                    continue
-                try:
-                    event = json.loads(line[6:])
-                except ValueError:
-                    raise BackendError(
-                        f"POST /completion: not a llama-server stream event after {rec.chunks} "
-                        f"tokens: {line[:200]!r}"
-                    ) from None
-                if not isinstance(event, dict):
-                    raise BackendError(f"POST /completion: unexpected stream event {line[:200]!r}")
-                if "error" in event:
-                    raise BackendError(f"server error mid-stream after {rec.chunks} tokens: "
-                                       f"{_event_error(line[6:])}")  # fmt: skip
-                if event.get("stop"):
-                    return event
-                rec.t_last = self.now()
-                if rec.t_first is None:
-                    rec.t_first = rec.t_last
-                rec.chunks += 1
-        except requests.RequestException as exc:
-            raise BackendError(f"stream broke after {rec.chunks} tokens: {exc}") from exc
+    def _read_stream(self, answer, rec: RequestRecord) -> dict:
+        for t, line in lines(answer.reads):
+            if line.startswith(b"error: "):  # server_sent_event(sink, "error", ...)
+                raise BackendError(f"server error mid-stream after {rec.chunks} tokens: "
+                                   f"{_event_error(line[7:])}")  # fmt: skip
+            if not line.startswith(b"data: "):
+                continue
+            try:
+                event = json.loads(line[6:])
+            except ValueError:
+                raise BackendError(
+                    f"POST /completion: not a llama-server stream event after {rec.chunks} "
+                    f"tokens: {line[:200]!r}"
+                ) from None
+            if not isinstance(event, dict):
+                raise BackendError(f"POST /completion: unexpected stream event {line[:200]!r}")
+            if "error" in event:
+                raise BackendError(f"server error mid-stream after {rec.chunks} tokens: "
+                                   f"{_event_error(line[6:])}")  # fmt: skip
+            if event.get("stop"):
+                return event
+            rec.t_last = t
+            if rec.t_first is None:
+                rec.t_first = t
+            rec.chunks += 1
+        if answer.error is not None:
+            raise BackendError(f"stream broke after {rec.chunks} tokens: {answer.error}")
         raise BackendError(f"stream ended after {rec.chunks} tokens without a final (stop) event")
 
     @staticmethod

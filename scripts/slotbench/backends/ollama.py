@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import requests
 
 from .base import Backend, BackendError, RequestRecord, finite
-from .transport import make_session, stream_lines
+from .transport import lines, make_session
 
 # final-chunk field → name in RequestRecord.server (durations keep Ollama's nanoseconds)
 FINAL_FIELDS = {
@@ -34,7 +34,8 @@ PS_FIELDS = ("name", "model", "size", "size_vram", "context_length", "expires_at
 TAG_FIELDS = ("name", "digest", "size", "modified_at")
 
 
-def _error_text(resp: requests.Response) -> str:
+def _error_text(resp) -> str:
+    """The message in an error answer's body (requests.Response or transport.Answer)."""
     try:
         body = resp.json()
     except ValueError:
@@ -56,6 +57,7 @@ def _full_name(name: str) -> str:
 
 class OllamaBackend(Backend):
     name = "ollama"
+    path = "/api/generate"
 
     def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
         super().__init__(base_url, target, timeout_s)
@@ -75,7 +77,7 @@ class OllamaBackend(Backend):
         )
         return BackendError(f"{what}: cannot reach Ollama at {self.base_url}; {hint} ({exc})")
 
-    def _http_error(self, what: str, resp: requests.Response) -> BackendError:
+    def _http_error(self, what: str, resp) -> BackendError:
         text = _error_text(resp)
         if resp.status_code == 404 and "model" in text.lower() and "not found" in text:
             store = (
@@ -157,58 +159,57 @@ class OllamaBackend(Backend):
             },
         })
 
-    def generate(self, prompt: str, num_predict: int, temperature: float,
-                 seed: int, allow_cache: bool = False) -> RequestRecord:  # fmt: skip
+    def request(self, prompt: str, num_predict: int, temperature: float, seed: int,
+                allow_cache: bool) -> tuple[str, dict, dict]:  # fmt: skip
         # Ollama has no per-request switch: it always reuses a cached prefix when it can.
-        body = self.payload(prompt, num_predict, temperature, seed)
-        rec = RequestRecord(t_sent=self.now())
-        final = self.stream(
-            rec, self.base_url + "/api/generate", self._read_stream, json=body,
-            unreachable=lambda exc: self._unreachable("POST /api/generate", exc),
-            http_error=lambda resp: self._http_error("POST /api/generate", resp),
-        )  # fmt: skip
-        self._apply_final(rec, final)
-        return rec
+        return self.base_url + self.path, self.payload(prompt, num_predict, temperature, seed), {}
 
-    def _read_stream(self, resp: requests.Response, rec: RequestRecord) -> dict:
+    def unreachable(self, exc: Exception) -> BackendError:
+        return self._unreachable("POST /api/generate", exc)
+
+    def http_error(self, answer) -> BackendError:
+        return self._http_error("POST /api/generate", answer)
+
+    def parse(self, answer, rec: RequestRecord) -> None:
+        self._apply_final(rec, self._read_stream(answer, rec))
+
+    def _read_stream(self, answer, rec: RequestRecord) -> dict:
         first_any = None  # arrival of the first non-final chunk, if none carried text
-        try:
-            for line in stream_lines(resp):
-                if not line.strip():
-                    continue
-                now = self.now()
-                try:
-                    chunk = json.loads(line)
-                except ValueError as exc:
-                    raise BackendError(
-                        f"POST /api/generate: not an Ollama stream line after {rec.chunks} chunks: "
-                        f"{line[:200]!r}"
-                    ) from exc
-                if "error" in chunk:
-                    raise BackendError(
-                        f"POST /api/generate: Ollama reported an error mid-stream after "
-                        f"{rec.chunks} chunks: {chunk['error']}"
-                    )
-                if not isinstance(chunk, dict):
-                    raise BackendError(
-                        f"POST /api/generate: not an Ollama stream line after {rec.chunks} chunks: "
-                        f"{line[:200]!r}"
-                    )
-                if chunk.get("done"):
-                    rec.t_first = rec.t_first if rec.t_first is not None else first_any
-                    return chunk
-                rec.chunks += 1
-                if first_any is None:
-                    first_any = now
-                if chunk.get("response"):
-                    rec.t_last = now
-                    if rec.t_first is None:
-                        rec.t_first = now
-        except requests.RequestException as exc:
+        for now, line in lines(answer.reads):
+            if not line.strip():
+                continue
+            try:
+                chunk = json.loads(line)
+            except ValueError:
+                raise BackendError(
+                    f"POST /api/generate: not an Ollama stream line after {rec.chunks} chunks: "
+                    f"{line[:200]!r}"
+                ) from None
+            if not isinstance(chunk, dict):
+                raise BackendError(
+                    f"POST /api/generate: not an Ollama stream line after {rec.chunks} chunks: "
+                    f"{line[:200]!r}"
+                )
+            if "error" in chunk:
+                raise BackendError(
+                    f"POST /api/generate: Ollama reported an error mid-stream after "
+                    f"{rec.chunks} chunks: {chunk['error']}"
+                )
+            if chunk.get("done"):
+                rec.t_first = rec.t_first if rec.t_first is not None else first_any
+                return chunk
+            rec.chunks += 1
+            if first_any is None:
+                first_any = now
+            if chunk.get("response"):
+                rec.t_last = now
+                if rec.t_first is None:
+                    rec.t_first = now
+        if answer.error is not None:
             raise BackendError(
                 f"POST /api/generate: stream from {self.base_url} broke after {rec.chunks} "
-                f"chunks: {exc}"
-            ) from exc
+                f"chunks: {answer.error}"
+            )
         raise BackendError(
             f"POST /api/generate: stream from {self.base_url} ended after {rec.chunks} chunks "
             "without a final chunk (done: true); the server may have crashed or been stopped"

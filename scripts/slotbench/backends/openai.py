@@ -30,7 +30,7 @@ import requests
 import requests.auth
 
 from .base import Backend, BackendError, RequestRecord, finite
-from .transport import make_session, stream_lines
+from .transport import lines, make_session
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 TIMING_FIELDS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n")
@@ -92,7 +92,7 @@ def _read_key(env_name: str | None) -> _Secret | None:
     return _Secret(value.strip(), env_name)
 
 
-def _server_message(resp: requests.Response) -> str:
+def _server_message(resp) -> str:
     """The error message a server put in its body (OpenAI, vLLM and llama.cpp shapes)."""
     try:
         body = resp.json()
@@ -117,6 +117,7 @@ def _content(choice: dict) -> str:
 
 class OpenAIBackend(Backend):
     name = "openai"
+    path = ENDPOINTS["completions"]
 
     def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
         super().__init__(base_url, target, timeout_s)
@@ -151,7 +152,7 @@ class OpenAIBackend(Backend):
     def _error(self, message: str) -> BackendError:
         return BackendError(self._scrub(message))
 
-    def _http_error(self, method: str, path: str, resp: requests.Response) -> BackendError:
+    def _http_error(self, method: str, path: str, resp) -> BackendError:
         code, said = resp.status_code, _server_message(resp)
         if code in (401, 403):
             if self._key:
@@ -267,64 +268,65 @@ class OpenAIBackend(Backend):
             body["cache_prompt"] = False  # no KV reuse across requests (module docstring)
         return body
 
-    def generate(self, prompt: str, num_predict: int, temperature: float, seed: int,
-                 allow_cache: bool = False) -> RequestRecord:  # fmt: skip
+    def request(self, prompt: str, num_predict: int, temperature: float, seed: int,
+                allow_cache: bool) -> tuple[str, dict, dict]:  # fmt: skip
         body = self.payload(prompt, num_predict, temperature, seed)
         if "cache_prompt" in body:  # llama-server: its own switch (module docstring)
             body["cache_prompt"] = allow_cache
-        rec = RequestRecord(t_sent=self.now())
-        state = self.stream(
-            rec, self.root + self.path, self._read_stream, json=body, auth=self._auth(),
-            headers={"Accept": "text/event-stream"},
-            unreachable=lambda exc: self._error(
-                f"POST {self.path}: cannot reach {self.root}: {exc}"),
-            http_error=lambda resp: self._http_error("POST", self.path, resp),
-        )  # fmt: skip
-        self._apply_final(rec, state)
-        return rec
+        headers = {"Accept": "text/event-stream"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key.reveal()}"
+        return self.root + self.path, body, headers
 
-    def _read_stream(self, resp: requests.Response, rec: RequestRecord) -> dict:
-        """Consume the SSE stream; return what the final chunks said."""
+    def unreachable(self, exc: Exception) -> BackendError:
+        return self._error(f"POST {self.path}: cannot reach {self.root}: {exc}")
+
+    def http_error(self, answer) -> BackendError:
+        return self._http_error("POST", self.path, answer)
+
+    def parse(self, answer, rec: RequestRecord) -> None:
+        self._apply_final(rec, self._read_stream(answer, rec))
+
+    def _read_stream(self, answer, rec: RequestRecord) -> dict:
+        """Every event of the SSE stream; what the final chunks said."""
         state: dict = {"usage": None, "timings": None, "finish_reason": None, "t_last": None}
-        try:
-            for line in stream_lines(resp):
-                if not line.startswith(b"data:"):
-                    continue  # blank separators, ": keep-alive" comments, "event:" names
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    return state
-                try:
-                    event = json.loads(data)
-                except ValueError:
-                    raise self._error(
-                        f"POST {self.path}: unreadable stream line after {rec.chunks} chunks: "
-                        f"{data[:200]!r}"
-                    ) from None
-                if not isinstance(event, dict):
-                    continue
-                if "error" in event or event.get("object") == "error":
-                    err = event.get("error", event)
-                    said = err.get("message", err) if isinstance(err, dict) else err
-                    raise self._error(
-                        f"POST {self.path}: server error mid-stream after {rec.chunks} "
-                        f"chunks: {said}"
-                    )
-                self._take_chunk(event, rec, state)
-        except requests.RequestException as exc:
+        for t, line in lines(answer.reads):
+            if not line.startswith(b"data:"):
+                continue  # blank separators, ": keep-alive" comments, "event:" names
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                return state
+            try:
+                event = json.loads(data)
+            except ValueError:
+                raise self._error(
+                    f"POST {self.path}: unreadable stream line after {rec.chunks} chunks: "
+                    f"{data[:200]!r}"
+                ) from None
+            if not isinstance(event, dict):
+                continue
+            if "error" in event or event.get("object") == "error":
+                err = event.get("error", event)
+                said = err.get("message", err) if isinstance(err, dict) else err
+                raise self._error(
+                    f"POST {self.path}: server error mid-stream after {rec.chunks} "
+                    f"chunks: {said}"
+                )
+            self._take_chunk(event, rec, state, t)
+        if answer.error is not None:
             raise self._error(
-                f"POST {self.path}: stream broke after {rec.chunks} chunks: {exc}"
-            ) from None
+                f"POST {self.path}: stream broke after {rec.chunks} chunks: {answer.error}"
+            )
         raise self._error(
             f"POST {self.path}: stream ended after {rec.chunks} chunks without data: [DONE]; "
             "the server closed the connection mid-generation"
         )
 
-    def _take_chunk(self, event: dict, rec: RequestRecord, state: dict) -> None:
+    def _take_chunk(self, event: dict, rec: RequestRecord, state: dict, now: float) -> None:
         for choice in event.get("choices") or []:
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             if _content(choice):
-                now = self.now()
                 if rec.t_first is None:
                     rec.t_first = now
                 state["t_last"] = rec.t_last = now

@@ -1,237 +1,404 @@
-"""The HTTP transport every backend streams through: connections reused across requests, a
-request written in one segment and stamped as sent at that moment, stream lines read as soon as
-they arrive (benchmarks/PEERS-NOTES.md measured what each of these costs in TTFT)."""
+"""How every backend talks HTTP: streamed generations on an asyncio event loop, the control
+plane (fingerprint, /props, /tokenize …) through ``requests``.
+
+A streamed generation is the instrument, so its path does as little as it can per chunk: the
+protocol stamps ``time.monotonic()`` the moment bytes arrive (``data_received``), a C parser
+(httptools) takes off the HTTP framing, and the body is kept as (arrival time, bytes) pairs.
+Nothing is parsed as JSON while a stream runs: the backend parses every event strictly once the
+stream is over (``Backend.parse``), so a parse never delays another stream's stamp. The only
+per-chunk look is a substring test for an error event, so a server that reports an error
+mid-stream ends the request at once (``Backend.error_event``).
+
+Kept from the threaded client it replaces: connections reused across requests (``Pool``), each
+request written in one segment and stamped as sent at that write, the whole-request deadline
+(``request_timeout_s`` from the write, however slowly the server trickles), a request the server
+closed without a byte of answer sent again on a fresh connection (``STALE_RETRIES``), and an
+abort that ends every stream in flight at once.
+"""
 
 from __future__ import annotations
 
-import http.client
+import asyncio
+import os
 import socket
+import ssl
 import threading
+import time
+from urllib.parse import urlsplit
 
+import httptools
 import requests
 import requests.adapters
-import urllib3.connectionpool
-from urllib3.connection import HTTPConnection, HTTPSConnection
-from urllib3.exceptions import DecodeError, ProtocolError, ReadTimeoutError, SSLError
 
-# Connections a backend's session keeps per host. With requests' default (10) and more than
-# 10 requests in flight, connections beyond the 10th were closed after use, so later requests
-# paid a fresh TCP connect inside their measured TTFT (benchmarks/PEERS-NOTES.md).
-POOL_SIZE = 512
-READ_SIZE = 1 << 16
 # llama-server (cpp-httplib) closes the connection right after every streamed response, though
 # it answers "Keep-Alive: timeout=5, max=100". A request sent on that connection before its FIN
-# arrives meets a closed socket: "Remote end closed connection without response" (measured: 1
-# in 2 of 8-token requests in a row). The server never saw that request, so it is sent again, on
-# a fresh connection, with its t_sent taken anew; a server that closes every new connection
-# without answering still fails after these retries.
+# arrives meets a closed socket (measured: 1 in 2 of 8-token requests in a row). The server
+# never saw that request, so it is sent again on a fresh connection, with its t_sent taken
+# anew; a server that closes every new connection without answering still fails after these.
 STALE_RETRIES = 2
+# A connection not made in this long is an unreachable server.
+CONNECT_TIMEOUT_S = 10
+# Connections the control plane's session keeps per host.
+POOL_SIZE = 64
+# An error event's marks: only a chunk holding one of these is looked at before the stream ends.
+ERROR_MARKS = (b'"error"', b"error:")
+
+monotonic = time.monotonic
 
 
-# per thread: what to call just before a request's first byte is written (post_stream)
-_send_clock = threading.local()
+class StreamError(Exception):
+    """The connection failed: refused, reset, closed mid-answer, or cut by a deadline."""
 
 
-class _OneWrite:
-    """Connection mixin: the header block and the body go out in one write, and the moment
-    of that write is the request's t_sent.
+class Stale(StreamError):
+    """The server closed a kept-alive connection without a byte of answer."""
 
-    urllib3 writes the header block and then the body: two segments, and on the server two
-    wake-ups before the body is read (measured 0.3-0.5 ms on 2 shared cores). Holding the
-    header block until the body is there makes the request one segment.
+
+class Answer:
+    """A streamed response: status, headers, and the body as it arrived.
+
+    ``reads`` holds (arrival time, bytes) per piece of body the parser handed over (chunked
+    framing removed); ``error`` is the failure that ended the body early, if one did.
+    Shaped like ``requests.Response`` where backends read an error body (status_code, reason,
+    text, json()).
     """
 
-    _hold = False
-    _held = None
+    __slots__ = ("status_code", "reason", "headers", "reads", "t_sent", "t_headers", "t_done",
+                 "error", "complete", "cut_reason", "error_event")  # fmt: skip
 
-    def request(self, method, url, body=None, headers=None, **kwargs):
-        self._hold, self._held = bool(body), None
-        try:
-            super().request(method, url, body=body, headers=headers, **kwargs)
-            if self._held is not None:  # no body was written after all: the headers alone
-                self._write(self._held)
-        finally:
-            self._hold, self._held = False, None
+    def __init__(self):
+        self.status_code = 0
+        self.reason = ""
+        self.headers: dict[str, str] = {}
+        self.reads: list[tuple[float, bytes]] = []
+        self.t_sent = self.t_headers = self.t_done = None
+        self.error: BaseException | None = None
+        self.complete = False
+        self.cut_reason: str | None = None  # "deadline" or "abort" when this side ended it
+        self.error_event = False  # the body holds an error event (seen as it arrived)
 
-    def send(self, data):
-        if self._hold and self._held is None:
-            self._held = data  # the header block; the body follows at once
-            return
-        if self._held is not None:
-            data, self._held = self._held + data, None
-        self._write(data)
+    @property
+    def body(self) -> bytes:
+        return b"".join(data for _, data in self.reads)
 
-    def _write(self, data):
-        stamp = getattr(_send_clock, "stamp", None)
-        if stamp is not None:
-            _send_clock.stamp = None
-            stamp(self)
-        super().send(data)
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
 
+    def json(self):
+        import json
 
-class _Connection(_OneWrite, HTTPConnection):
-    pass
+        return json.loads(self.body)
 
 
-class _TLSConnection(_OneWrite, HTTPSConnection):
-    pass
+class _Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection, one request at a time; httptools calls the on_* methods."""
 
+    def __init__(self, pool: "Pool"):
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.parser = None
+        self.answer: Answer | None = None
+        self.waiter: asyncio.Future | None = None
+        self.watch = None  # backend's error look, for chunks holding an ERROR_MARK
+        self.t = 0.0
+        self.closed = False
+        self.got_bytes = False
+        self.headers_done = False
+        self.framed = False  # the body has a length or chunks (else it ends at EOF)
+        self.keep = False
 
-# named as urllib3's own pools: their names appear in connection errors, which stay as before
-class HTTPConnectionPool(urllib3.connectionpool.HTTPConnectionPool):
-    ConnectionCls = _Connection
+    # -- asyncio.Protocol ----------------------------------------------------------------
 
-
-class HTTPSConnectionPool(urllib3.connectionpool.HTTPSConnectionPool):
-    ConnectionCls = _TLSConnection
-
-
-class _Adapter(requests.adapters.HTTPAdapter):
-    def init_poolmanager(self, *args, **kwargs):
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = {"http": HTTPConnectionPool,
-                                                  "https": HTTPSConnectionPool}
-
-
-class _Session(requests.Session):
-    def send(self, request, **kwargs):
-        """Send, and send again (at most STALE_RETRIES times, on a fresh connection, with the
-        request's t_sent stamped anew) when the server closed the connection without a byte of
-        answer."""
-        stamp = getattr(_send_clock, "stamp", None)
-        given_up = getattr(_send_clock, "given_up", None) or (lambda: False)
-        for attempt in range(STALE_RETRIES + 1):
-            _send_clock.stamp = stamp
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
             try:
-                return super().send(request, **kwargs)
-            except requests.ConnectionError as exc:
-                if attempt == STALE_RETRIES or given_up() or not _closed_before_answering(exc):
-                    raise
-        raise AssertionError("unreachable")
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+
+    def data_received(self, data: bytes) -> None:
+        self.t = monotonic()  # before anything else: the arrival, not the parse
+        if self.parser is None:  # bytes nobody asked for (a server talking out of turn)
+            self.closed = True
+            self.transport.abort()
+            return
+        self.got_bytes = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(StreamError("the server switched protocols"))
+        except httptools.HttpParserError as exc:
+            self._fail(StreamError(f"not an HTTP answer ({exc}): {data[:120]!r}"))
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.pool.forget(self)
+        if self.waiter is None or self.waiter.done():
+            return
+        if self.headers_done and not self.framed:  # a close-delimited body ends here
+            self._complete()
+        elif not self.got_bytes and self.answer.cut_reason is None:
+            self._fail(Stale(f"the server closed the connection without answering ({exc})"
+                             if exc else "the server closed the connection without answering"))
+        else:
+            self._fail(StreamError(str(exc) if exc else "the server closed the connection"))
+
+    # -- httptools callbacks ---------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.answer.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_status(self, status: bytes) -> None:
+        self.answer.reason = status.decode("latin-1", errors="replace")
+
+    def on_headers_complete(self) -> None:
+        answer = self.answer
+        answer.status_code = self.parser.get_status_code()
+        answer.t_headers = self.t
+        self.headers_done = True
+        self.framed = ("content-length" in answer.headers
+                       or "chunked" in answer.headers.get("transfer-encoding", "").lower())
+        self.keep = self.parser.should_keep_alive() and self.framed
+
+    def on_body(self, body: bytes) -> None:
+        self.answer.reads.append((self.t, body))
+        if self.watch is not None and (ERROR_MARKS[0] in body or ERROR_MARKS[1] in body):
+            if self.watch(body):  # an error event: the answer is over, whatever follows
+                self.answer.error_event = True
+                self.keep = False
+                self._complete()
+
+    def on_message_complete(self) -> None:
+        self._complete()
+
+    # -- the request -----------------------------------------------------------------------
+
+    def _complete(self) -> None:
+        answer = self.answer
+        if self.waiter is None or self.waiter.done():
+            return
+        answer.t_done = self.t
+        answer.complete = True
+        self.waiter.set_result(answer)
+
+    def _fail(self, exc: BaseException) -> None:
+        if self.waiter is not None and not self.waiter.done():
+            self.answer.error = exc
+            self.waiter.set_result(self.answer)
+        self.keep = False
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.abort()
+
+    def cut(self, reason: str) -> None:
+        """End the request now (its deadline, or the rep stopping): the socket is dropped."""
+        if self.answer is not None and self.waiter is not None and not self.waiter.done():
+            self.answer.cut_reason = reason
+            self._fail(StreamError(f"cut ({reason})"))
+
+    async def exchange(self, data: bytes, answer: Answer, watch) -> Answer:
+        self.answer, self.watch = answer, watch
+        self.parser = httptools.HttpResponseParser(self)
+        self.got_bytes = self.headers_done = self.framed = self.keep = False
+        self.waiter = asyncio.get_running_loop().create_future()
+        answer.t_sent = monotonic()
+        self.transport.write(data)  # head and body together: one segment
+        return await self.waiter
+
+
+class Pool:
+    """Kept-alive connections to one origin, one request on each at a time."""
+
+    def __init__(self, url: str):
+        parts = urlsplit(url)
+        self.tls = parts.scheme == "https"
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or (443 if self.tls else 80)
+        self.authority = parts.netloc.rsplit("@", 1)[-1]
+        self.idle: list[_Connection] = []
+        self.busy: set[_Connection] = set()
+        self._ssl = ssl.create_default_context() if self.tls else None
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        _, conn = await asyncio.wait_for(
+            loop.create_connection(lambda: _Connection(self), self.host, self.port, ssl=self._ssl),
+            CONNECT_TIMEOUT_S)
+        return conn
+
+    async def acquire(self, fresh: bool = False) -> _Connection:
+        while self.idle and not fresh:
+            conn = self.idle.pop()
+            if not conn.closed:
+                self.busy.add(conn)
+                return conn
+        conn = await self._connect()
+        self.busy.add(conn)
+        return conn
+
+    def release(self, conn: _Connection) -> None:
+        self.busy.discard(conn)
+        conn.parser = conn.answer = conn.waiter = conn.watch = None
+        if conn.keep and not conn.closed:
+            self.idle.append(conn)
+        elif not conn.closed:
+            conn.closed = True
+            conn.transport.close()
+
+    def forget(self, conn: _Connection) -> None:
+        if conn in self.idle:
+            self.idle.remove(conn)
+
+    def close(self) -> None:
+        for conn in list(self.idle) + list(self.busy):
+            if conn.transport is not None and not conn.closed:
+                conn.closed = True
+                conn.transport.abort()
+        self.idle.clear()
+        self.busy.clear()
+
+
+class Client:
+    """Streamed POSTs on the running event loop, with a deadline each and a shared abort."""
+
+    def __init__(self):
+        self.pools: dict[str, Pool] = {}
+        self.live: set[_Connection] = set()
+        self.aborted = False
+
+    def _pool(self, url: str) -> Pool:
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        pool = self.pools.get(origin)
+        if pool is None:
+            pool = self.pools[origin] = Pool(url)
+        return pool
+
+    async def post(self, url: str, body: bytes, headers: dict[str, str], timeout_s: float,
+                   watch=None) -> Answer:  # fmt: skip
+        """POST ``body`` and read the streamed answer within ``timeout_s`` of the write.
+
+        Raises StreamError when the server cannot be reached; otherwise returns the Answer,
+        whose ``error`` says why its body ended early (``cut_reason`` when this side cut it).
+        """
+        pool = self._pool(url)
+        parts = urlsplit(url)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        head = [f"POST {path} HTTP/1.1", f"Host: {pool.authority}",
+                f"Content-Length: {len(body)}", "Connection: keep-alive"]  # fmt: skip
+        head += [f"{k}: {v}" for k, v in headers.items()]
+        data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        loop = asyncio.get_running_loop()
+        answer = Answer()
+        for attempt in range(STALE_RETRIES + 1):
+            if self.aborted:
+                answer.cut_reason = "abort"
+                answer.error = StreamError("cut (abort)")
+                return answer
+            answer = Answer()
+            try:
+                conn = await pool.acquire(fresh=attempt > 0)
+            except asyncio.TimeoutError:
+                raise StreamError(f"no connection within {CONNECT_TIMEOUT_S} s") from None
+            except OSError as exc:
+                raise StreamError(str(exc) or type(exc).__name__) from None
+            self.live.add(conn)
+            timer = loop.call_later(timeout_s, conn.cut, "deadline")
+            try:
+                await conn.exchange(data, answer, watch)
+            finally:
+                timer.cancel()
+                self.live.discard(conn)
+                pool.release(conn)
+            if not isinstance(answer.error, Stale) or attempt == STALE_RETRIES:
+                return answer
+        return answer
+
+    def abort(self) -> None:
+        """End every request in flight, and any about to start (call on the loop's thread)."""
+        self.aborted = True
+        for conn in list(self.live):
+            conn.cut("abort")
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+        self.pools.clear()
+
+
+def lines(reads: list[tuple[float, bytes]]):
+    """(arrival time, line) for each line of a body read as ``reads``, without line endings;
+    a line is stamped with the arrival of the read that completed it."""
+    pending = b""
+    t = None
+    for t, data in reads:
+        if pending:
+            data = pending + data
+        parts = data.split(b"\n")
+        pending = parts.pop()
+        for line in parts:
+            yield t, (line[:-1] if line.endswith(b"\r") else line)
+    if pending:
+        yield t, pending
+
+
+def new_loop() -> asyncio.AbstractEventLoop:
+    """uvloop's event loop where it is installed (a third of asyncio's cost per chunk, measured
+    in benchmarks/RESULTS.md), else asyncio's; SLOTBENCH_LOOP=asyncio picks asyncio's."""
+    if os.environ.get("SLOTBENCH_LOOP", "uvloop") != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def loop_name(loop: asyncio.AbstractEventLoop) -> str:
+    return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+
+
+class LoopThread:
+    """An event loop on a daemon thread, with a Client, for callers that are not coroutines:
+    ``run(coro)`` waits for it from any thread; ``call(fn)`` runs fn on the loop's thread."""
+
+    def __init__(self):
+        self.loop = new_loop()
+        self.client: Client | None = None
+        ready = threading.Event()
+
+        def serve():
+            asyncio.set_event_loop(self.loop)
+            self.client = Client()
+            ready.set()
+            self.loop.run_forever()
+
+        self.thread = threading.Thread(target=serve, name="slotbench-client-loop", daemon=True)
+        self.thread.start()
+        ready.wait()
+
+    def run(self, coro):
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:  # an interrupt while waiting: the coroutine must not go on
+            future.cancel()
+            raise
+
+    def call(self, fn, *args) -> None:
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(fn, *args)
 
 
 def make_session() -> requests.Session:
-    """A session whose pool keeps a connection per concurrent request for reuse, whose
-    connections write a request in one segment and stamp its t_sent then (_OneWrite), and which
-    sends again a request met by a connection the server had closed (STALE_RETRIES)."""
-    session = _Session()
-    adapter = _Adapter(pool_connections=4, pool_maxsize=POOL_SIZE)
+    """The control plane's session (fingerprint, /props, /tokenize, model load): connections
+    kept for reuse."""
+    session = requests.Session()
+    adapter = requests.adapters.HTTPAdapter(pool_connections=4, pool_maxsize=POOL_SIZE)
     session.mount("http://", adapter)
     session.mount("https://", adapter)
     return session
-
-
-def stream_lines(resp: requests.Response):
-    """The lines of a streamed body (without line endings), each as soon as it has arrived.
-
-    ``resp.iter_lines()`` goes through ``iter_content(512)``: a fixed-size read that, on a
-    body that is not chunked (close-delimited streams), waits for 512 bytes or the end, so
-    tokens arrive late and in bursts; and, chunked or not, it costs several generator layers
-    per token. ``raw.read1`` returns whatever has arrived (chunked decoding and
-    content-encoding included). urllib3's errors are raised as the requests exceptions
-    ``iter_lines`` raises, so callers' ``except requests.RequestException`` still holds.
-    """
-    raw = resp.raw
-    pending = b""
-    while True:
-        try:
-            data = raw.read1(READ_SIZE, decode_content=True)
-        except ProtocolError as exc:
-            raise requests.exceptions.ChunkedEncodingError(exc) from exc
-        except DecodeError as exc:
-            raise requests.exceptions.ContentDecodingError(exc) from exc
-        except ReadTimeoutError as exc:
-            raise requests.exceptions.ConnectionError(exc) from exc
-        except SSLError as exc:
-            raise requests.exceptions.SSLError(exc) from exc
-        if not data:
-            break
-        if pending:
-            data = pending + data
-        lines = data.split(b"\n")
-        pending = lines.pop()
-        for line in lines:
-            yield line[:-1] if line.endswith(b"\r") else line
-    if pending:
-        yield pending
-
-
-def cut(conn=None, resp: requests.Response | None = None) -> None:
-    """End a request from another thread, whether it still waits for the response's headers
-    (``conn``, the connection it was written on) or is reading the stream (``resp``): the
-    thread blocked on it gets an end of stream at once. The socket is shut down rather than
-    the response closed, because closing waits for the lock that the blocked read holds (seen:
-    a Ctrl-C that waited out every stream in flight)."""
-    if conn is None and resp is not None:
-        conn = getattr(resp.raw, "_connection", None) or getattr(resp.raw, "connection", None)
-    sock = getattr(conn, "sock", None)
-    if sock is not None:
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-            return
-        except OSError:
-            pass
-    if resp is not None:
-        resp.raw.close()
-
-
-def finish(resp: requests.Response) -> None:
-    """Read what is left of a response whose final event has been seen (the end of the
-    chunked body), so the connection goes back to the pool instead of being closed: a closed
-    one makes the next request pay a TCP connect inside its TTFT. Errors here are ignored:
-    everything measured has already arrived."""
-    try:
-        resp.raw.drain_conn()
-    except Exception:  # noqa: BLE001 - see docstring
-        pass
-
-
-def post_stream(session: requests.Session, rec, url: str, now, deadline=None,
-                **kwargs) -> requests.Response:  # fmt: skip
-    """``session.post(url, stream=True, **kwargs)``, with ``rec.t_sent`` the moment the
-    request's bytes are written (make_session's connections), or, through any other
-    connection, the moment it is prepared (body encoded, proxies and auth resolved): the
-    client's own set-up work is not the server's latency and must not count in TTFT.
-
-    ``deadline`` (base.Deadline) is told the connection as the request is written, so it can
-    cut the request while it still waits for the headers; once it has expired the request
-    is not sent again. Raises what ``session.post`` raises."""
-    timeout = kwargs.pop("timeout", None)
-    prepared = session.prepare_request(requests.Request("POST", url, **kwargs))
-    # proxies/verify from the environment, resolved once per session and origin: the
-    # lookup scans os.environ and no_proxy on every call (~0.15 ms here)
-    origin = prepared.url.split("/", 3)[:3]
-    cache = session.__dict__.setdefault("_slotbench_env_settings", {})
-    key = "/".join(origin)
-    if key not in cache:
-        cache[key] = session.merge_environment_settings(prepared.url, {}, True, None, None)
-    settings = cache[key]
-    rec.t_sent = now()
-
-    def stamp(conn) -> None:
-        rec.t_sent = now()
-        if deadline is not None:
-            deadline.sending(conn)
-
-    _send_clock.stamp = stamp
-    _send_clock.given_up = (lambda: deadline.expired) if deadline is not None else None
-    try:
-        return session.send(prepared, timeout=timeout, allow_redirects=True, **settings)
-    finally:
-        _send_clock.stamp = _send_clock.given_up = None
-
-
-def _closed_before_answering(exc: BaseException) -> bool:
-    """Whether the server closed the connection without a byte of response: a kept-alive
-    connection it had already closed (see STALE_RETRIES), not an answer."""
-    seen, todo = set(), [exc]
-    while todo:
-        e = todo.pop()
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)):
-            return True
-        todo += [a for a in getattr(e, "args", ()) if isinstance(a, BaseException)]
-        todo += [c for c in (e.__cause__, e.__context__) if c is not None]
-    return False

@@ -1,0 +1,139 @@
+"""The load generator: one client process's share of a cell, on one event loop.
+
+A closed-loop arm of N streams is N coroutines on one event loop, each sending its next request
+the moment its previous one is done, so every arm does the same work with exactly N in flight.
+The loop is the instrument, so the cell keeps it free of surprises:
+
+- request bodies are encoded before the cell starts;
+- the garbage collector is frozen and off for the cell (a collection of a big heap is a pause of
+  milliseconds in the middle of a stream);
+- bodies are parsed after the cell's last request (backends/transport.py stamps arrivals);
+- a timer every ``LAG_INTERVAL_S`` measures how late the loop ran it: a loop that is late on its
+  own timer is late on every chunk too. With the loop's CPU time and the share of the cell's wall
+  clock it was busy, that is the evidence the client self-check judges (checks/saturation.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import time
+
+from .backends import Backend, BackendError
+from .backends.transport import loop_name
+
+# how often the event-loop lag is sampled during a cell
+LAG_INTERVAL_S = 0.010
+# A test hook: CPU seconds burnt per chunk received, to starve the client on purpose.
+CHUNK_DELAY_ENV = "SLOTBENCH_CLIENT_CHUNK_DELAY_S"
+
+
+def _quantile(sorted_values: list[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    k = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[k]
+
+
+async def _lag_probe(samples: list[float], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        due = time.monotonic() + LAG_INTERVAL_S
+        await asyncio.sleep(LAG_INTERVAL_S)
+        samples.append(max(0.0, time.monotonic() - due))
+
+
+def _starve_hook() -> None:
+    """Burn CPU on every chunk received when CHUNK_DELAY_ENV asks for it (tests only)."""
+    delay = float(os.environ.get(CHUNK_DELAY_ENV, "0") or 0)
+    if delay <= 0:
+        return
+    from .backends import transport
+
+    if getattr(transport._Connection, "_starved", False):
+        return
+    original = transport._Connection.data_received
+
+    def data_received(self, data: bytes) -> None:
+        original(self, data)
+        end = time.thread_time() + delay
+        while time.thread_time() < end:
+            pass
+
+    transport._Connection.data_received = data_received
+    transport._Connection._starved = True
+
+
+async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
+                   num_predict: int, temperature: float, start_at: float | None = None,
+                   measure: bool = True) -> tuple[list, dict]:  # fmt: skip
+    """Send ``requests`` (dicts with prompt, seed, maybe allow_cache) with ``streams`` in
+    flight from this loop; returns the RequestRecords (aligned with ``requests``, parsed) and
+    this process's stats. On the first failure every other stream is ended and
+    ``CellFailed`` names the request. ``start_at`` (time.monotonic()) is the start barrier the
+    client processes of a cell share."""
+    _starve_hook()
+    prepared = [backend.prepare(r["prompt"], num_predict, temperature, r["seed"],
+                                bool(r.get("allow_cache"))) for r in requests]  # fmt: skip
+    results: list = [None] * len(requests)
+    state = {"next": 0, "failed": None}
+
+    async def stream() -> None:
+        while state["failed"] is None and state["next"] < len(prepared):
+            i = state["next"]
+            state["next"] += 1
+            try:
+                results[i] = await backend.send(client, prepared[i], finish=False)
+            except BackendError as exc:
+                if state["failed"] is None:
+                    state["failed"] = (i, exc)
+                    client.abort()
+                return
+
+    lags: list[float] = []
+    stop = asyncio.Event()
+    if measure:
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+    try:
+        if start_at is not None:
+            await asyncio.sleep(max(0.0, start_at - time.monotonic()))
+        probe = asyncio.ensure_future(_lag_probe(lags, stop)) if measure else None
+        t0, cpu0 = time.monotonic(), time.thread_time()
+        await asyncio.gather(*(stream() for _ in range(max(1, min(streams, len(prepared))))))
+        cpu, t1 = time.thread_time() - cpu0, time.monotonic()
+        stop.set()
+        if probe is not None:
+            await probe
+    finally:
+        if measure:
+            gc.enable()
+            gc.unfreeze()
+    if state["failed"] is not None:
+        i, exc = state["failed"]
+        raise CellFailed(i, exc)
+    for i, rec in enumerate(results):
+        try:
+            backend.finish(rec)
+        except BackendError as exc:
+            raise CellFailed(i, exc) from None
+    lags.sort()
+    wall = t1 - t0
+    stats = {
+        "pid": os.getpid(), "loop": loop_name(asyncio.get_running_loop()),
+        "streams": streams, "requests": len(requests), "started": t0, "wall_s": wall,
+        "cpu_s": cpu, "busy": cpu / wall if wall > 0 else None,
+        "lag_p50_s": _quantile(lags, 0.5), "lag_p95_s": _quantile(lags, 0.95),
+        "lag_p99_s": _quantile(lags, 0.99),
+        "lag_max_s": lags[-1] if lags else None, "lag_samples": len(lags),
+    }  # fmt: skip
+    return results, stats
+
+
+class CellFailed(Exception):
+    """A request of a cell failed: ``index`` in the list the process was given, ``error``."""
+
+    def __init__(self, index: int, error: BaseException):
+        super().__init__(str(error))
+        self.index, self.error = index, error
