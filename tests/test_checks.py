@@ -319,6 +319,7 @@ def test_entry_point_writes_every_verdict_table_and_the_headline_decision(tmp_pa
         "thermal",
         "drift",
         "client",
+        "client_saturation",
         "sufficiency",
         "versions",
     ):

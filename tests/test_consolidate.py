@@ -7,8 +7,8 @@ import subprocess
 import pyarrow.parquet as pq
 import pytest
 
-from slotbench.consolidate import (CELLS_SCHEMA, REQUESTS_SCHEMA, RawFileError, consolidate,
-                                   read_table, verify_raw_files, write_table)
+from slotbench.consolidate import (CELLS_SCHEMA, REQUESTS_SCHEMA, SCHEMA_VERSION, RawFileError,
+                                   consolidate, read_table, verify_raw_files, write_table)
 from slotbench.rawfiles import (RAW_SCHEMA, RawFileChanged, sha256_file, write_json_atomic,
                                 write_sha256_atomic)
 
@@ -54,7 +54,7 @@ def test_tables_carry_explicit_schema_and_version(tmp_path):
     out = tmp_path / "cells.parquet"
     write_table(cells, CELLS_SCHEMA, out, "cells")
     schema = pq.read_schema(out)
-    assert schema.metadata[b"slotbench.schema_version"] == b"2"
+    assert schema.metadata[b"slotbench.schema_version"] == SCHEMA_VERSION.encode() == b"3"
     assert schema.field("rep").type == CELLS_SCHEMA.field("rep").type
     assert read_table(out)["agg_tps"].tolist() == cells["agg_tps"].tolist()
 
@@ -154,3 +154,43 @@ def test_blocks_merged_give_the_tables_of_one_pass_and_refuse_mixed_settings(tmp
     with pytest.raises(RawFileError, match=r"rep3\.json was measured under other settings: "
                                            r"num_predict"):  # fmt: skip
         merge_blocks([str(tmp_path / "block1"), str(tmp_path / "block2")])
+
+
+def client_stats(process, busy, lag_p95):
+    return {"process": process, "pid": 100 + process, "loop": "uvloop", "streams": 1,
+            "requests": 1, "started": 0.01, "wall_s": 1.0, "cpu_s": busy, "busy": busy,
+            "lag_p50_s": lag_p95 / 2, "lag_p95_s": lag_p95, "lag_p99_s": lag_p95,
+            "lag_max_s": lag_p95, "lag_samples": 100}
+
+
+def test_the_client_processes_of_a_cell_become_columns_and_older_raw_files_give_nulls(tmp_path):
+    """A raw rep with per-process client stats gives the busiest process and the latest loop of
+    each cell (and each request's process); a raw rep from before them gives nulls."""
+    new = raw_rep(1)
+    serial, parallel = new["cells"]
+    serial["client"] = {"processes": [client_stats(0, 0.2, 0.0004)]}
+    parallel["client"] = {"processes": [client_stats(0, 0.3, 0.002), client_stats(1, 0.9, 0.001)]}
+    for cell in new["cells"]:
+        cell["client_cpu_s"] = sum(p["cpu_s"] for p in cell["client"]["processes"])
+    for i, r in enumerate(parallel["requests"]):
+        r["client_process"] = i
+    serial["requests"][0]["client_process"] = serial["requests"][1]["client_process"] = 0
+    write_json_atomic(tmp_path / "rep1.json", new)
+    write_json_atomic(tmp_path / "rep2.json", raw_rep(2))  # older: no client record
+    requests, cells = consolidate([str(tmp_path / "rep1.json"), str(tmp_path / "rep2.json")])
+    for frame, schema, kind in ((cells, CELLS_SCHEMA, "cells"),
+                                (requests, REQUESTS_SCHEMA, "requests")):  # fmt: skip
+        write_table(frame, schema, tmp_path / f"{kind}.parquet", kind)
+    cells = read_table(tmp_path / "cells.parquet").set_index(["rep", "arm"])
+    requests = read_table(tmp_path / "requests.parquet").set_index(["rep", "arm", "request"])
+    columns = ["client_processes", "client_busy", "client_busy_process", "client_lag_p95_s",
+               "client_lag_process"]  # fmt: skip
+    assert cells.loc[(1, 1), columns].tolist() == [1, 0.2, 0, 0.0004, 0]
+    assert cells.loc[(1, 2), columns].tolist() == [2, 0.9, 1, 0.002, 0]
+    assert cells.loc[(1, 2), "client_cpu_s"] == pytest.approx(1.2)
+    assert cells.loc[2, columns].isna().all().all()
+    assert requests.loc[(1, 2), "client_process"].tolist() == [0, 1]
+    assert requests.loc[2, "client_process"].isna().all()
+    schema = pq.read_schema(tmp_path / "cells.parquet")
+    assert schema.field("client_busy_process").type == "int64"
+    assert pq.read_schema(tmp_path / "requests.parquet").field("client_process").type == "int64"

@@ -20,7 +20,7 @@ from .cells import mean_at_once, most_at_once
 from .crosscheck import crosscheck
 from .rawfiles import RAW_SCHEMA, RawFileChanged, read_json, sha256_file, verify_raw_file
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"  # 3: the client process columns of cells and requests
 
 KEYS = [
     pa.field("target", pa.string(), nullable=False),
@@ -63,6 +63,7 @@ REQUESTS_SCHEMA = pa.schema(
         pa.field("control", pa.bool_()),  # a request of the optional control cell
         # why the server's numbers failed the cross-check with the client (null: they held)
         pa.field("suspect_reason", pa.string()),
+        pa.field("client_process", pa.int64()),  # the client process that sent it (null: older)
         pa.field("raw_file", pa.string()),
     ]
 )
@@ -93,6 +94,11 @@ CELLS_SCHEMA = pa.schema(
         pa.field("code_dirty", pa.bool_()),
         pa.field("server_build", pa.string()),
         pa.field("client_cpu_s", pa.float64()),  # the harness's own CPU time during the cell
+        # the client processes that sent the cell: how many, the busiest one's CPU time over its
+        # wall clock and the latest event loop's lag p95, with which (null: an older raw file)
+        pa.field("client_processes", pa.int64()),
+        pa.field("client_busy", pa.float64()), pa.field("client_busy_process", pa.int64()),
+        pa.field("client_lag_p95_s", pa.float64()), pa.field("client_lag_process", pa.int64()),
         pa.field("control", pa.bool_()),
     ]
 )
@@ -154,7 +160,7 @@ def request_rows(raw: dict, raw_file: str) -> list[dict]:
                     "timing_source": req.get("timing_source", "server"),
                     "control": bool(cell.get("control", False)),
                     "suspect_reason": crosscheck(req, num_predict),
-                    "raw_file": raw_file,
+                    "client_process": req.get("client_process"), "raw_file": raw_file,
                 }
             )  # fmt: skip
     return rows
@@ -223,6 +229,25 @@ def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
         "gen_streams_max": most_at_once(*zip(*windows)) if windows else 0,
         "gen_streams": mean_at_once(*zip(*windows)) if windows else np.nan,
     }
+
+
+CLIENT_NONE = dict.fromkeys(["client_processes", "client_busy", "client_busy_process",
+                             "client_lag_p95_s", "client_lag_process"])  # fmt: skip
+
+
+def client_columns(cell: dict) -> dict:
+    """The cell's client process columns from its raw ``client`` record: how many processes,
+    the busiest (CPU over wall clock) and the latest loop (lag p95), each with its process
+    number; all None for a raw file from before the per-process record."""
+    procs = (cell.get("client") or {}).get("processes") or []
+    out = dict(CLIENT_NONE, client_processes=len(procs) or None)
+    for key, process_key, field in (("client_busy", "client_busy_process", "busy"),
+                                    ("client_lag_p95_s", "client_lag_process", "lag_p95_s")):
+        known = [p for p in procs if p.get(field) is not None]
+        if known:
+            worst = max(known, key=lambda p, f=field: p[f])
+            out[key], out[process_key] = float(worst[field]), worst.get("process")
+    return out
 
 
 def server_build_id(server: dict) -> str:
@@ -310,6 +335,7 @@ def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None
         req_rows.extend(rows)
         build_id = server_build_id(raw.get("server", {}))
         cpu = {(c["arm"], c["position"]): c.get("client_cpu_s") for c in raw["cells"]}
+        client = {(c["arm"], c["position"]): client_columns(c) for c in raw["cells"]}
         by_cell: dict[tuple, list[dict]] = {}
         for row in rows:
             by_cell.setdefault((row["arm"], row["position"]), []).append(row)
@@ -325,6 +351,7 @@ def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None
                     "code_dirty": raw.get("code", {}).get("dirty"),
                     "server_build": build_id,
                     "client_cpu_s": cpu.get((arm, position)),
+                    **client.get((arm, position), CLIENT_NONE),
                     "control": any(r["control"] for r in grp),
                 }
             )  # fmt: skip

