@@ -60,6 +60,17 @@ def test_a_busy_client_process_excludes_its_arm_and_is_named(requests):
     assert table.set_index("arm")["saturated"].to_dict() == {1: False, 2: False, 4: True}
 
 
+def test_a_saturated_serial_arm_takes_every_arms_headline(requests):
+    """Every ratio is taken against serial-1 of the same rep: a client that could not keep up
+    there moves every arm's speedup, so no arm keeps its headline."""
+    cells = cells_with_client(requests, arm1={"client_busy": 0.99, "client_busy_process": 0})
+    v, _ = verdict_of(cells, requests)
+    assert v["fired"] and v["arms"] == [1, 2, 4]
+    assert "99% of a core in process 0 at serial-1" in v["sentence"]
+    assert "every ratio is taken against the serial arm, so no arm gets a headline" in v["sentence"]
+    assert v["cells"] == [f"embedded/run1/rep{r}/arm1" for r in (1, 2, 3)]
+
+
 def test_a_late_event_loop_excludes_its_arm(requests):
     cells = cells_with_client(requests, arm2={"client_lag_p95_s": 0.05, "client_lag_process": 1})
     cells.loc[(cells["arm"] == 2) & (cells["rep"] == 2), "client_lag_p95_s"] = 0.001

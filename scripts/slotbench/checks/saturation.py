@@ -141,8 +141,15 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         counts = {r["arm"]: f"{r['cells_saturated']} of {count(r['cells'], 'cell')}" for r in hot}
         text = "; ".join(f"{_what(r, busy_share, lag_s)} at {arm_name(r['arm'])} "
                          f"({counts[r['arm']]})" for r in hot)  # fmt: skip
-        tail = (f"{text}{_unrecorded(rows)}, so "
-                f"{'that arm gets' if len(hot) == 1 else 'those arms get'} no headline; {REMEDY}.")
+        arms = [r["arm"] for r in hot]
+        if min(r["arm"] for r in rows) in arms:  # the control of every within-rep ratio
+            arms = [r["arm"] for r in rows]
+            tail = (f"{text}{_unrecorded(rows)}; every ratio is taken against the serial arm, "
+                    f"so no arm gets a headline; {REMEDY}.")
+        else:
+            tail = (f"{text}{_unrecorded(rows)}, so "
+                    f"{'that arm gets' if len(hot) == 1 else 'those arms get'} no headline; "
+                    f"{REMEDY}.")
         sentence = f"Client saturated: {tail}"
         warning = f"Warning: the client could not keep up: {tail}"
         why = {str(r["arm"]): f"{arm_name(r['arm'])} was measured by a client that could not "
@@ -150,7 +157,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                for r in hot}  # fmt: skip
         verdicts.append(judged(
             TRAP, TITLE, target, True, f"client saturated: {text}", sentence, effect="exclude",
-            arms=[r["arm"] for r in hot], cells=flagged.get(target, []),
+            arms=arms, cells=flagged.get(target, []),
             evidence=evidence | {"why": why, "warnings": [warning]}, **common,
         ))  # fmt: skip
     return verdicts, {"client_saturation": pd.DataFrame(table, columns=ARM_COLUMNS)}
