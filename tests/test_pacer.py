@@ -1,10 +1,16 @@
 """benchmarks/pacer.py speaks every backend's wire format and its truth log is the truth.
 
-Fast (a few seconds) and standard library only on the server side; the backends are
-slotbench's own, so this also checks the streaming client against a known schedule.
+Fast (a few seconds). The server is benchmarks/pacer.c (compiled on first use by pacer.py);
+the backends are slotbench's own, so this also checks the streaming client against a known
+schedule. The byte-level tests below pin the wire formats the earlier Python pacer produced.
 """
 
+import http.client
 import json
+import re
+import signal
+import socket
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +19,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from pacer import PacerConfig, PacerThread  # noqa: E402
+from pacer import PacerConfig, PacerThread, build  # noqa: E402
 
 from slotbench.backends import make_backend  # noqa: E402
 
@@ -74,3 +80,202 @@ def test_slots_queue_requests_beyond_them(pacer):
     assert len(rows) == 4 and all(r.output_tokens == 4 for r in recs)
     waits = sorted(r["t_slot"] - r["t_body"] for r in rows.values())
     assert waits[1] < 0.01 < waits[2]  # two slots: the third and fourth request waited
+
+
+# --- raw HTTP: the bytes themselves ---------------------------------------------------------
+
+ROUTES = {"llamacpp": "/completion", "ollama": "/api/generate",
+          "openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}  # fmt: skip
+
+
+def request_body(fmt: str, prompt: str, n: int) -> dict:
+    if fmt == "llamacpp":
+        return {"prompt": prompt, "n_predict": n, "stream": True}
+    if fmt == "ollama":
+        return {"model": "pacer", "prompt": prompt, "options": {"num_predict": n}}
+    body = {"model": "pacer", "max_tokens": n, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    if fmt == "openai":
+        return body | {"prompt": prompt}
+    return body | {"messages": [{"role": "user", "content": prompt}]}
+
+
+def raw_exchange(url: str, data: bytes, timeout: float = 5.0) -> tuple[bytes, list[bytes]]:
+    """Send ``data`` on a fresh connection; return (response head, chunks of a chunked body),
+    read up to the terminating zero-size chunk."""
+    host, port = url.split("//")[1].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(data)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += sock.recv(65536) or pytest.fail(f"closed before a response: {buf!r}")
+        head, rest = buf.split(b"\r\n\r\n", 1)
+        chunks = []
+        while True:
+            while b"\r\n" not in rest:
+                rest += sock.recv(65536) or pytest.fail("closed inside the body")
+            size_line, rest = rest.split(b"\r\n", 1)
+            size = int(size_line, 16)
+            while len(rest) < size + 2:
+                rest += sock.recv(65536) or pytest.fail("closed inside a chunk")
+            assert rest[size : size + 2] == b"\r\n"
+            if size == 0:
+                return head + b"\r\n\r\n", chunks
+            chunks.append(rest[:size])
+            rest = rest[size + 2 :]
+
+
+def http_request(path: str, body: bytes, extra: str = "") -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: pacer\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n{extra}\r\n").encode() + body  # fmt: skip
+
+
+STREAM_HEAD = ("HTTP/1.1 200 OK\r\nContent-Type: {}\r\nTransfer-Encoding: chunked\r\n"
+               "Cache-Control: no-cache\r\nServer: slotbench-pacer\r\nConnection: keep-alive"
+               "\r\n\r\n")  # fmt: skip
+ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z"
+
+
+def token_pattern(fmt: str, last: bool) -> str:
+    """The exact bytes of one token event (regex for its id, creation time)."""
+    if fmt == "llamacpp":
+        return re.escape('data: {"content":" tok","tokens":[],"stop":false,"id_slot":0,'
+                         '"index":0}\n\n')  # fmt: skip
+    if fmt == "ollama":
+        return (re.escape('{"model":"pacer","created_at":"') + ISO
+                + re.escape('","response":" tok","done":false}\n'))  # fmt: skip
+    fin = '"length"' if last else "null"
+    if fmt == "openai":
+        obj, choice = "text_completion", '{"index":0,"text":" tok","logprobs":null,'
+    else:
+        obj = "chat.completion.chunk"
+        choice = '{"index":0,"delta":{"role":"assistant","content":" tok"},"logprobs":null,'
+    return (re.escape('data: {"id":"cmpl-pacer-') + r"\d+"
+            + re.escape(f'","object":"{obj}","created":') + r"\d+"
+            + re.escape(f',"model":"pacer","choices":[{choice}"finish_reason":{fin}}}]}}\n\n'))  # fmt: skip
+
+
+FINAL_KEYS = {
+    "llamacpp": ["content", "stop", "model", "tokens_predicted", "tokens_evaluated", "stop_type",
+                 "stopping_word", "tokens_cached", "truncated", "timings"],
+    "ollama": ["model", "created_at", "response", "done", "done_reason", "total_duration",
+               "prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration"],
+}  # fmt: skip
+TIMINGS_KEYS = ["cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
+                "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second"]  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_every_format_is_byte_exact_and_logged_with_its_lateness(pacer, fmt):
+    """Each token is its own chunk with the bytes the Python pacer wrote; the truth row has
+    every token's due time, and its lateness is t_tok - due."""
+    url, log = pacer
+    n, nonce = 5, f"L{fmt.replace('-', '')}"
+    body = json.dumps(request_body(fmt, f"Request {nonce} count to five", n)).encode()
+    head, chunks = raw_exchange(url, http_request(ROUTES[fmt], body))
+    ctype = "application/x-ndjson" if fmt == "ollama" else "text/event-stream"
+    assert head.decode() == STREAM_HEAD.format(ctype)
+    assert len(chunks) == n + 1  # one chunk per token, then the final event(s)
+    for k, chunk in enumerate(chunks[:n]):
+        assert re.fullmatch(token_pattern(fmt, k == n - 1), chunk.decode()), chunk
+    final = chunks[-1].decode()
+    if fmt in FINAL_KEYS:
+        obj = json.loads(final.removeprefix("data: "))
+        assert final.endswith("\n\n" if fmt == "llamacpp" else "}\n")
+        assert list(obj) == FINAL_KEYS[fmt]
+        if fmt == "llamacpp":
+            assert list(obj["timings"]) == TIMINGS_KEYS
+            assert (obj["tokens_predicted"], obj["tokens_evaluated"]) == (n, 5)
+        else:
+            assert (obj["eval_count"], obj["prompt_eval_count"], obj["done_reason"]) == (
+                n, 5, "length")  # fmt: skip
+    else:
+        usage, done = final.split("\n\n", 1)
+        assert done == "data: [DONE]\n\n"
+        obj = json.loads(usage.removeprefix("data: "))
+        assert obj["choices"] == [] and obj["usage"] == {
+            "prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}  # fmt: skip
+    row = truth(log, nonce)[nonce]
+    assert row["completed"] and row["n_written"] == n == len(row["due"]) == len(row["t_tok"])
+    assert row["due"][0] == pytest.approx(row["t_slot"] + 0.020, abs=2e-9)
+    gaps = [b - a for a, b in zip(row["due"], row["due"][1:])]
+    assert gaps == pytest.approx([0.004] * (n - 1), abs=2e-9)  # absolute deadlines: no drift
+    late = sorted(t - d for t, d in zip(row["t_tok"], row["due"]))
+    assert late[0] >= 0  # never early
+    assert row["late_max"] == pytest.approx(late[-1], abs=2e-9)
+    assert row["late_p50"] == pytest.approx(late[(n - 1) // 2], abs=2e-9)
+    assert row["t_tok"][-1] <= row["t_final"]
+
+
+def test_a_chunked_request_body_is_read(pacer):
+    url, log = pacer
+    body = json.dumps(request_body("openai-chat", "Request CHUNKY one two three", 3)).encode()
+    parts = [body[:5], body[5:40], body[40:]]
+    data = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: pacer\r\n"
+        "Transfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n"
+    ).encode()
+    data += b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in parts)
+    data += b"0\r\nX-Trailer: yes\r\n\r\n"  # fmt: skip
+    head, chunks = raw_exchange(url, data)
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert len(chunks) == 4 and chunks[-1].endswith(b"data: [DONE]\n\n")
+    row = truth(log, "CHUNKY")["CHUNKY"]
+    assert (row["completed"], row["n_written"], row["prompt_tokens"]) == (True, 3, 5)
+
+
+def test_sigterm_logs_what_is_in_flight_and_summarises(tmp_path):
+    log = tmp_path / "truth.jsonl"
+    proc = subprocess.Popen([str(build()), "--ttft-ms", "5", "--gap-ms", "5", "--truth-log",
+                             str(log)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        url = proc.stdout.readline().strip()
+        host, port = url.split("//")[1].rsplit(":", 1)
+        body = json.dumps(request_body("llamacpp", "Request LONG x", 100000)).encode()
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(http_request("/completion", body))
+            got = b""
+            while got.count(b"data: ") < 3:
+                got += sock.recv(65536)
+            proc.send_signal(signal.SIGTERM)
+            _, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    row = truth(log, "LONG")["LONG"]
+    assert row["completed"] is False and "t_final" not in row
+    assert row["n_written"] >= 3 and len(row["due"]) == row["n_written"]
+    assert re.search(r"1 requests .* tokens written, \d+ tok/s .* lateness p50 [\d.]+ p99 "
+                     r"[\d.]+ max [\d.]+ ms; cpu [\d.]+ s", err), err  # fmt: skip
+
+
+def test_a_slow_client_gets_every_token_and_its_wait_is_logged(tmp_path):
+    """A client that does not read fills the socket: the pacer keeps the tokens (each still its
+    own send, in order), stamps each when its last byte is taken, and serves others meanwhile."""
+    log = tmp_path / "truth.jsonl"
+    wmem_max = int(Path("/proc/sys/net/ipv4/tcp_wmem").read_text().split()[2])
+    n = 2 * wmem_max // 79 + 10000  # twice what the send buffer can hold (79-byte tokens)
+    with PacerThread(PacerConfig(ttft_ms=0, gap_ms=0.001, truth_log=str(log))) as url:
+        host, port = url.split("//")[1].rsplit(":", 1)
+        body = json.dumps(request_body("llamacpp", "Request SLOW x", n)).encode()
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, int(port)))
+        with sock:
+            sock.sendall(http_request("/completion", body))
+            time.sleep(0.3)
+            conn = http.client.HTTPConnection(host, int(port), timeout=2)
+            conn.request("GET", "/health")
+            assert json.loads(conn.getresponse().read()) == {"status": "ok"}
+            conn.close()
+            got = bytearray()
+            sock.settimeout(10)
+            while not got.endswith(b"0\r\n\r\n"):
+                got += sock.recv(1 << 16) or pytest.fail("closed early")
+    assert got.count(b'data: {"content":" tok"') == n
+    row = truth(log, "SLOW")["SLOW"]
+    assert row["completed"] and row["n_written"] == n
+    assert all(a <= b for a, b in zip(row["t_tok"], row["t_tok"][1:]))
+    assert all(t >= d for t, d in zip(row["t_tok"], row["due"]))
+    assert row["late_max"] > 0.1  # tokens waited for the client, and the log says so
