@@ -35,9 +35,7 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -68,38 +66,6 @@ def prompt_for(gid: int, words: int) -> str:
     return f"Request {gid:06d} " + " ".join(body)
 
 
-class Instrumented:
-    """Wraps one slotbench backend: every ``now()`` it takes is recorded per thread, so the
-    chunk arrival times it saw are known without changing its code."""
-
-    def __init__(self, backend):
-        self.backend = backend
-        self.local = threading.local()
-        base_now = backend.now
-
-        def now():
-            t = base_now()
-            times = getattr(self.local, "times", None)
-            if times is not None:
-                times.append(t)
-            return t
-
-        backend.now = now  # instance attribute shadows the static method
-
-    def generate(self, prompt, num_predict):
-        self.local.times = []
-        try:
-            rec = self.backend.generate(prompt, num_predict, 0.0, 1)
-        finally:
-            times, self.local.times = self.local.times, None
-        # after the now() that became t_sent: one per chunk (openai, ollama; llamacpp takes
-        # one for the first token only), then the final line's and/or t_done
-        start = max(i for i, t in enumerate(times) if t == rec.t_sent) + 1
-        after = times[start:]
-        chunk_times = after[: rec.chunks] if len(after) > rec.chunks else None
-        return rec, chunk_times
-
-
 def read_truth(path: Path, offset: int) -> tuple[list[dict], int]:
     with open(path) as f:
         f.seek(offset)
@@ -109,86 +75,104 @@ def read_truth(path: Path, offset: int) -> tuple[list[dict], int]:
     return rows, end
 
 
-def run_level(inst: Instrumented, concurrency: int, n: int, num_predict: int, words: int,
-              first_gid: int) -> dict:
-    """N requests through a pool of C workers, as execute.py sends a cell."""
-    worker_free: dict[int, float] = {}
-    lock = threading.Lock()
-    t_level = time.monotonic()
-    errors = []
+def run_level(clients, concurrency: int, n: int, num_predict: int, words: int,
+              first_gid: int, processes: int) -> dict:
+    """N requests with C in flight, as execute.py sends a cell: the rep plan's split over
+    ``processes`` client processes (slotbench.clients), one event loop each."""
+    from slotbench.loadgen import CellFailed
+    from slotbench.plan import split_streams
 
-    def one(gid: int):
-        me = threading.get_ident()
-        with lock:
-            t_free = worker_free.get(me, t_level)
-        try:
-            rec, chunk_times = inst.generate(prompt_for(gid, words), num_predict)
-        except Exception as exc:  # noqa: BLE001 - a failure is a result here
-            errors.append(f"request {gid}: {exc}")
-            rec, chunk_times = None, None
-        with lock:
-            worker_free[me] = time.monotonic()
-        return gid, t_free, rec, chunk_times
+    requests = [{"request": gid, "prompt": prompt_for(gid, words), "seed": 1}
+                for gid in range(first_gid, first_gid + n)]  # fmt: skip
+    by_id = {r["request"]: r for r in requests}
+    shares = [s | {"requests": [by_id[i] for i in s["requests"]]}
+              for s in split_streams(concurrency, list(by_id), processes)]  # fmt: skip
+    errors, records, stats = [], [], []
+    try:
+        records, stats = clients.cell(shares, num_predict, 0.0)
+    except CellFailed as exc:
+        errors.append(f"request {exc.index}: {exc.error}")
+    return {"records": {r["request"]: rec for r, rec in zip(requests, records)},
+            "shares": shares, "stats": stats, "errors": errors,
+            "cpu_s": sum(st["cpu_s"] for st in stats), "n": n, "first_gid": first_gid}
 
-    cpu0 = time.process_time()
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        results = list(pool.map(one, range(first_gid, first_gid + n)))
-    cpu = time.process_time() - cpu0
-    return {"results": results, "cpu_s": cpu, "errors": errors}
+
+def send_lags(level: dict) -> list[float]:
+    """Per request: how long after its stream was free it went out (each process's loop keeps
+    its own streams; a stream is free at its previous request's end, or the cell's start)."""
+    from slotbench.checks.client import _intended  # the self-check's own definition
+
+    import numpy as np
+
+    out = []
+    for share in level["shares"]:
+        recs = [level["records"][r["request"]] for r in share["requests"]
+                if r["request"] in level["records"]]  # fmt: skip
+        recs.sort(key=lambda rec: rec["t_sent_s"])
+        if not recs:
+            continue
+        sent = np.array([r["t_sent_s"] for r in recs])
+        done = np.array([r["t_done_s"] for r in recs])
+        intended = _intended(sent, done, share["streams"])
+        out += list(np.maximum(0.0, sent - intended))
+    return out
 
 
 def analyse(level: dict, truth_rows: list[dict]) -> dict:
     by_id = collections.defaultdict(list)
     for row in truth_rows:
         by_id[row["id"]].append(row)
-    sent = {f"{gid:06d}": (t_free, rec, ct) for gid, t_free, rec, ct in level["results"]}
+    sent = {f"{gid:06d}": level["records"].get(gid)
+            for gid in range(level["first_gid"], level["first_gid"] + level["n"])}  # fmt: skip
     lost = [i for i in sent if i not in by_id]
     dup = [i for i in sent if len(by_id.get(i, [])) > 1]
     unexpected = [i for i in by_id if i not in sent]
     incomplete = [r["id"] for r in truth_rows if not r.get("completed")]
-    ttft_err, recv_lag, wire_lag, send_lag, itl_err, rate_err, arr_lag = ([] for _ in range(7))
+    ttft_err, recv_lag, wire_lag, itl_err, rate_err, arr_lag = ([] for _ in range(6))
+    send_lag = send_lags(level)
     pacer_late = []
     tokens_client = 0
     t_sent, t_done = [], []
-    for rid, (t_free, rec, chunk_times) in sent.items():
+    for rid, rec in sent.items():
         if rec is None:
             continue
-        tokens_client += rec.output_tokens or 0
-        t_sent.append(rec.t_sent)
-        t_done.append(rec.t_done)
-        send_lag.append(rec.t_sent - t_free)
+        tokens_client += rec["output_tokens"] or 0
+        t_sent.append(rec["t_sent_s"])
+        t_done.append(rec["t_done_s"])
         rows = by_id.get(rid)
         if not rows or not rows[0]["t_tok"]:
             continue
         tr = rows[0]
         tok = tr["t_tok"]
         true_ttft = tok[0] - tr["t_body"]
-        if rec.t_first is not None:
-            ttft_err.append((rec.t_first - rec.t_sent) - true_ttft)
-            recv_lag.append(rec.t_first - tok[0])
-        wire_lag.append(tr["t_body"] - rec.t_sent)
-        if chunk_times and len(chunk_times) == len(tok):
+        if rec["t_first_s"] is not None:
+            ttft_err.append((rec["t_first_s"] - rec["t_sent_s"]) - true_ttft)
+            recv_lag.append(rec["t_first_s"] - tok[0])
+        wire_lag.append(tr["t_body"] - rec["t_sent_s"])
+        chunk_times = (rec.get("arrivals") or [])[: len(tok)]  # the token lines come first
+        if len(chunk_times) == len(tok):
             arr_lag += [c - t for c, t in zip(chunk_times, tok)]
             itl_err += [(chunk_times[i] - chunk_times[i - 1]) - (tok[i] - tok[i - 1])
                         for i in range(1, len(tok))]  # fmt: skip
-        if rec.gen_s and len(tok) > 1:
+        if rec["gen_s"] and len(tok) > 1:
             # the per-user rate each backend reports vs the rate the truth log implies; a
             # server-timed backend uses the pacer's true gen_s (first → last write), a
             # client-timed one scales n-1 gaps to n tokens, so compare like with like
             true_gen = tok[-1] - tok[0]
-            if rec.timing_source == "client":
+            if rec["timing_source"] == "client":
                 true_gen *= len(tok) / (len(tok) - 1)
-            rate_err.append(true_gen / rec.gen_s - 1)
+            rate_err.append(true_gen / rec["gen_s"] - 1)
         pacer_late += [tok[i] - tok[i - 1] for i in range(1, len(tok))]
     ok = [r for r in truth_rows if r["id"] in sent and r["t_tok"]]
     tokens_truth = sum(r["n_written"] for r in ok)
-    agg_err = None
+    agg_err = truth_tps = None
     if ok and t_sent:
         truth_wall = max(r["t_tok"][-1] for r in ok) - min(r["t_body"] for r in ok)
         client_wall = max(t_done) - min(t_sent)
         agg_err = (tokens_client / client_wall) / (tokens_truth / truth_wall) - 1
+        truth_tps = tokens_truth / truth_wall
     return {
-        "requests": len(sent), "ok": sum(1 for v in sent.values() if v[1] is not None),
+        "requests": len(sent), "ok": sum(1 for v in sent.values() if v is not None),
         "errors": level["errors"][:3], "lost": len(lost), "duplicated": len(dup),
         "unexpected": len(unexpected), "incomplete": len(incomplete),
         "ttft_err_p50": pct(ttft_err, 0.5), "ttft_err_p90": pct(ttft_err, 0.9),
@@ -200,8 +184,11 @@ def analyse(level: dict, truth_rows: list[dict]) -> dict:
         "rate_err_p50": pct(rate_err, 0.5), "agg_tps_err": agg_err,
         "send_lag_p50": pct(send_lag, 0.5), "send_lag_p99": pct(send_lag, 0.99),
         "cpu_us_per_token": level["cpu_s"] / tokens_client * 1e6 if tokens_client else None,
+        "busy_max": max((st["busy"] or 0 for st in level["stats"]), default=None),
+        "lag_p95_max": max((st["lag_p95_s"] or 0 for st in level["stats"]), default=None),
+        "processes": len(level["stats"]),
         "true_gap_p50": pct(pacer_late, 0.5), "true_gap_p99": pct(pacer_late, 0.99),
-        "tokens_client": tokens_client, "tokens_truth": tokens_truth,
+        "tokens_client": tokens_client, "tokens_truth": tokens_truth, "truth_tps": truth_tps,
     }
 
 
@@ -213,7 +200,8 @@ COLUMNS = [  # (header, key, scale, format)
     ("wire lag p50 ms", "wire_lag_p50", 1e3, ".3f"), ("p99", "wire_lag_p99", 1e3, ".3f"),
     ("ITL err p50 ms", "itl_err_p50", 1e3, ".3f"), ("p99", "itl_err_p99", 1e3, ".3f"),
     ("user-rate err", "rate_err_p50", 100, ".2f%"), ("agg tok/s err", "agg_tps_err", 100, ".2f%"),
-    ("send lag p50 ms", "send_lag_p50", 1e3, ".3f"), ("p99", "send_lag_p99", 1e3, ".3f"), ("CPU µs/tok", "cpu_us_per_token", 1, ".0f"),
+    ("send lag p50 ms", "send_lag_p50", 1e3, ".3f"), ("p99", "send_lag_p99", 1e3, ".3f"), ("CPU µs/tok", "cpu_us_per_token", 1, ".1f"),
+    ("procs", "processes", 1, "d"), ("busy max", "busy_max", 100, ".0f%"),
     ("true gap p99 ms", "true_gap_p99", 1e3, ".2f"),
 ]  # fmt: skip
 
@@ -261,6 +249,11 @@ def main(argv=None) -> int:
     ap.add_argument("--scripts", type=Path, default=REPO / "scripts",
                     help="directory holding the slotbench package to measure (default: this "
                          "worktree's scripts/)")  # fmt: skip
+    ap.add_argument("--processes", default="1",
+                    help="client processes per level: a number, or auto (one per 128 streams, "
+                         "at most one per client CPU), as client.processes (default 1)")
+    ap.add_argument("--client-cpus", type=int, nargs="+",
+                    help="pin this process and the client processes to these CPUs")
     ap.add_argument("--json", type=Path, help="write every level's results here")
     ap.add_argument("--truth-log", type=Path, help="keep the truth log here (default: temp)")
     args = ap.parse_args(argv)
@@ -268,6 +261,14 @@ def main(argv=None) -> int:
 
     sys.path.insert(0, str(args.scripts.resolve()))
     from slotbench.backends import make_backend
+    from slotbench.clients import Clients
+    from slotbench.plan import auto_processes
+
+    if args.client_cpus:
+        os.sched_setaffinity(0, args.client_cpus)
+    cpus = len(os.sched_getaffinity(0))
+    procs = {c: (auto_processes(c, cpus) if args.processes == "auto" else int(args.processes))
+             for c in levels}  # fmt: skip
 
     tmp = tempfile.TemporaryDirectory()
     truth = args.truth_log or Path(tmp.name) / "truth.jsonl"
@@ -282,30 +283,47 @@ def main(argv=None) -> int:
     gid = 1
     try:
         for name in args.formats:
-            target = {"name": "pacer", "managed": False, "url": url, "model": "pacer",
+            target = {"name": "pacer", "backend": FORMATS[name]["backend"], "managed": False,
+                      "url": url, "model": "pacer", "keep_arrivals": True,
                       **FORMATS[name]}  # fmt: skip
             backend = make_backend(target, url, 60)
-            inst = Instrumented(backend)
-            # warm-up: connections, the openai backend's server probe; not measured
-            warm = run_level(inst, 4, 8, 4, args.prompt_words, 900000 + gid)
-            gid += 8
-            if warm["errors"]:
-                raise SystemExit(f"{name} warm-up failed: {warm['errors'][0]}")
-            time.sleep(0.1)
-            offset = len(truth.read_bytes())
-            for c in levels:
-                n = args.requests or max(4 * c, 32)
-                level = run_level(inst, c, n, args.tokens, args.prompt_words, gid)
-                gid += n
-                time.sleep(0.2)  # the pacer logs a request right after its last write
-                rows, offset = read_truth(truth, offset)
-                res = analyse(level, rows)
-                all_results.setdefault(c, {})[name] = res
-                print(f"[{name} C={c}] ok {res['ok']}/{res['requests']} TTFT err p50 "
-                      f"{(res['ttft_err_p50'] or 0) * 1e3:.3f} ms", file=sys.stderr, flush=True)
+            with Clients(backend, target, url, 60, max(procs.values()),
+                         args.client_cpus) as clients:  # fmt: skip
+                # warm-up, as a rep's: a connection for every stream of the widest level (and
+                # the openai backend's server probe); not measured
+                wide = max(levels)
+                warm = run_level(clients, wide, wide, 4, args.prompt_words, 900000 + gid,
+                                 max(procs.values()))  # fmt: skip
+                gid += wide
+                if warm["errors"]:
+                    raise SystemExit(f"{name} warm-up failed: {warm['errors'][0]}")
+                time.sleep(0.1)
+                offset = len(truth.read_bytes())
+                _levels(clients, args, levels, procs, name, truth, all_results, gid)
+                gid += sum(args.requests or max(4 * c, 32) for c in levels)
     finally:
         proc.terminate()
         proc.wait(10)
+    _report(args, levels, all_results, load0)
+    return 0
+
+
+def _levels(clients, args, levels, procs, name, truth, all_results, gid) -> None:
+    offset = len(truth.read_bytes())
+    for c in levels:
+        n = args.requests or max(4 * c, 32)
+        level = run_level(clients, c, n, args.tokens, args.prompt_words, gid, procs[c])
+        gid += n
+        time.sleep(0.2)  # the pacer logs a request right after its last write
+        rows, offset = read_truth(truth, offset)
+        res = analyse(level, rows)
+        all_results.setdefault(c, {})[name] = res
+        print(f"[{name} C={c}] ok {res['ok']}/{res['requests']} TTFT err p50 "
+              f"{(res['ttft_err_p50'] or 0) * 1e3:.3f} ms, {res['processes']} process(es), "
+              f"CPU {res['cpu_us_per_token'] or 0:.1f} µs/token", file=sys.stderr, flush=True)
+
+
+def _report(args, levels, all_results, load0) -> None:
     print(f"\nload average before/after: {load0} / {tuple(round(x, 2) for x in os.getloadavg())}")
     print()
     for c in levels:
@@ -313,7 +331,6 @@ def main(argv=None) -> int:
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                          "results": all_results}, indent=1))  # fmt: skip
-    return 0
 
 
 if __name__ == "__main__":

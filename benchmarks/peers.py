@@ -40,7 +40,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from fidelity import Instrumented, analyse, pct, read_truth, run_level  # noqa: E402
+from fidelity import analyse, pct, read_truth, run_level  # noqa: E402
 from pacer import start_subprocess  # noqa: E402
 
 REPO = HERE.parent
@@ -360,13 +360,19 @@ def grade(parsed: dict, truth_rows: list[dict]) -> dict:
     }
 
 
+# --pacer-cpu / --client-cpus: the pacer on its core, every client (slotbench's and each
+# peer's, with all its processes) on the others, so that neither grades the other
+PINNING: dict = {"pacer": None, "client": None}
+
+
 def pacer_for(where: Path, ttft_ms: float, gap_ms: float):
     """A fresh pacer (OSL tokens per request) logging its truth into ``where``/truth.jsonl."""
     where.mkdir(parents=True, exist_ok=True)
     truth = where / "truth.jsonl"
     truth.write_text("")
+    pin = ["--cpu", str(PINNING["pacer"])] if PINNING["pacer"] is not None else []
     proc, url = start_subprocess(["--ttft-ms", str(ttft_ms), "--gap-ms", str(gap_ms),
-                                  "--tokens", str(OSL), "--truth-log", str(truth)])  # fmt: skip
+                                  "--tokens", str(OSL), "--truth-log", str(truth), *pin])  # fmt: skip
     return where, truth, proc, url
 
 
@@ -374,6 +380,8 @@ def run_one(peer: Peer, c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: f
             timeout_s: float) -> dict:  # fmt: skip
     where, truth, proc, url = pacer_for(run_dir / f"{peer.name}-c{c}", ttft_ms, gap_ms)
     cmd, env = command(peer, url, c, n, where / "out")
+    if PINNING["client"]:
+        cmd = ["taskset", "-c", ",".join(map(str, PINNING["client"])), *cmd]
     t0 = time.monotonic()
     try:
         with open(where / "peer.log", "w") as log:
@@ -399,22 +407,31 @@ def run_one(peer: Peer, c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: f
 
 def run_slotbench(c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: float) -> dict:
     """slotbench's own client (the openai backend, /v1/completions, as the peers use it) at the
-    same level against a pacer of its own, graded like a peer (benchmarks/fidelity.py)."""
+    same level against a pacer of its own, graded like a peer (benchmarks/fidelity.py), with
+    the client processes client.processes "auto" picks for the level."""
     sys.path.insert(0, str(REPO / "scripts"))
     from slotbench.backends import make_backend
+    from slotbench.clients import Clients
+    from slotbench.plan import auto_processes
 
+    cpus = PINNING["client"] or sorted(os.sched_getaffinity(0))
+    processes = auto_processes(c, len(cpus))
     where, truth, proc, url = pacer_for(run_dir / f"slotbench-c{c}", ttft_ms, gap_ms)
     t0 = time.monotonic()
     try:
         target = {"name": "pacer", "managed": False, "url": url, "model": "pacer",
-                  "backend": "openai", "endpoint": "completions"}  # fmt: skip
-        inst = Instrumented(make_backend(target, url, 60))
-        warm = run_level(inst, 4, 8, 4, ISL, 900000)  # connections and the server probe
-        time.sleep(0.1)
-        offset = len(truth.read_bytes())
-        level = run_level(inst, c, n, OSL, ISL, 1)
-        time.sleep(0.3)
-        rows, _ = read_truth(truth, offset)
+                  "backend": "openai", "endpoint": "completions", "keep_arrivals": True}  # fmt: skip
+        if PINNING["client"]:
+            os.sched_setaffinity(0, PINNING["client"])
+        with Clients(make_backend(target, url, 60), target, url, 60, processes,
+                     PINNING["client"]) as clients:  # fmt: skip
+            # connections (as many as the level will use) and the server probe
+            warm = run_level(clients, c, c, 4, ISL, 900000, processes)
+            time.sleep(0.1)
+            offset = len(truth.read_bytes())
+            level = run_level(clients, c, n, OSL, ISL, 1, processes)
+            time.sleep(0.3)
+            rows, _ = read_truth(truth, offset)
     finally:
         proc.terminate()
         proc.wait(10)
@@ -422,7 +439,8 @@ def run_slotbench(c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: float) 
     done = [r for r in rows if r["t_tok"]]
     return {"peer": "slotbench", "concurrency": c, "requests": n,
             "rc": 0 if not (warm["errors"] or level["errors"]) else 1,
-            "wall_s": time.monotonic() - t0, "command": "benchmarks/fidelity.py (openai)",
+            "wall_s": time.monotonic() - t0,
+            "command": f"benchmarks/fidelity.py (openai, {processes} client process(es))",
             "dir": str(where), "peer_requests": res["ok"], "peer_rows": res["requests"],
             "truth_requests": len(rows), "truth_completed": len(done),
             "matched": res["ok"] - res["lost"], "unmatched": res["lost"] + res["unexpected"],
@@ -511,6 +529,9 @@ def main(argv=None) -> int:
     run.add_argument("--gap-ms", type=float, default=10.0, help="pacer inter-token gap (10)")
     run.add_argument("--timeout-s", type=float, default=900.0, help="per peer run")
     run.add_argument("--json", type=Path, help="write all results here")
+    run.add_argument("--pacer-cpu", type=int, help="pin the pacer to this CPU")
+    run.add_argument("--client-cpus", type=int, nargs="+",
+                     help="pin every client (slotbench's processes, each peer) to these CPUs")
     run.add_argument("--no-slotbench", action="store_true",
                      help="leave out slotbench's own client (run at every level by default)")
     args = ap.parse_args(argv)
@@ -527,6 +548,7 @@ def main(argv=None) -> int:
         print(build_tokenizer(force=True))
         return 0
     build_tokenizer()
+    PINNING.update(pacer=args.pacer_cpu, client=args.client_cpus)
     run_dir = CACHE / "runs" / time.strftime("%Y%m%d-%H%M%S")
     results = []
     peers = [PEERS[name] for name in args.peers]

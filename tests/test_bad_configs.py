@@ -58,6 +58,8 @@ CASES = {
     "seed negative": ({"seed": -5}, KEY + r"`seed`: -5 is less than the minimum of 0"),
     "requests_per_cell 0": ({"requests_per_cell": 0}, KEY + r"`requests_per_cell`: 0 is less"),
     "warmup_predict 0": ({"warmup_predict": 0}, KEY + r"`warmup_predict`: 0 is less than"),
+    "client processes 0": ({"client": {"processes": 0}}, KEY + r"`client\.processes`: 0 is "),
+    "client cpus empty": ({"client": {"cpus": []}}, KEY + r"`client\.cpus`: \[\] "),
     "request_timeout_s 0": (
         {"request_timeout_s": 0},
         KEY + r"`request_timeout_s`: 0 must be " r"greater than 0",

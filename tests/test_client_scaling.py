@@ -1,0 +1,157 @@
+"""The client is never the bottleneck, and says so when it is: the whole pipeline against the
+pacer (benchmarks/pacer.py, a scripted server whose every write is logged), pinned so that the
+server and the pipeline do not grade each other.
+
+- A server that scales perfectly (every stream 100 tokens/s whatever the concurrency): the
+  speedups the report gives must be the arms' concurrency, and the per-user rate must not move.
+- 256 streams at a token every 2 ms, sent by two client processes: nothing lost or sent twice,
+  every request's TTFT within 5 ms of the server's truth, a self-check verdict for every cell.
+- A client starved on purpose (CPU burnt on every chunk it reads): the self-check names it and
+  the arm gets no headline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from e2e_helpers import REPO, copy_repo, wait_for_no_processes
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+from pacer import start_subprocess  # noqa: E402
+
+NONCE = re.compile(r"Request (\S+)\.")
+TWO_CPUS = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2
+
+
+def config(url: str, arms: list[int], per_cell: dict, reps: int, tokens: int,
+           client: str = "") -> str:  # fmt: skip
+    per = "{" + ", ".join(f"{a}: {n}" for a, n in per_cell.items()) + "}"
+    return f"""\
+targets:
+  - name: pacer
+    backend: llamacpp
+    url: {url}
+arms: {arms}
+requests_per_cell: {per}
+reps: {reps}
+runs: 1
+num_predict: {tokens}
+warmup_predict: 1
+request_timeout_s: 120
+analysis:
+  bootstrap: 200
+{client}"""
+
+
+def run_pipeline(work: Path, cfg: str, cpus: list[int] | None = None,
+                 env: dict | None = None) -> subprocess.CompletedProcess:  # fmt: skip
+    (work / "test.yaml").write_text(cfg)
+    cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", "test.yaml"]
+    if cpus:
+        cmd = ["taskset", "-c", ",".join(map(str, cpus)), *cmd]
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=900,
+                          env=os.environ | {"PYTHONUNBUFFERED": "1"} | (env or {}))  # fmt: skip
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert wait_for_no_processes(str(work)) == []
+    return proc
+
+
+def truth(path: Path) -> dict:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return {r["nonce"]: r for r in rows if r.get("nonce")}
+
+
+def headline(work: Path) -> pd.DataFrame:
+    summary = pd.read_csv(work / "results/analysis/summary.csv")
+    return summary.set_index("arm")
+
+
+@pytest.mark.skipif(not TWO_CPUS, reason="the server and the pipeline each need a core")
+def test_a_server_that_scales_perfectly_measures_as_one(tmp_path):
+    work = copy_repo(tmp_path / "ideal")
+    log = tmp_path / "truth.jsonl"
+    pacer, url = start_subprocess(["--cpu", "0", "--ttft-ms", "20", "--gap-ms", "10",
+                                   "--truth-log", str(log)])  # fmt: skip
+    try:
+        arms = [1, 16, 64, 256]
+        run_pipeline(work, config(url, arms, {1: 4, 16: 16, 64: 64, 256: 256}, 4, 64), cpus=[1])
+    finally:
+        pacer.terminate()
+        pacer.wait(10)
+    summary = headline(work)
+    for arm in (16, 64, 256):
+        speedup = summary.loc[arm, "speedup"]
+        assert speedup == pytest.approx(arm, rel=0.03), (arm, speedup)
+        assert summary.loc[arm, "user_ratio"] == pytest.approx(1.0, abs=0.02), arm
+    verdicts = {v["trap"]: v for f in (work / "results/checks").glob("*.json")
+                if f.name != "headline.json" for v in json.loads(f.read_text())}
+    for trap in ("client", "client_saturation"):
+        assert verdicts[trap]["assessable"] and not verdicts[trap]["fired"], verdicts[trap]
+    report = (work / "results/report.md").read_text()
+    assert "client could have distorted" not in report and "not a headline" not in report
+
+
+def test_256_streams_from_two_client_processes_lose_nothing_and_stamp_ttft_truly(tmp_path):
+    work = copy_repo(tmp_path / "wide")
+    log = tmp_path / "truth.jsonl"
+    pacer, url = start_subprocess(["--ttft-ms", "20", "--gap-ms", "2", "--truth-log", str(log)])
+    try:
+        run_pipeline(work, config(url, [1, 256], {1: 2, 256: 256}, 2, 32,
+                                  "client:\n  processes: 2\n"))  # fmt: skip
+    finally:
+        pacer.terminate()
+        pacer.wait(10)
+    req = pd.read_parquet(work / "results/requests.parquet")
+    expected = 2 * (2 + 256)
+    served = truth(log)
+    assert len(req) == expected and req["nonce"].nunique() == expected
+    assert set(req["nonce"].astype(str)) <= set(served)  # every request the server saw once
+    wide = req[req["arm"] == 256]
+    assert set(wide["client_process"]) == {0, 1}  # the cell was shared by two processes
+    raws = sorted((work / "results/raw/pacer/run1").glob("rep*.json"))
+    for raw in map(json.loads, (p.read_text() for p in raws)):
+        origin_gap = []
+        for cell in raw["cells"]:
+            for r in cell["requests"]:
+                t = served[r["nonce"]]
+                true_ttft = t["t_tok"][0] - t["t_body"]
+                err = (r["t_first_s"] - r["t_sent_s"]) - true_ttft
+                origin_gap.append(err)
+                assert -0.001 < err < 0.005, (cell["arm"], r["request"], err)
+            assert [p["process"] for p in cell["client"]["processes"]] == (
+                [0, 1] if cell["arm"] == 256 else [0])
+    cells = pd.read_parquet(work / "results/cells.parquet")
+    assert cells["client_busy"].notna().all() and cells["client_lag_p95_s"].notna().all()
+    (verdict,) = json.loads((work / "results/checks/client_saturation.json").read_text())
+    assert verdict["assessable"] and verdict["verdict"] in ("yes", "no")
+    arms = verdict["evidence"]["arms"]  # every cell judged: none without a client record
+    assert sum(a["cells_recorded"] for a in arms.values()) == len(cells)
+    assert {a: arms[a]["processes"] for a in arms} == {"1": 1, "256": 2}
+
+
+def test_a_starved_client_is_named_and_its_arm_gets_no_headline(tmp_path):
+    work = copy_repo(tmp_path / "starved")
+    log = tmp_path / "truth.jsonl"
+    pacer, url = start_subprocess(["--ttft-ms", "20", "--gap-ms", "10", "--truth-log", str(log)])
+    try:
+        # 3 ms of CPU on every chunk: 30% of a core at one stream, 120% at four
+        run_pipeline(work, config(url, [1, 4], {1: 4, 4: 8}, 2, 24),
+                     env={"SLOTBENCH_CLIENT_CHUNK_DELAY_S": "0.003"})  # fmt: skip
+    finally:
+        pacer.terminate()
+        pacer.wait(10)
+    (verdict,) = json.loads((work / "results/checks/client_saturation.json").read_text())
+    assert verdict["fired"] and verdict["arms"] == [4], verdict
+    assert re.search(r"Client saturated: \d+% of a core in process 0( and loop lag [^,]+)? "
+                     r"at parallel-4", verdict["sentence"])  # fmt: skip
+    report = (work / "results/report.md").read_text()
+    assert "| parallel-4 (not a headline) |" in report
+    assert "| serial-1 |" in report
