@@ -1,11 +1,16 @@
 """Bad input gets one clear line before anything is sent.
 
-Each case is an override file a user could write, given to the real command
-(``.venv/bin/snakemake --cores 1 --configfile bad.yaml``, the launcher setup.sh writes) in its
-own copy of the repository, with its own scripted llama-server as the target (or as the
-target of the valid config around the mistake). Every case must fail with one line that names
-the key (or the file and line) and says what is allowed, no traceback, and not one request may
-reach its server. The cases run concurrently; each is its own test.
+Each case is an override file a user could write. Every case must fail with one line that
+names the key (or the file and line) and says what is allowed, and no traceback.
+
+Every case goes through the code the command runs, in this process: the launcher's check of the
+file (slotbench.config.configfile_problem), then the config Snakemake would hand the workflow
+(config/config.yaml updated with the file by Snakemake's own loader and update_config) through
+slotbench.config.resolve, its message printed as rules/common.smk prints it. A handful, one of
+each kind of mistake (THROUGH_SNAKEMAKE), also go to the real command
+(``.venv/bin/snakemake --cores 1 --configfile bad.yaml``, the launcher setup.sh writes) in their
+own copy of the repository, with their own scripted llama-server as the target: there not one
+request may reach the server and nothing may be written. Each case is its own test.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e_helpers import copy_repo
+from e2e_helpers import REPO, copy_repo
 from fault_server import FaultServer
 
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"  # setup.sh's launcher
@@ -268,6 +273,40 @@ def _with_url(value, url: str):
     return url if value == "{url}" else value
 
 
+# One case of each kind of mistake through the real command (module docstring); the rest in
+# this process, through the same code.
+THROUGH_SNAKEMAKE = ("reps is 2.0", "num_predict NaN", "openai endpoint", "managed parallel 0",
+                     "client processes 0", "not YAML", "a list, not keys", "no such file")  # fmt: skip
+
+
+def _in_process(root: Path, name: str) -> dict:
+    """What the command prints for a case, by the code it runs, without starting it."""
+    from snakemake.common.configfile import load_configfile
+    from snakemake.utils import update_config
+
+    from slotbench import config as sbconfig
+
+    override, _ = CASES[name]
+    path = root / (re.sub(r"\W+", "_", name) + ".yaml")
+    if isinstance(override, dict):
+        path.write_text(yaml.safe_dump(_with_url(_merge(VALID, override), "http://127.0.0.1:9"),
+                                       sort_keys=False))  # fmt: skip
+    elif override is not None:
+        path.write_text(override)
+    problem = sbconfig.configfile_problem(str(path))
+    if problem:  # the launcher: one line, and Snakemake never starts (the file named as given)
+        problem = problem.replace(str(path), "bad.yaml")
+        return {"returncode": 1, "output": f"Error: {problem}; nothing was run.\n",
+                "requests": 0, "results": []}  # fmt: skip
+    config = load_configfile(str(REPO / "config/config.yaml"))
+    update_config(config, load_configfile(str(path)))
+    try:
+        sbconfig.resolve(config)
+    except sbconfig.ConfigError as err:
+        return {"returncode": 1, "output": f"Error: {err}\n", "requests": 0, "results": []}
+    return {"returncode": 0, "output": "", "requests": 0, "results": []}
+
+
 def _run_case(root: Path, name: str) -> dict:
     override, _ = CASES[name]
     work = copy_repo(root / re.sub(r"\W+", "_", name), git=False)
@@ -291,18 +330,23 @@ def _run_case(root: Path, name: str) -> dict:
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("bad-configs")
+    found = {name: _in_process(root, name) for name in CASES}
     with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = {name: pool.submit(_run_case, root, name) for name in CASES}
-    return {name: f.result() for name, f in futures.items()}
+        futures = {name: pool.submit(_run_case, root, name) for name in THROUGH_SNAKEMAKE}
+    return found | {f"{name} (snakemake)": f.result() for name, f in futures.items()}
+
+
+def test_the_real_command_cases_are_cases():
+    assert set(THROUGH_SNAKEMAKE) <= set(CASES)
 
 
 def test_there_are_at_least_40_cases():
     assert len(CASES) >= 40
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", list(CASES) + [f"{n} (snakemake)" for n in THROUGH_SNAKEMAKE])
 def test_a_bad_config_gets_one_line_and_nothing_is_sent(outcomes, name):
-    result, expected = outcomes[name], CASES[name][1]
+    result, expected = outcomes[name], CASES[name.removesuffix(" (snakemake)")][1]
     out = result["output"]
     assert result["returncode"] != 0, out[-3000:]
     assert "Traceback" not in out, out[-3000:]
