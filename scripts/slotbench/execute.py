@@ -18,7 +18,7 @@ from .rawfiles import RAW_SCHEMA
 from .sampler import Sampler
 from .targets import Connection
 
-TIMES = ("t_sent_s", "t_first_s", "t_last_s", "t_done_s")
+TIMES = ("t_sent_s", "t_first_s", "t_last_s", "t_done_s", "t_planned_s")
 
 
 class RepError(RuntimeError):
@@ -97,7 +97,7 @@ def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict
         raise _failure(ctx, arm, position, failed.index, failed.error, conn) from None
     requests = []
     for r, rec in zip(cell["requests"], results, strict=True):
-        rec = rec | {k: None if rec[k] is None else rec[k] - origin for k in TIMES}
+        rec = rec | {k: None if rec[k] is None else rec[k] - origin for k in TIMES if k in rec}
         requests.append({"request": r["request"], "nonce": r["nonce"], "seed": r["seed"], **rec})
     for st in stats:
         st["started"] -= origin

@@ -66,12 +66,19 @@ def _starve_hook() -> None:
 
 async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
                    num_predict: int, temperature: float, start_at: float | None = None,
-                   measure: bool = True) -> tuple[list, dict]:  # fmt: skip
+                   measure: bool = True, arrivals: list[float] | None = None,
+                   max_in_flight: int | None = None) -> tuple[list, dict]:  # fmt: skip
     """Send ``requests`` (dicts with prompt, seed, maybe allow_cache) with ``streams`` in
     flight from this loop; returns the RequestRecords (aligned with ``requests``, parsed) and
     this process's stats. On the first failure every other stream is ended and
     ``CellFailed`` names the request. ``start_at`` (time.monotonic()) is the start barrier the
-    client processes of a cell share."""
+    client processes of a cell share.
+
+    With ``arrivals`` (seconds from the cell's start, one per request: plan.arrival_offsets)
+    the load is open: each request goes out at its planned moment whether or not earlier ones
+    are done (at most ``max_in_flight`` at once, if set), and its record keeps the planned
+    moment (``t_planned``), from which its TTFT and latency count: time a request waited for
+    the client or for a slot is waiting its user did (coordinated omission)."""
     _starve_hook()
     prepared = [backend.prepare(r["prompt"], num_predict, temperature, r["seed"],
                                 bool(r.get("allow_cache"))) for r in requests]  # fmt: skip
@@ -90,6 +97,31 @@ async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
                     client.abort()
                 return
 
+    async def arrive(i: int, at: float, cap: asyncio.Semaphore | None) -> None:
+        delay = at - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if state["failed"] is not None:
+            return
+        try:
+            if cap is None:
+                results[i] = await backend.send(client, prepared[i], finish=False)
+            else:
+                async with cap:
+                    results[i] = await backend.send(client, prepared[i], finish=False)
+        except BackendError as exc:
+            if state["failed"] is None:
+                state["failed"] = (i, exc)
+                client.abort()
+            return
+        results[i].t_planned = at
+
+    def load(t0: float):
+        if arrivals is None:
+            return [stream() for _ in range(max(1, min(streams, len(prepared))))]
+        cap = asyncio.Semaphore(max_in_flight) if max_in_flight else None
+        return [arrive(i, t0 + offset, cap) for i, offset in enumerate(arrivals)]
+
     lags: list[float] = []
     stop = asyncio.Event()
     if measure:
@@ -101,7 +133,7 @@ async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
             await asyncio.sleep(max(0.0, start_at - time.monotonic()))
         probe = asyncio.ensure_future(_lag_probe(lags, stop)) if measure else None
         t0, cpu0 = time.monotonic(), time.thread_time()
-        await asyncio.gather(*(stream() for _ in range(max(1, min(streams, len(prepared))))))
+        await asyncio.gather(*load(t0))
         cpu, t1 = time.thread_time() - cpu0, time.monotonic()
         stop.set()
         if probe is not None:

@@ -150,6 +150,30 @@ def auto_processes(widest_arm: int, cpus: int) -> int:
     return max(1, min(math.ceil(widest_arm / STREAMS_PER_PROCESS), cpus))
 
 
+def arrival_offsets(n: int, rate: float, seed: int, arrival: str = "poisson",
+                    burstiness: float = 1.0) -> list[float]:  # fmt: skip
+    """When each of an open-loop cell's ``n`` requests arrives, in seconds from its start, at
+    ``rate`` requests/s: the first at 0, then gaps that are exponential (``poisson``), all
+    1/rate (``constant``) or gamma-distributed with shape ``burstiness`` and the same mean
+    (``gamma``: below 1 burstier than Poisson, above 1 more regular; 1 is Poisson). From
+    ``seed`` alone, as every part of a rep's plan."""
+    if rate <= 0:
+        raise ValueError(f"an arrival rate must be positive, not {rate}")
+    rng = random.Random(seed)
+    offsets, t = [], 0.0
+    for _ in range(n):
+        offsets.append(t)
+        if arrival == "constant":
+            t += 1.0 / rate
+        elif arrival == "gamma":
+            t += rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+        elif arrival == "poisson":
+            t += rng.expovariate(rate)
+        else:
+            raise ValueError(f"unknown arrival process {arrival!r}")
+    return offsets
+
+
 def split_streams(streams: int, request_ids: list[int], processes: int) -> list[dict]:
     """How a cell's streams and requests are shared out over client processes: as evenly as
     possible, never more processes than streams, request k to process k mod P (so each process

@@ -39,6 +39,8 @@ class RequestRecord:
     # were derived from token arrival times on this side (e.g. an OpenAI server without timings)
     timing_source: str = "server"
     answer: Answer | None = field(default=None, repr=False)  # the body, until parsed
+    # an open-loop request's planned moment (loadgen: its TTFT and latency count from here)
+    t_planned: float | None = None
     # arrival of each non-blank line of the body, kept only for benchmarks (keep_arrivals)
     arrivals: list | None = field(default=None, repr=False)
 
@@ -46,6 +48,9 @@ class RequestRecord:
         """Times relative to ``origin`` (the rep's start), as stored in raw files."""
         out = {key: getattr(self, key) for key in RAW_FIELDS if key not in TIMES}
         out["server"] = copy.deepcopy(out["server"])
+        planned = out.pop("t_planned")
+        if planned is not None:
+            out["t_planned_s"] = planned - origin
         if out["arrivals"] is None:
             del out["arrivals"]
         else:
