@@ -2,20 +2,25 @@
 
 Why: every number slotbench reports (TTFT, per-user rate, aggregate tok/s) is measured by its
 client on the same 2 cores as the server. This script runs slotbench's backends (llamacpp,
-ollama, openai completions and chat) against benchmarks/pacer.py, a server that logs when it
-read each request body and when it wrote each token, and reports the client's error per
-concurrency level, the way slotbench itself drives them (execute.py: one shared backend, a
-thread pool of C workers, N requests).
+ollama, openai completions and chat) against benchmarks/pacer.py, a server that logs when each
+request body arrived (the kernel's receive timestamp), when it read it and when it wrote each
+token, and reports the client's error per concurrency level, the way slotbench itself drives
+them (execute.py: one shared backend, a thread pool of C workers, N requests).
 
 Joined by request id (the prompt starts "Request 000123"), per level and format:
 
-- TTFT error: client TTFT (t_first - t_sent) - true TTFT (body read -> first token written);
-  split into wire lag (t_sent -> body read at the server) and receive lag (first token
-  written -> client t_first).
+- TTFT error: client TTFT (t_first - t_sent) - true TTFT (body arrived -> first token
+  written: t_tok[0] - t_arrive, or t_body for a truth log without t_arrive); split into wire lag
+  (t_sent -> body arrived in the server's socket) and receive lag (first token written -> client
+  t_first).
+- server read lag: t_body - t_arrive, how long the pacer took to read a body that had arrived
+  (a burst's bodies are read one after another, ~3 ms for 256 on one core). The server's own
+  delay, so part of the true TTFT and not of the client's error; reported to show it.
 - ITL error: client chunk-arrival gaps - true write gaps (openai and ollama backends take a
   timestamp per chunk; llamacpp only for the first token, so only its gen_s is compared).
 - user-rate error: output_tokens/gen_s vs the truth; agg tok/s error: client
-  tokens / (last t_done - first t_sent) vs truth tokens / (last write - first body read).
+  tokens / (last t_done - first t_sent) vs truth tokens / (last write - first body
+  arrival).
 - send lag: t_sent - the moment that request's worker became free (previous request returned,
   or the level's start); CPU per token: the client process's time.process_time() per token.
 - lost / duplicated / unexpected requests: every request sent must appear exactly once in the
@@ -129,6 +134,7 @@ def analyse(level: dict, truth_rows: list[dict]) -> dict:
     unexpected = [i for i in by_id if i not in sent]
     incomplete = [r["id"] for r in truth_rows if not r.get("completed")]
     ttft_err, recv_lag, wire_lag, itl_err, rate_err, arr_lag = ([] for _ in range(6))
+    read_lag = []  # the pacer's own delay reading a body that had arrived (t_body - t_arrive)
     send_lag = send_lags(level)
     pacer_late = []
     tokens_client = 0
@@ -144,11 +150,13 @@ def analyse(level: dict, truth_rows: list[dict]) -> dict:
             continue
         tr = rows[0]
         tok = tr["t_tok"]
-        true_ttft = tok[0] - tr["t_body"]
+        t_arrive = tr.get("t_arrive", tr["t_body"])  # the body's last byte in the socket
+        true_ttft = tok[0] - t_arrive  # the server's read delay is part of its TTFT
         if rec["t_first_s"] is not None:
             ttft_err.append((rec["t_first_s"] - rec["t_sent_s"]) - true_ttft)
             recv_lag.append(rec["t_first_s"] - tok[0])
-        wire_lag.append(tr["t_body"] - rec["t_sent_s"])
+        wire_lag.append(t_arrive - rec["t_sent_s"])
+        read_lag.append(tr["t_body"] - t_arrive)
         chunk_times = (rec.get("arrivals") or [])[: len(tok)]  # the token lines come first
         if len(chunk_times) == len(tok):
             arr_lag += [c - t for c, t in zip(chunk_times, tok)]
@@ -167,7 +175,8 @@ def analyse(level: dict, truth_rows: list[dict]) -> dict:
     tokens_truth = sum(r["n_written"] for r in ok)
     agg_err = truth_tps = None
     if ok and t_sent:
-        truth_wall = max(r["t_tok"][-1] for r in ok) - min(r["t_body"] for r in ok)
+        truth_wall = (max(r["t_tok"][-1] for r in ok)
+                      - min(r.get("t_arrive", r["t_body"]) for r in ok))  # fmt: skip
         client_wall = max(t_done) - min(t_sent)
         agg_err = (tokens_client / client_wall) / (tokens_truth / truth_wall) - 1
         truth_tps = tokens_truth / truth_wall
@@ -179,6 +188,7 @@ def analyse(level: dict, truth_rows: list[dict]) -> dict:
         "ttft_err_p99": pct(ttft_err, 0.99),
         "recv_lag_p50": pct(recv_lag, 0.5), "recv_lag_p99": pct(recv_lag, 0.99),
         "wire_lag_p50": pct(wire_lag, 0.5), "wire_lag_p99": pct(wire_lag, 0.99),
+        "read_lag_p50": pct(read_lag, 0.5), "read_lag_p99": pct(read_lag, 0.99),
         "arrival_lag_p50": pct(arr_lag, 0.5), "arrival_lag_p99": pct(arr_lag, 0.99),
         "itl_err_p50": pct(itl_err, 0.5), "itl_err_p99": pct(itl_err, 0.99),
         "rate_err_p50": pct(rate_err, 0.5), "agg_tps_err": agg_err,
@@ -198,6 +208,7 @@ COLUMNS = [  # (header, key, scale, format)
     ("TTFT err p50 ms", "ttft_err_p50", 1e3, ".3f"), ("p99", "ttft_err_p99", 1e3, ".3f"),
     ("recv lag p50 ms", "recv_lag_p50", 1e3, ".3f"), ("p99", "recv_lag_p99", 1e3, ".3f"),
     ("wire lag p50 ms", "wire_lag_p50", 1e3, ".3f"), ("p99", "wire_lag_p99", 1e3, ".3f"),
+    ("server read lag p50 ms", "read_lag_p50", 1e3, ".3f"), ("p99", "read_lag_p99", 1e3, ".3f"),
     ("ITL err p50 ms", "itl_err_p50", 1e3, ".3f"), ("p99", "itl_err_p99", 1e3, ".3f"),
     ("user-rate err", "rate_err_p50", 100, ".2f%"), ("agg tok/s err", "agg_tps_err", 100, ".2f%"),
     ("send lag p50 ms", "send_lag_p50", 1e3, ".3f"), ("p99", "send_lag_p99", 1e3, ".3f"), ("CPU µs/tok", "cpu_us_per_token", 1, ".1f"),

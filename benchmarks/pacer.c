@@ -4,14 +4,20 @@
  * one-word tokens (" tok") on an exact schedule in four wire formats (llama.cpp /completion
  * SSE, Ollama /api/generate NDJSON, OpenAI /v1/completions and /v1/chat/completions SSE), the
  * info routes the backends fingerprint, and a truth log: one JSON line per generation request
- * with the CLOCK_MONOTONIC moment (seconds, = Python's time.monotonic()) its body was read, it
- * got a slot, each token was due and each token's bytes were fully handed to the kernel.
+ * with the CLOCK_MONOTONIC moment (seconds, = Python's time.monotonic()) its body's last byte
+ * arrived in the socket (the kernel's software receive timestamp), its body was read, it got a
+ * slot, each token was due and each token's bytes were fully handed to the kernel.
  *
  * Design: one thread, one epoll loop, non-blocking sockets with TCP_NODELAY, one
  * send(MSG_NOSIGNAL) per token (tokens are never coalesced: a token that cannot be sent at
  * once is buffered and finished, still as its own send, on EPOLLOUT), a min-heap of absolute
  * due times (token k is due at due(k-1) + gap; no drift) and a timerfd armed at the earliest
  * one with an absolute CLOCK_MONOTONIC deadline (no timer slack, no millisecond rounding).
+ *
+ * Arrival times: every socket asks for kernel software receive timestamps (SO_TIMESTAMPING
+ * RX_SOFTWARE, else SO_TIMESTAMPNS); each recvmsg() returns the CLOCK_REALTIME time of the last
+ * skb whose data it returned, kept per received byte range, converted to CLOCK_MONOTONIC with an
+ * offset measured on every epoll wake (both clocks read back to back, the tighter of two reads).
  *
  * C11 + glibc (Linux), libc and libm only:  cc -O2 -o pacer pacer.c -lm
  */
@@ -40,6 +46,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <wctype.h>
+#include <linux/net_tstamp.h>
 
 #define MAX_HEADER (1 << 16)
 #define MAX_BODY (256u << 20)
@@ -47,6 +54,7 @@
 #define PAUSE_INPUT (1u << 20) /* stop reading a busy connection holding this much input */
 #define HIST_N 100000          /* lateness histograms: 1 us buckets to 100 ms, 1 ms to 100 s */
 #define BATCH 1024             /* tokens written before the loop looks at sockets again */
+#define RX_SPANS 64            /* received byte ranges remembered per connection (arrival times) */
 
 /* ---------------------------------------------------------------------------------------- */
 /* configuration */
@@ -104,6 +112,28 @@ static inline int64_t now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* CLOCK_REALTIME - CLOCK_MONOTONIC in ns: the kernel stamps received data with the real-time
+ * clock. Measured by reading monotonic, real, monotonic back to back (the real read is taken to
+ * sit midway); of two such reads the tighter one is kept. Refreshed on every epoll wake: the
+ * offset moves only when the wall clock is stepped (NTP slews both clocks alike). */
+static int64_t real_minus_mono;
+static void clock_offset_refresh(void) {
+    int64_t best_w = INT64_MAX;
+    for (int i = 0; i < 2; i++) {
+        struct timespec a, r, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        clock_gettime(CLOCK_REALTIME, &r);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        int64_t m1 = (int64_t)a.tv_sec * 1000000000LL + a.tv_nsec;
+        int64_t m2 = (int64_t)b.tv_sec * 1000000000LL + b.tv_nsec;
+        int64_t rt = (int64_t)r.tv_sec * 1000000000LL + r.tv_nsec;
+        if (m2 - m1 < best_w) {
+            best_w = m2 - m1;
+            real_minus_mono = rt - (m1 + (m2 - m1) / 2);
+        }
+    }
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -878,6 +908,7 @@ typedef struct req {
     char created_at[40];
     char id[40];
     int64_t t_body, t_slot, t_final; /* t_slot < 0: no slot yet */
+    int64_t t_arrive; /* the body's last byte arrived (kernel time; t_body if none) */
     int64_t *t_tok, *due;
     long long n_written, cap;
     long long next_k; /* next token to emit */
@@ -904,6 +935,15 @@ typedef struct conn {
     int closing; /* close once output is flushed */
     int rd_eof;
     int dead;
+    /* arrival times: byte ranges received (running byte counts) with the kernel's receive
+     * timestamp of each (CLOCK_MONOTONIC ns, INT64_MIN: none), oldest first from rx0 */
+    struct {
+        uint64_t end;
+        int64_t t;
+    } rx[RX_SPANS];
+    int rx0, rx_n;
+    uint64_t rx_total, rx_used; /* bytes received, bytes consumed by parsed requests */
+    int64_t last_arrive;        /* the previous request's arrival on this connection */
     uint32_t events;
     struct conn *prev, *next; /* live connections */
     struct conn *dead_next;
@@ -921,6 +961,8 @@ static int64_t armed = 0;
 static int stopping; /* SIGTERM/SIGINT: no more slots are granted */
 /* statistics for the summary line */
 static long long st_requests, st_completed, st_tokens;
+static long long st_arrive_kernel; /* generation requests logged with a kernel arrival time */
+static const char *ts_kind = "none"; /* which receive timestamps the sockets give */
 static int64_t st_busy_ns, st_busy_since; /* time with requests in flight */
 static long long in_flight, st_wakeups;
 static unsigned *hist_us, *hist_ms; /* write lateness */
@@ -1037,6 +1079,8 @@ static void truth_write(req_t *r, int completed) {
     b_int(&b, r->prompt_tokens);
     b_adds(&b, ",\"t_body\":");
     b_secs(&b, r->t_body);
+    b_adds(&b, ",\"t_arrive\":");
+    b_secs(&b, r->t_arrive);
     if (r->t_slot >= 0) {
         b_adds(&b, ",\"t_slot\":");
         b_secs(&b, r->t_slot);
@@ -1693,7 +1737,51 @@ static int parse_hex(const char *s, size_t n, size_t *out) {
     return 0;
 }
 
-static void dispatch(conn_t *c, head_t *h, const char *body, size_t blen, int64_t t_body);
+static void dispatch(conn_t *c, head_t *h, const char *body, size_t blen, int64_t t_body,
+                     int64_t t_arrive, int kernel);
+
+/* A received byte range (up to running byte count end) and the kernel's timestamp of it. At
+ * RX_SPANS ranges the newest is extended instead (its bytes then get the later timestamp). */
+static void rx_push(conn_t *c, uint64_t end, int64_t t) {
+    if (c->rx_n == RX_SPANS) {
+        int last = (c->rx0 + c->rx_n - 1) % RX_SPANS;
+        c->rx[last].end = end;
+        c->rx[last].t = t;
+        return;
+    }
+    int i = (c->rx0 + c->rx_n++) % RX_SPANS;
+    c->rx[i].end = end;
+    c->rx[i].t = t;
+}
+
+/* When the request ending at running byte count end arrived: the kernel timestamp of the
+ * received range holding its last byte (for TCP, that of the last skb the recvmsg returning it
+ * read, so never earlier than the byte itself), ranges wholly consumed dropped. Clamped to
+ * [the previous request's arrival on this connection, t_body]; *kernel is 0 and the result
+ * t_body when there is no plausible kernel timestamp (none, or not within an hour before
+ * t_body up to 1 ms after it, the conversion's margin). */
+static int64_t rx_arrival(conn_t *c, uint64_t end, int64_t t_body, int *kernel) {
+    int64_t t = INT64_MIN;
+    while (c->rx_n > 0) {
+        int i = c->rx0;
+        if (c->rx[i].end >= end) {
+            t = c->rx[i].t;
+            if (c->rx[i].end == end) {
+                c->rx0 = (c->rx0 + 1) % RX_SPANS;
+                c->rx_n--;
+            }
+            break;
+        }
+        c->rx0 = (c->rx0 + 1) % RX_SPANS;
+        c->rx_n--;
+    }
+    *kernel = t != INT64_MIN && t > t_body - 3600 * 1000000000LL && t <= t_body + 1000000;
+    if (!*kernel) t = t_body;
+    if (t > t_body) t = t_body;
+    if (t < c->last_arrive) t = c->last_arrive;
+    c->last_arrive = t;
+    return t;
+}
 
 /* Parse and answer the requests waiting in the input buffer, one at a time. */
 static void process_input(conn_t *c) {
@@ -1803,6 +1891,9 @@ static void process_input(conn_t *c) {
             used = hlen + (size_t)n;
         }
         int64_t t_body = now_ns();
+        int kernel;
+        int64_t t_arrive = rx_arrival(c, c->rx_used + used, t_body, &kernel);
+        c->rx_used += used;
         /* the request is consumed before it is answered: keep a copy of what is needed */
         char *copy = xmalloc(used);
         memcpy(copy, p, used);
@@ -1812,7 +1903,7 @@ static void process_input(conn_t *c) {
         c->in_off += used;
         if (c->in_off == c->in.len) c->in.len = c->in_off = 0;
         c->continue_sent = 0;
-        dispatch(c, &h2, body2, blen, t_body);
+        dispatch(c, &h2, body2, blen, t_body, t_arrive, kernel);
         free(copy);
         b_free(&dechunked);
     }
@@ -1822,9 +1913,11 @@ static void process_input(conn_t *c) {
 static void info_answer(conn_t *c, const char *method, const char *path, const char *body,
                         size_t blen, int keep);
 
-static void generate(conn_t *c, int api, jv *req, head_t *h, int64_t t_body, int keep);
+static void generate(conn_t *c, int api, jv *req, head_t *h, int64_t t_body, int64_t t_arrive,
+                     int kernel, int keep);
 
-static void dispatch(conn_t *c, head_t *h, const char *body, size_t blen, int64_t t_body) {
+static void dispatch(conn_t *c, head_t *h, const char *body, size_t blen, int64_t t_body,
+                     int64_t t_arrive, int kernel) {
     char method[32];
     size_t ml = h->mlen < sizeof method - 1 ? h->mlen : sizeof method - 1;
     for (size_t i = 0; i < ml; i++) method[i] = (char)toupper((unsigned char)h->method[i]);
@@ -1862,7 +1955,7 @@ static void dispatch(conn_t *c, head_t *h, const char *body, size_t blen, int64_
             else if (req->type != J_OBJ)
                 send_error(c, 400, "body is not a JSON object", 25, keep);
             else
-                generate(c, api, req, h, t_body, keep);
+                generate(c, api, req, h, t_body, t_arrive, kernel, keep);
             ar_free(&ar);
         }
     } else {
@@ -2042,7 +2135,8 @@ static long long requested_tokens(int api, jv *req) {
     return v > 0 ? v : -1;
 }
 
-static void generate(conn_t *c, int api, jv *body, head_t *h, int64_t t_body, int keep) {
+static void generate(conn_t *c, int api, jv *body, head_t *h, int64_t t_body, int64_t t_arrive,
+                     int kernel, int keep) {
     buf_t prompt = {0};
     prompt_text(api, body, &prompt);
     long long seq = ++seq_counter;
@@ -2106,6 +2200,8 @@ static void generate(conn_t *c, int api, jv *body, head_t *h, int64_t t_body, in
     iso_now(r->created_at);
     snprintf(r->id, sizeof r->id, "cmpl-pacer-%lld", seq);
     r->t_body = t_body;
+    r->t_arrive = t_arrive;
+    st_arrive_kernel += kernel;
     build_token(r, &r->tok, 0);
     if (api >= API_OAI_CMPL) build_token(r, &r->tok_last, 1);
     b_free(&prompt);
@@ -2137,6 +2233,31 @@ static void generate(conn_t *c, int api, jv *body, head_t *h, int64_t t_body, in
 /* ---------------------------------------------------------------------------------------- */
 /* the loop */
 
+#ifndef SO_TIMESTAMPING
+#define SO_TIMESTAMPING 37
+#endif
+#ifndef SCM_TIMESTAMPING
+#define SCM_TIMESTAMPING SO_TIMESTAMPING
+#endif
+#ifndef SO_TIMESTAMPNS
+#define SO_TIMESTAMPNS 35
+#endif
+#ifndef SCM_TIMESTAMPNS
+#define SCM_TIMESTAMPNS SO_TIMESTAMPNS
+#endif
+
+/* Kernel software receive timestamps on this socket: SO_TIMESTAMPING (generated at receive,
+ * reported in software), else SO_TIMESTAMPNS. Returns which, or NULL. Set on the listening
+ * socket too, so the kernel stamps data that arrives before accept() (a burst's requests). */
+static const char *enable_rx_timestamps(int fd) {
+    int flags = SOF_TIMESTAMPING_RX_SOFTWARE | SOF_TIMESTAMPING_SOFTWARE;
+    if (!setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPING, &flags, sizeof flags))
+        return "SO_TIMESTAMPING";
+    int one = 1;
+    if (!setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one)) return "SO_TIMESTAMPNS";
+    return NULL;
+}
+
 static void on_accept(void) {
     while (1) {
         struct sockaddr_storage sa;
@@ -2150,6 +2271,7 @@ static void on_accept(void) {
         }
         int one = cfg.nodelay ? 1 : 0;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        enable_rx_timestamps(fd);
         conn_t *c = xcalloc(1, sizeof *c);
         c->fd = fd;
         c->id = ++conn_counter;
@@ -2171,13 +2293,47 @@ static void on_accept(void) {
     }
 }
 
+/* recv() that also takes the kernel's receive timestamp of the data returned (CLOCK_MONOTONIC
+ * ns, INT64_MIN when none came) */
+static ssize_t recv_stamped(int fd, void *p, size_t len, int64_t *t) {
+    union {
+        char buf[256];
+        struct cmsghdr align;
+    } ctl;
+    struct iovec iov = {p, len};
+    struct msghdr msg = {0};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = ctl.buf;
+    msg.msg_controllen = sizeof ctl.buf;
+    *t = INT64_MIN;
+    ssize_t n = recvmsg(fd, &msg, 0);
+    if (n <= 0) return n;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET) continue;
+        struct timespec ts[3]; /* SCM_TIMESTAMPING: software, (deprecated), hardware */
+        if (cm->cmsg_type == SCM_TIMESTAMPING && cm->cmsg_len >= CMSG_LEN(sizeof ts))
+            memcpy(ts, CMSG_DATA(cm), sizeof ts);
+        else if (cm->cmsg_type == SCM_TIMESTAMPNS && cm->cmsg_len >= CMSG_LEN(sizeof ts[0]))
+            memcpy(ts, CMSG_DATA(cm), sizeof ts[0]);
+        else
+            continue;
+        if (ts[0].tv_sec || ts[0].tv_nsec)
+            *t = (int64_t)ts[0].tv_sec * 1000000000LL + ts[0].tv_nsec - real_minus_mono;
+    }
+    return n;
+}
+
 static void on_readable(conn_t *c) {
     while (!c->dead) {
         b_reserve(&c->in, 65536);
         size_t room = c->in.cap - c->in.len - 1;
-        ssize_t n = recv(c->fd, c->in.p + c->in.len, room, 0);
+        int64_t t_rx;
+        ssize_t n = recv_stamped(c->fd, c->in.p + c->in.len, room, &t_rx);
         if (n > 0) {
             c->in.len += (size_t)n;
+            c->rx_total += (uint64_t)n;
+            rx_push(c, c->rx_total, t_rx);
             if ((size_t)n < room) break; /* the socket is drained */
             if (c->req && c->in.len - c->in_off > PAUSE_INPUT) break;
             continue;
@@ -2251,10 +2407,10 @@ static void summary(void) {
     fprintf(stderr,
             "pacer: %lld requests (%lld completed), %lld tokens written, %.0f tok/s over %.3f s "
             "busy; write lateness p50 %.3f p99 %.3f max %.3f ms; cpu %.3f s (user %.3f sys "
-            "%.3f); %lld wakeups\n",
+            "%.3f); %lld wakeups; kernel arrival time for %lld of %lld requests (%s)\n",
             st_requests, st_completed, st_tokens, busy > 0 ? (double)st_tokens / busy : 0.0, busy,
             hist_pct(0.5, st_tokens), hist_pct(0.99, st_tokens), (double)late_max_all / 1e6,
-            cpu_u + cpu_s, cpu_u, cpu_s, st_wakeups);
+            cpu_u + cpu_s, cpu_u, cpu_s, st_wakeups, st_arrive_kernel, st_requests, ts_kind);
 }
 
 static void usage(FILE *f) {
@@ -2358,6 +2514,8 @@ static void listen_on(void) {
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0) {
             listen_fd = fd;
+            const char *kind = enable_rx_timestamps(fd);
+            if (kind) ts_kind = kind;
             break;
         }
         err = errno;
@@ -2397,6 +2555,7 @@ int main(int argc, char **argv) {
         truth_fd = open(cfg.truth_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
         if (truth_fd < 0) die("cannot open truth log %s: %s", cfg.truth_log, strerror(errno));
     }
+    clock_offset_refresh();
     listen_on();
 
     sigset_t mask;
@@ -2430,6 +2589,7 @@ int main(int argc, char **argv) {
         arm_timer();
         int n = epoll_wait(epfd, evs, 512, -1);
         st_wakeups++;
+        clock_offset_refresh();
         if (n < 0) {
             if (errno == EINTR) continue;
             die("epoll_wait: %s", strerror(errno));

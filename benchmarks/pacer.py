@@ -7,8 +7,9 @@ one token for any whitespace tokenizer) on a fixed schedule, speaks the three wi
 slotbench measures (llama.cpp ``/completion``, Ollama ``/api/generate``, OpenAI ``/v1/…``), and
 writes a *truth log*: for each request the moment (CLOCK_MONOTONIC seconds, the clock of Python's
 ``time.monotonic()``, system-wide on Linux, so comparable with a client process on the same
-machine) its body was fully read and the moment each token's bytes were handed to the kernel
-(its ``send`` returned with every byte taken).
+machine) the last byte of its body arrived in the socket (the kernel's receive timestamp), the
+moment the server had read it, and the moment each token's bytes were handed to the kernel (its
+``send`` returned with every byte taken).
 
 The server is ``pacer.c`` beside this file, a single-threaded epoll server in C (a Python
 server tops out at a few thousand tokens/s; this one is meant to grade a client streaming
@@ -44,13 +45,32 @@ each also non-streamed with ``"stream": false``; and the info routes the backend
 
 Truth log: one JSON line per generation request, written (and flushed) right after its last
 bytes: id (the prompt's nonce, ``Request <nonce>``, or ``#seq``), seq, nonce, x_request_id, api,
-conn, client_port, stream, n_requested, n, prompt_tokens (words), t_body, t_slot, t_final,
-t_tok (one time per token), n_written, completed, due (each token's due time), late_p50 and
-late_max (seconds a token's write came after its due time: median and maximum). A request that
-ends early (client gone, server stopped) is logged with completed false and what was written.
+conn, client_port, stream, n_requested, n, prompt_tokens (words), t_body, t_arrive, t_slot,
+t_final, t_tok (one time per token), n_written, completed, due (each token's due time), late_p50
+and late_max (seconds a token's write came after its due time: median and maximum). A request
+that ends early (client gone, server stopped) is logged with completed false and what was
+written.
+
+- ``t_body``: when the server had read the whole request (parsed it from its input buffer). The
+  schedule counts from here. In a burst the single thread reads the requests one after another
+  (and between token writes), so this can be milliseconds after the bytes arrived: 256 requests
+  at once are read over ~3 ms on one core.
+- ``t_arrive``: when the last byte of the body arrived in the socket: the kernel's software
+  receive timestamp (``SO_TIMESTAMPING`` with ``SOF_TIMESTAMPING_RX_SOFTWARE``, else
+  ``SO_TIMESTAMPNS``, on the listening and every accepted socket), read from ``recvmsg``'s
+  control message. For TCP that is the stamp of the last segment the read that returned the
+  byte took, so with more data behind it in the same read (pipelined requests) it can be a
+  little late, never early. The kernel stamps CLOCK_REALTIME; it is converted with an offset
+  measured on every epoll wake (monotonic, real, monotonic read back to back; the tighter of two
+  reads). Clamped to at most ``t_body`` and at least the previous request's ``t_arrive`` on the
+  connection; without a (plausible) kernel timestamp it is ``t_body``, and the summary line
+  says for how many requests there was one. ``t_body - t_arrive`` is the server's own read
+  delay (~0.01 ms idle on loopback): part of the true TTFT, not the client's error, so graders
+  take the true TTFT as ``t_tok[0] - t_arrive``.
+
 On SIGTERM/SIGINT the server logs what is in flight, prints a summary line on stderr (requests,
-tokens written, tokens/s over the busy period, write lateness p50/p99/max, CPU seconds) and
-exits 0.
+tokens written, tokens/s over the busy period, write lateness p50/p99/max, CPU seconds, epoll
+wakeups, and ``kernel arrival time for K of N requests (SO_TIMESTAMPING)``) and exits 0.
 
     python benchmarks/pacer.py --port 0 --ttft-ms 50 --gap-ms 10 --tokens 32 \\
         --slots 4 --alpha 0.1 --truth-log truth.jsonl [--cpu 0]

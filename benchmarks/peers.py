@@ -329,19 +329,22 @@ def grade(parsed: dict, truth_rows: list[dict]) -> dict:
         seen[tr["seq"]] += 1
         tok = tr["t_tok"]
         gaps = [b - a for a, b in zip(tok, tok[1:])]
-        ttft_err.append(row["ttft_s"] - (tok[0] - tr["t_body"]))
+        # true TTFT from the body's arrival (the pacer's read delay is the server's, not the
+        # peer's error), as fidelity.py grades slotbench; t_body for an older truth log
+        ttft_err.append(row["ttft_s"] - (tok[0] - tr.get("t_arrive", tr["t_body"])))
         if "gaps_s" in row and len(row["gaps_s"]) == len(gaps):
             itl_err += [p - t for p, t in zip(row["gaps_s"], gaps)]
         elif "itl_mean_s" in row and gaps:
             itl_err.append(row["itl_mean_s"] - (tok[-1] - tok[0]) / len(gaps))
     for tr in truth_rows:
         if tr["t_tok"]:
-            true_ttft.append(tr["t_tok"][0] - tr["t_body"])
+            true_ttft.append(tr["t_tok"][0] - tr.get("t_arrive", tr["t_body"]))
             true_gap += [b - a for a, b in zip(tr["t_tok"], tr["t_tok"][1:])]
     done = [r for r in truth_rows if r.get("completed")]
     tok_s = None
     if done:
-        wall = max(r["t_tok"][-1] for r in done) - min(r["t_body"] for r in done)
+        wall = max(r["t_tok"][-1] for r in done) - min(r.get("t_arrive", r["t_body"])
+                                                       for r in done)  # fmt: skip
         tok_s = sum(r["n_written"] for r in done) / wall
     s = parsed["summary"]
     return {

@@ -63,7 +63,7 @@ def test_every_format_streams_the_requested_tokens_and_logs_them(pacer, fmt):
     assert row["t_tok"][0] - row["t_slot"] >= 0.020  # never early
     # the client saw every write after it happened, and in time order; the pacer stamps a token
     # when its write has drained, which a loaded machine can let the client see first
-    assert rec.t_sent <= row["t_body"] <= row["t_tok"][0] <= rec.t_first + 0.002
+    assert rec.t_sent <= row["t_arrive"] <= row["t_body"] <= row["t_tok"][0] <= rec.t_first + 0.002
     assert rec.t_first <= rec.t_last <= rec.t_done
     if rec.timing_source == "server":  # llama.cpp and Ollama report the truth-log durations
         assert rec.gen_s == pytest.approx(row["t_tok"][-1] - row["t_tok"][0], abs=1e-6)
@@ -248,6 +248,85 @@ def test_sigterm_logs_what_is_in_flight_and_summarises(tmp_path):
     assert row["n_written"] >= 3 and len(row["due"]) == row["n_written"]
     assert re.search(r"1 requests .* tokens written, \d+ tok/s .* lateness p50 [\d.]+ p99 "
                      r"[\d.]+ max [\d.]+ ms; cpu [\d.]+ s", err), err  # fmt: skip
+
+
+def read_responses(sock: socket.socket, n: int) -> bytes:
+    """Read until ``n`` chunked responses have ended (their zero-size chunk)."""
+    got = b""
+    while got.count(b"\r\n0\r\n\r\n") < n:
+        got += sock.recv(65536) or pytest.fail(f"closed after {got!r}")
+    return got
+
+
+def test_arrival_times_are_the_kernels_between_the_send_and_the_read(tmp_path):
+    """t_arrive is when the body's last byte reached the pacer's socket (the kernel's receive
+    timestamp): never before the client sent it (stamped right before its send), never after
+    the pacer read it (t_body), in order on a connection; the summary line counts the requests
+    that had a kernel time (on Linux loopback, all of them)."""
+    log = tmp_path / "truth.jsonl"
+    proc = subprocess.Popen([str(build()), "--ttft-ms", "1", "--gap-ms", "1", "--tokens", "2",
+                             "--truth-log", str(log)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    sent: dict[str, float] = {}
+
+    def message(nonce: str) -> bytes:
+        body = json.dumps(request_body("llamacpp", f"Request {nonce} x", 2)).encode()
+        return http_request("/completion", body)
+
+    try:
+        host, port = proc.stdout.readline().strip().split("//")[1].rsplit(":", 1)
+        addr = (host, int(port))
+        # a burst: 64 connections, each request sent right after the previous one (the pacer
+        # reads them one after another, so t_body runs later than t_arrive)
+        burst = [socket.create_connection(addr, timeout=5) for _ in range(64)]
+        for i, sock in enumerate(burst):
+            data = message(f"B{i:02d}")
+            sent[f"B{i:02d}"] = time.monotonic()
+            sock.sendall(data)
+        # one keep-alive connection: requests one at a time, a body sent in two parts 20 ms
+        # apart (its arrival is the last part's), then two pipelined in one send
+        with socket.create_connection(addr, timeout=5) as sock:
+            for i in range(5):
+                data = message(f"S{i}")
+                sent[f"S{i}"] = time.monotonic()
+                sock.sendall(data)
+                read_responses(sock, 1)
+            data = message("SPLIT")
+            sock.sendall(data[:-4])
+            time.sleep(0.02)
+            sent["SPLIT"] = time.monotonic()
+            sock.sendall(data[-4:])
+            read_responses(sock, 1)
+            data = message("P1") + message("P2")
+            sent["P1"] = sent["P2"] = time.monotonic()
+            sock.sendall(data)
+            read_responses(sock, 2)
+        for sock in burst:
+            read_responses(sock, 1)
+            sock.close()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    rows = truth(log)
+    assert sorted(rows) == sorted(sent) and all(r["completed"] for r in rows.values())
+    for rid, row in rows.items():
+        assert sent[rid] <= row["t_arrive"] <= row["t_body"], (rid, row, sent[rid])
+        assert list(row)[list(row).index("t_body") + 1] == "t_arrive"  # right after t_body
+    by_conn: dict[int, list[dict]] = {}
+    for row in rows.values():
+        by_conn.setdefault(row["conn"], []).append(row)
+    for conn_rows in by_conn.values():
+        arrivals = [r["t_arrive"] for r in sorted(conn_rows, key=lambda r: r["seq"])]
+        assert arrivals == sorted(arrivals)  # never before the connection's previous request
+    # the second pipelined request arrived with the first but was read after it had finished
+    assert rows["P2"]["t_arrive"] == rows["P1"]["t_arrive"]
+    assert rows["P2"]["t_body"] >= rows["P1"]["t_final"]
+    m = re.search(r"kernel arrival time for (\d+) of (\d+) requests \((SO_TIMESTAMP\w+)\)", err)
+    assert m, err
+    assert (int(m[1]), int(m[2])) == (len(sent), len(sent)), err
 
 
 def test_a_slow_client_gets_every_token_and_its_wait_is_logged(tmp_path):
