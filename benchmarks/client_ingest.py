@@ -68,10 +68,12 @@ def figure(rows: list[dict], measured: list[dict], path: Path) -> None:
         ax.plot([m["processes"]], [m["ceiling_tps"] / 1e3], "s", color="C1")
     ax.plot([], [], "s", color="C1", label="from the CPU per token measured here")
     ax.axhspan(10, 30, color="0.85", label="one GPU serving 256 users (10-30k tok/s)")
+    ax.set_yscale("log")
+    ax.set_xscale("log", base=2)
     ax.set_xlabel("client processes = cores (client.processes: auto gives one per 128 streams)")
-    ax.set_ylabel("tokens/s the client ingests (thousands)")
+    ax.set_ylabel("tokens/s the client ingests (thousands, log scale)")
     ax.set_title("slotbench's client: ingest ceiling by client processes")
-    ax.set_xticks([r["processes"] for r in rows])
+    ax.set_xticks([r["processes"] for r in rows], [str(r["processes"]) for r in rows])
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
@@ -89,7 +91,12 @@ def main(argv=None) -> int:
     ap.add_argument("--client-cpu", type=int, default=1)
     ap.add_argument("--json", type=Path)
     ap.add_argument("--figure", type=Path)
+    ap.add_argument("--replot", type=Path, help="draw the figure from an earlier --json file")
     args = ap.parse_args(argv)
+    if args.replot:
+        done = json.loads(args.replot.read_text())
+        figure(done["plan"], done["measured"], args.figure)
+        return 0
     results = []
     for processes in (1, 2):
         for gap in args.gaps:
