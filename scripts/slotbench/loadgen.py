@@ -85,24 +85,8 @@ async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
     results: list = [None] * len(requests)
     state = {"next": 0, "failed": None}
 
-    async def stream() -> None:
-        while state["failed"] is None and state["next"] < len(prepared):
-            i = state["next"]
-            state["next"] += 1
-            try:
-                results[i] = await backend.send(client, prepared[i], finish=False)
-            except BackendError as exc:
-                if state["failed"] is None:
-                    state["failed"] = (i, exc)
-                    client.abort()
-                return
-
-    async def arrive(i: int, at: float, cap: asyncio.Semaphore | None) -> None:
-        delay = at - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if state["failed"] is not None:
-            return
+    async def one(i: int, cap: asyncio.Semaphore | None = None) -> bool:
+        """Send request i (within ``cap`` if given); False once the cell has failed."""
         try:
             if cap is None:
                 results[i] = await backend.send(client, prepared[i], finish=False)
@@ -113,8 +97,22 @@ async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
             if state["failed"] is None:
                 state["failed"] = (i, exc)
                 client.abort()
-            return
-        results[i].t_planned = at
+            return False
+        return True
+
+    async def stream() -> None:
+        while state["failed"] is None and state["next"] < len(prepared):
+            i = state["next"]
+            state["next"] += 1
+            if not await one(i):
+                return
+
+    async def arrive(i: int, at: float, cap: asyncio.Semaphore | None) -> None:
+        delay = at - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        if state["failed"] is None and await one(i, cap):
+            results[i].t_planned = at
 
     def load(t0: float):
         if arrivals is None:
