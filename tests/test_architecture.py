@@ -29,7 +29,7 @@ LAYERS = [
                      "slotbench.fingerprint", "slotbench.sampler", "slotbench.hostload",
                      "slotbench.smkstate", "slotbench.matrix", "slotbench.resources",
                      "slotbench.loadgen", "slotbench.clients"}),
-    ("tables", {"slotbench.consolidate", "slotbench.crosscheck"}),
+    ("tables", {"slotbench.consolidate", "slotbench.crosscheck", "slotbench.openloop"}),
     ("checks and statistics", {"slotbench.stats", "slotbench.analyse", "slotbench.checks",
                                "slotbench.capacity", "slotbench.across"}),
     ("figures", {"slotbench.figures"}),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from slotbench import stats
-from slotbench.cells import SERIAL_ARM, cell_labels, raw_hashes
+from slotbench.cells import SERIAL_ARM, arm_order, cell_labels, raw_hashes
 from slotbench.consolidate import trusted
 
 REP_KEYS = ["target", "run", "rep"]
@@ -85,13 +85,15 @@ def cell_ratios(cells: pd.DataFrame) -> pd.DataFrame:
     out = cells.merge(
         serial, on=REP_KEYS, how="left", suffixes=("", "_serial"), validate="many_to_one"
     )
-    arm = out["arm"].astype(float)
+    arm = concurrency(out)
     speedup = out["agg_tps"] / out["agg_tps_serial"]
     # Per-user rate x N assumes N streams generating at once. When the server generated for
     # fewer at a time than the arm had in flight (it queued the rest for a slot), the streams
-    # that really shared the generation stage are the time-weighted number generating at once.
+    # that really shared the generation stage are the time-weighted number generating at once;
+    # a rate arm's streams are always those (its concurrency is what the arrivals made it).
     queued = cells_queued(out)
-    streams = arm.where(~queued, out.get("gen_streams", arm))
+    rate = out["arm"] < 0
+    streams = arm.where(~(queued | rate), out.get("gen_streams", arm))
     gen_gain = out["user_tps"] * streams / out["user_tps_serial"]
     out = out.assign(
         queued=queued,
@@ -106,11 +108,21 @@ def cell_ratios(cells: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["agg_tps_serial", "user_tps_serial", "ttft_s_serial"])
 
 
+def concurrency(cells: pd.DataFrame) -> pd.Series:
+    """Each cell's concurrency: a closed-loop arm's N, a rate arm's effective concurrency (the
+    time-weighted number of its requests in flight, slotbench.openloop)."""
+    arm = cells["arm"].astype(float)
+    if "in_flight" not in cells:
+        return arm
+    return arm.where(arm > 0, cells["in_flight"].astype(float))
+
+
 def cells_queued(cells: pd.DataFrame) -> pd.Series:
     """Cells whose server generated for fewer requests at once than the arm kept in flight."""
     if "gen_streams_max" not in cells:
         return pd.Series(False, index=cells.index)
-    return (cells["gen_streams_max"] < cells["arm"]) & cells["gen_streams"].notna()
+    return ((cells["gen_streams_max"] < cells["arm"]) & cells["gen_streams"].notna()
+            & (cells["arm"] > 0))  # fmt: skip
 
 
 def decomposition(speedup: float, gen_gain: float, pipelining: float) -> str | None:
@@ -157,13 +169,16 @@ def summarise(
             row[metric], row[f"{metric}_lo"], row[f"{metric}_hi"] = stats.median_ci(
                 values, resamples, ci
             )
+        # a rate arm's concurrency is its cells' median effective concurrency
+        level = int(arm) if int(arm) > 0 else stats.median(concurrency(grp))
         for suffix in ("", "_lo", "_hi"):
-            row[f"efficiency{suffix}"] = row[f"speedup{suffix}"] / int(arm)
+            row[f"efficiency{suffix}"] = row[f"speedup{suffix}"] / level
         if int(arm) != SERIAL_ARM:
             row["speedup_includes_one"] = bool(row["speedup_lo"] <= 1 <= row["speedup_hi"])
             row["decomposition"] = decomposition(row["speedup"], row["gen_gain"],
                                                  row["pipelining"])
         rows.append(row)
+    rows.sort(key=lambda r: (r["target"], arm_order(r["arm"])))
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 

@@ -89,7 +89,8 @@ def assess(ratios: pd.DataFrame, slo: dict, n_boot: int, ci: float, seed: int) -
     levels = {k: slo.get(k) for k in ("user_tps_min", "ttft_s_max") if slo.get(k) is not None}
     out = {"slo": {**levels, "ttft_percentile": slo.get("ttft_percentile") or "p95"},
            "ci": ci, "targets": {}}  # fmt: skip
-    for target, grp in ratios.groupby("target", sort=True):
+    # concurrency levels only: a rate arm is judged on the open loop's own axis
+    for target, grp in ratios[ratios["arm"] > 0].groupby("target", sort=True):
         rows = arm_rows(grp, slo, n_boot, ci, seed)
         out["targets"][str(target)] = {
             "arms": rows,

@@ -13,9 +13,38 @@ CELL_KEYS = ["target", "run", "rep", "arm"]
 SERIAL_ARM = 1
 
 
+# An arm is a concurrency level (closed loop: N in flight) or an arrival rate (open loop: a rate
+# arm). In every table a rate arm's number is its rate in thousandths of a request per second,
+# negated, so it can never be taken for a concurrency: 0.5 requests/s is arm -500.
+RATE_SCALE = 1000
+
+
+def arm_id(spec) -> int:
+    """The arm's number in the tables: N for a concurrency, -round(rate × 1000) for a rate."""
+    if isinstance(spec, dict):
+        return -int(round(float(spec["rate"]) * RATE_SCALE))
+    return int(spec)
+
+
+def is_rate_arm(arm) -> bool:
+    return int(arm) < 0
+
+
+def arm_rate(arm) -> float:
+    """A rate arm's offered rate in requests/s."""
+    return -int(arm) / RATE_SCALE
+
+
+def arm_order(arm) -> tuple:
+    """Sort key: the concurrency levels in order, then the rate arms by rate."""
+    return (is_rate_arm(arm), abs(int(arm)))
+
+
 def arm_name(arm) -> str:
-    """serial-1 / parallel-N: the arm names used in every table and figure."""
+    """serial-1 / parallel-N / rate-R/s: the arm names used in every table and figure."""
     arm = int(arm)
+    if arm < 0:
+        return f"rate-{arm_rate(arm):g}/s"
     return f"serial-{arm}" if arm == SERIAL_ARM else f"parallel-{arm}"
 
 

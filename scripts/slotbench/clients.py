@@ -90,9 +90,10 @@ class Clients:
         for share in shares:  # one process: one share (split_streams gives one)
             requests = share["requests"]
             try:
-                recs, stats = runner.run(run_cell(self.backend, runner.client, requests,
-                                                  share["streams"], num_predict, temperature,
-                                                  measure=measure))  # fmt: skip
+                recs, stats = runner.run(run_cell(
+                    self.backend, runner.client, requests, share["streams"], num_predict,
+                    temperature, measure=measure, arrivals=share.get("arrivals"),
+                    max_in_flight=share.get("max_in_flight")))  # fmt: skip
             except CellFailed as exc:
                 raise CellFailed(requests[exc.index]["request"], exc.error) from None
             out[share["process"]] = ([r.to_raw(0.0) for r in recs], stats)
@@ -175,7 +176,8 @@ def _serve() -> None:
             recs, stats = runner.run(run_cell(
                 backend, runner.client, share["requests"], share["streams"],
                 command["num_predict"], command["temperature"], command["start_at"],
-                command.get("measure", True)))  # fmt: skip
+                command.get("measure", True), share.get("arrivals"),
+                share.get("max_in_flight")))  # fmt: skip
         except CellFailed as exc:
             say({"failed": {"index": share["requests"][exc.index]["request"],
                             "message": str(exc.error)}})  # fmt: skip

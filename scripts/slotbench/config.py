@@ -18,6 +18,7 @@ import jsonschema
 import yaml
 
 from . import matrix
+from .cells import arm_id, arm_order
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 SCHEMA_PATH = REPO_CONFIG.parent / "schema.yaml"
@@ -99,6 +100,10 @@ def _fill_defaults(instance: Any, schema: dict) -> Any:
         return out
     if isinstance(instance, list) and isinstance(schema.get("items"), dict):
         return [_fill_defaults(item, schema["items"]) for item in instance]
+    if isinstance(instance, dict) and "oneOf" in schema:  # e.g. an arm: a number or a mapping
+        for branch in schema["oneOf"]:
+            if branch.get("type") == "object" and "properties" in branch:
+                return _fill_defaults(instance, branch)
     return instance
 
 
@@ -279,7 +284,8 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
             f"targets[{i}] = {name}" for i, name in enumerate(expanded_from)))  # fmt: skip
     if problems:
         raise ConfigError(_invalid(problems))
-    cfg["arms"] = sorted(cfg["arms"])
+    cfg["arms"] = sorted((canonical(a) if isinstance(a, dict) else a for a in cfg["arms"]),
+                         key=lambda a: arm_order(arm_id(a)))  # fmt: skip
     # sorted keys all the way down: Snakemake compares params by repr, so key order in a YAML
     # file must not look like a change and rerun measurement
     cfg["targets"] = [canonical(t) for t in cfg["targets"]]
@@ -356,14 +362,24 @@ def _semantic_problems(cfg: dict) -> list[str]:
                 f"config key `targets[{i}].server`: server settings apply only to a managed "
                 "server; an external server keeps its own (state Ollama's in ollama_env)"
             )
-    biggest = max(cfg["arms"])
+    closed = [a for a in cfg["arms"] if isinstance(a, int)]
+    rates = [a for a in cfg["arms"] if isinstance(a, dict)]
+    biggest = max(closed)
     per_cell = cfg["requests_per_cell"]
+    ids = [arm_id(a) for a in rates]
+    for i, rate in enumerate(rates):
+        if ids.count(arm_id(rate)) > 1 and ids.index(arm_id(rate)) == i:
+            problems.append(f"config key `arms`: two rate arms offer {rate['rate']:g} requests/s "
+                            "(to a thousandth); give each rate arm its own rate")  # fmt: skip
+        if isinstance(per_cell, dict) and rate["requests"] is None:
+            problems.append(f"config key `arms`: the rate arm {rate['rate']:g}/s needs its own "
+                            "`requests` when requests_per_cell is a mapping")  # fmt: skip
     if isinstance(per_cell, dict):
         listed = {int(k) if str(k).isdigit() else k for k in per_cell}
-        if listed != set(cfg["arms"]):
+        if listed != set(closed):
             problems.append(
-                f"config key `requests_per_cell`: a mapping must give every arm its number and "
-                f"no other; arms {sorted(cfg['arms'])}, mapping has {sorted(map(str, listed))}"
+                f"config key `requests_per_cell`: a mapping must give every concurrency arm its "
+                f"number and no other; arms {closed}, mapping has {sorted(map(str, listed))}"
             )
         problems += [
             f"config key `requests_per_cell.{arm}`: {n} requests cannot keep {arm} in flight; "
@@ -434,7 +450,9 @@ def client_settings(cfg: dict) -> dict:
     if processes == "auto":
         cpus = client["cpus"] or (sorted(os.sched_getaffinity(0))
                                   if hasattr(os, "sched_getaffinity") else [0])  # fmt: skip
-        processes = auto_processes(max(cfg["arms"]), len(cpus))
+        widest = max([a for a in cfg["arms"] if isinstance(a, int)]
+                     + [a["max_in_flight"] or 0 for a in cfg["arms"] if isinstance(a, dict)])
+        processes = auto_processes(widest, len(cpus))
     return {"processes": int(processes), "cpus": client["cpus"]}
 
 

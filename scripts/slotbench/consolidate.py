@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from .cells import mean_at_once, most_at_once
 from .crosscheck import crosscheck
+from .openloop import open_metrics
 from .rawfiles import RAW_SCHEMA, RawFileChanged, read_json, sha256_file, verify_raw_file
 
 SCHEMA_VERSION = "3"  # 3: the client process columns of cells and requests
@@ -40,6 +41,8 @@ REQUESTS_SCHEMA = pa.schema(
         # the client's clock, seconds from the rep's start: sent, first token, last token, done
         pa.field("t_sent_s", pa.float64()), pa.field("t_first_s", pa.float64()),  # fmt: skip
         pa.field("t_last_s", pa.float64()), pa.field("t_done_s", pa.float64()),  # fmt: skip
+        # a rate arm's request: its planned arrival, from which its TTFT counts (open loop)
+        pa.field("t_planned_s", pa.float64()),
         pa.field("chunks", pa.int64()),  # chunks of generated text the client received
         pa.field("gen_s", pa.float64()),
         pa.field("done_reason", pa.string()),
@@ -83,6 +86,12 @@ CELLS_SCHEMA = pa.schema(
         pa.field("user_tps", pa.float64()),
         pa.field("ttft_s", pa.float64()),
         pa.field("ttft_p95_s", pa.float64()),  # the p95 of the cell's request TTFTs
+        pa.field("ttft_p99_s", pa.float64()),
+        # a rate arm's cell (open loop, slotbench.openloop): the rate offered and achieved
+        # (requests/s), requests in flight (time-weighted: the effective concurrency), launch
+        # skew p99 (sent - planned: how late the client sent)
+        pa.field("offered_rate", pa.float64()), pa.field("achieved_rate", pa.float64()),
+        pa.field("in_flight", pa.float64()), pa.field("launch_skew_p99_s", pa.float64()),
         pa.field("t_start_s", pa.float64()),
         # requests generating at once ([t_first_s, t_done_s] windows): most, time-weighted
         pa.field("gen_streams_max", pa.int64()),
@@ -155,6 +164,7 @@ def request_rows(raw: dict, raw_file: str) -> list[dict]:
                     "output_tokens": req.get("output_tokens"), "t_sent_s": req.get("t_sent_s"),
                     "t_first_s": req.get("t_first_s"), "t_last_s": req.get("t_last_s"),
                     "t_done_s": req.get("t_done_s"), "chunks": req.get("chunks"),
+                    "t_planned_s": req.get("t_planned_s"),
                     "gen_s": req.get("gen_s"), "done_reason": req.get("done_reason"),
                     **{k: server.get(k) for k in SERVER_FIELDS},
                     "timing_source": req.get("timing_source", "server"),
@@ -175,12 +185,12 @@ def _median(values: list) -> float:
     return float(vals[mid]) if len(vals) % 2 else float((vals[mid - 1] + vals[mid]) / 2)
 
 
-def _p95(values: list) -> float:
-    """The 0.95 quantile, interpolated linearly between order statistics (numpy's default)."""
+def _p95(values: list, q: float = 0.95) -> float:
+    """The q (0.95) quantile, interpolated linearly between order statistics (numpy's default)."""
     vals = sorted(v for v in values if v is not None and math.isfinite(v))
     if not vals:
         return np.nan
-    pos = 0.95 * (len(vals) - 1)
+    pos = q * (len(vals) - 1)
     low = int(pos)
     high = min(low + 1, len(vals) - 1)
     return float(vals[low] + (vals[high] - vals[low]) * (pos - low))
@@ -198,7 +208,9 @@ def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
         return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
     tokens_out = int(sum(num(r, "output_tokens") or 0 for r in rows))
-    sent = [num(r, "t_sent_s") for r in rows]
+    # a rate arm's request counts from its planned arrival (open loop), any other from its send
+    sent = [num(r, "t_sent_s") if num(r, "t_planned_s") is None else num(r, "t_planned_s")
+            for r in rows]  # fmt: skip
     done = [num(r, "t_done_s") for r in rows]
     t_start = min((v for v in sent if v is not None), default=np.nan)
     wall_s = float(max((v for v in done if v is not None), default=np.nan) - t_start)
@@ -223,6 +235,7 @@ def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
         "user_tps": _median(per_user),
         "ttft_s": _median(ttft),
         "ttft_p95_s": _p95(ttft),
+        "ttft_p99_s": _p95(ttft, 0.99),
         "t_start_s": float(t_start),
         # how many requests the server generated for at once: at most, and time-weighted over
         # the time any was generating (fewer than the arm when the server queues the rest)
@@ -339,8 +352,9 @@ def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None
         by_cell: dict[tuple, list[dict]] = {}
         for row in rows:
             by_cell.setdefault((row["arm"], row["position"]), []).append(row)
+        opened = {(c["arm"], c["position"]): c.get("open") for c in raw["cells"]}
         for (arm, position), grp in by_cell.items():
-            metrics = cell_metrics(grp)
+            metrics = cell_metrics(grp) | open_metrics(grp, opened.get((arm, position)))
             cell_rows.append(
                 {
                     "target": raw["target"], "run": raw["run"], "rep": raw["rep"],
@@ -452,31 +466,9 @@ def _samples_of(raw: dict, kind: str) -> list[dict]:
 SAMPLE_ORDER = ["target", "run", "rep", "t_s"]
 
 
-def _sample_frame(rows: list[dict], kind: str) -> pd.DataFrame:
-    schema = {"thermal": THERMAL_SCHEMA, "host": HOST_SCHEMA}[kind]
-    return pd.DataFrame(rows, columns=schema.names).sort_values(SAMPLE_ORDER, ignore_index=True)
-
-
 def _state_of(raw: dict, path) -> dict:
     return {"target": raw["target"], "run": raw["run"], "rep": raw["rep"],
             "raw_file": str(path), "server": raw.get("server", {})}  # fmt: skip
-
-
-def sample_rows(raw_paths: list[str], kind: str = "thermal") -> pd.DataFrame:
-    """Every background sample of one kind ("thermal" or "host") of every rep, with its rep, on
-    the rep's clock (t_s, negative during the warm-up) and in unix time."""
-    return _sample_frame([row for path in raw_paths for row in _samples_of(read_json(path), kind)],
-                         kind)  # fmt: skip
-
-
-def thermal_rows(raw_paths: list[str]) -> pd.DataFrame:
-    return sample_rows(raw_paths, "thermal")
-
-
-def server_states(raw_paths: list[str]) -> list[dict]:
-    """What each rep saw of its server when it finished (e.g. Ollama's /api/ps after the rep)."""
-    states = [_state_of(read_json(path), path) for path in raw_paths]
-    return sorted(states, key=lambda s: (s["target"], s["run"], s["rep"]))
 
 
 def write_table(df: pd.DataFrame, schema: pa.Schema, path: str | Path, kind: str) -> None:

@@ -11,6 +11,7 @@ import sys
 import time
 
 from .backends import BackendError
+from .cells import arm_name
 from .clients import Clients
 from .loadgen import CellFailed
 from .plan import split_streams
@@ -25,23 +26,34 @@ class RepError(RuntimeError):
     """A request failed, so the rep it belongs to is not recorded."""
 
 
-def _shares(requests: list[dict], shares: list[dict] | None, streams: int) -> list[dict]:
-    """The plan's split of a cell over client processes, with each process's request dicts."""
+def _shares(requests: list[dict], shares: list[dict] | None, streams: int,
+            cell: dict | None = None) -> list[dict]:  # fmt: skip
+    """The plan's split of a cell over client processes, with each process's request dicts and,
+    for a rate arm, each request's planned arrival and the process's share of the cap."""
     by_id = {r["request"]: r for r in requests}
     if not shares or sorted(i for s in shares for i in s["requests"]) != sorted(by_id):
         shares = split_streams(streams, list(by_id), len(shares or [1]))
-    return [s | {"requests": [by_id[i] for i in s["requests"]]} for s in shares]
+    out = [s | {"requests": [by_id[i] for i in s["requests"]]} for s in shares]
+    if cell is not None and cell.get("arrivals") is not None:
+        at = dict(zip((r["request"] for r in requests), cell["arrivals"], strict=True))
+        cap = (cell.get("open") or {}).get("max_in_flight")
+        for share in out:
+            share["arrivals"] = [at[r["request"]] for r in share["requests"]]
+            share["max_in_flight"] = None if not cap else -(-cap // len(out))
+    return out
 
 
 def _send_all(clients: Clients, requests: list[dict], shares: list[dict] | None, streams: int,
-              num_predict: int, temperature: float, measure: bool = True):  # fmt: skip
-    """Send ``requests`` with ``streams`` in flight; on the first failure, stop sending.
+              num_predict: int, temperature: float, measure: bool = True,
+              cell: dict | None = None):  # fmt: skip
+    """Send ``requests`` with ``streams`` in flight (or, for a rate arm's ``cell``, each at its
+    planned arrival); on the first failure, stop sending.
 
     Returns (raw records in request order with absolute times, client process stats), or
     raises CellFailed naming the request.
     """
     try:
-        return clients.cell(_shares(requests, shares, streams), num_predict, temperature,
+        return clients.cell(_shares(requests, shares, streams, cell), num_predict, temperature,
                             measure)  # fmt: skip
     except CellFailed:
         raise
@@ -91,8 +103,10 @@ def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict
     """One cell: its requests with ``arm`` in flight, and what each client process spent."""
     arm, position = cell["arm"], cell["position"]
     try:
-        results, stats = _send_all(clients, cell["requests"], cell.get("shares"), arm,
-                                   settings["num_predict"], settings["temperature"])  # fmt: skip
+        results, stats = _send_all(clients, cell["requests"], cell.get("shares"),
+                                   len(cell["requests"]) if arm < 0 else arm,
+                                   settings["num_predict"], settings["temperature"],
+                                   cell=cell)  # fmt: skip
     except CellFailed as failed:
         raise _failure(ctx, arm, position, failed.index, failed.error, conn) from None
     requests = []
@@ -105,7 +119,8 @@ def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict
     t_start = min(r["t_sent_s"] for r in requests)
     t_end = max(r["t_done_s"] for r in requests)
     tokens = sum(r["output_tokens"] for r in requests)
-    kind = "control arm (shared prompt)" if cell.get("control") else f"arm {arm}"
+    kind = ("control arm (shared prompt)" if cell.get("control")
+            else f"arm {arm_name(arm) if arm < 0 else arm}")  # fmt: skip
     print(
         f"[{label}] position {position}: {kind}: {tokens} tokens in {t_end - t_start:.2f} s"
         f" = {tokens / (t_end - t_start):.1f} tok/s",
@@ -113,7 +128,8 @@ def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict
     )
     return {"arm": arm, "position": position, "control": bool(cell.get("control")),
             "t_start_s": t_start, "t_end_s": t_end, "client_cpu_s": client_cpu_s,
-            "client": {"processes": stats}, "requests": requests}  # fmt: skip
+            "client": {"processes": stats}, "requests": requests,
+            **({"open": cell["open"]} if cell.get("open") else {})}  # fmt: skip
 
 
 def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code: dict,

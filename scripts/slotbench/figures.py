@@ -1,9 +1,8 @@
 """Figures for the report: what the operator gains and what each user loses, per arm.
 
 Every figure is drawn from cells.parquet / ratios.parquet only (never from the checks stage; the
-timeline adds thermal.parquet's samples, which come from the same raw files), and
-make_all returns, for each figure, the cells and raw-file SHA-256s behind it, so the report can
-trace every picture back to raw files.
+timeline adds thermal samples from the same raw files), and make_all returns, for each figure,
+the cells and raw-file SHA-256s behind it, so any picture traces back to raw files.
 """
 
 from __future__ import annotations
@@ -107,9 +106,8 @@ def _facets(targets: list[str]):
     n = max(len(targets), 1)
     ncols = min(n, MAX_COLS)
     nrows = int(np.ceil(n / ncols))
-    fig, axes = plt.subplots(
-        nrows, ncols, figsize=(FACET_W * ncols, FACET_H * nrows), squeeze=False
-    )
+    fig, axes = plt.subplots(nrows, ncols, figsize=(FACET_W * ncols, FACET_H * nrows),
+                             squeeze=False)  # fmt: skip
     flat = list(axes.ravel())
     for ax in flat[n:]:
         ax.set_visible(False)
@@ -289,8 +287,8 @@ def _series(rows: pd.DataFrame, value: str, how: str) -> list[tuple[str, pd.Seri
 
 
 def draw_thermal(ax, rows: pd.DataFrame, origin: float, divisor: float) -> list:
-    """Clock and temperature on twin axes against the cells' time axis, events as vertical
-    lines; a note when there is nothing to draw. Returns legend handles for the extra lines."""
+    """Clock and temperature on twin axes against the cells' time, events as vertical lines (a
+    note when there is nothing to draw); returns legend handles for the extra lines."""
     from matplotlib.lines import Line2D
 
     usable = (
@@ -463,15 +461,17 @@ def make_all(
     """Write every figure as PNG into outdir and return fig_id -> provenance.
 
     `files` optionally overrides a figure's basename (default "<fig_id>.png"). The decomposition
-    figure's sources include the serial cells, since they are the denominators of its ratios.
-    `thermal` (thermal.parquet's samples, which come from the same raw files as the cells)
-    annotates the timeline; without samples its panels say "no thermal source".
+    figure's sources include the serial cells (its ratios' denominators). `thermal` (samples from
+    the same raw files) annotates the timeline; without samples it says "no thermal source".
     """
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     files = files or {}
-    frames = {"cells": cells, "ratios": ratios,
-              "summary": summary if summary is not None else pd.DataFrame(columns=["target"])}
+    summary = summary if summary is not None else pd.DataFrame(columns=["target", "arm"])
+    # these figures put the concurrency levels on their axes; rate arms (negative) are drawn
+    # on the open loop's own axes
+    cells, ratios, summary = (df[df["arm"] > 0] for df in (cells, ratios, summary))
+    frames = {"cells": cells, "ratios": ratios, "summary": summary}
     sources = {}
     sns.set_theme(style="whitegrid", context="paper")
     for fig_id, (plot, frame_name) in PLOTTERS.items():

@@ -21,6 +21,8 @@ import random
 from collections import Counter
 from typing import Callable
 
+from .cells import arm_id, is_rate_arm
+
 PLAN_SCHEMA = "slotbench.plan/2"
 CALIBRATION_PROMPTS = 30
 # candidates tried per prompt a rep needs, before giving up on finding equal lengths
@@ -132,9 +134,12 @@ def _prompts(
     )
 
 
-def cell_requests(per_cell: int | dict, arm: int) -> int:
+def cell_requests(per_cell: int | dict, arm) -> int:
     """How many requests a cell of ``arm`` sends: one number for every arm, or the arm's own
-    (a mapping read from YAML has int keys, from a plan file str keys)."""
+    (a mapping read from YAML has int keys, from a plan file str keys); a rate arm (a mapping
+    with its rate) its own ``requests``, else the one number."""
+    if isinstance(arm, dict):
+        return int(arm.get("requests") or per_cell)
     if isinstance(per_cell, dict):
         return int(per_cell[arm] if arm in per_cell else per_cell[str(arm)])
     return int(per_cell)
@@ -197,11 +202,12 @@ def make_rep_plan(
     fire. ``control_arm`` appends a control cell at the largest concurrency whose requests share
     one prompt and may use the cache (MLPerf TEST04's idea); it is never part of the headline.
     """
-    arms, per_cell = plan["arms"], plan["requests_per_cell"]
-    order = rotation_order(arms, rep, plan["run_seed"])
+    specs, per_cell = {arm_id(a): a for a in plan["arms"]}, plan["requests_per_cell"]
+    order = rotation_order(list(specs), rep, plan["run_seed"])
     rng = random.Random(derive_seed(plan["run_seed"], "rep", rep))
-    n_warm = warmup_requests if warmup_requests is not None else max(arms)
-    n_measured = sum(cell_requests(per_cell, arm) for arm in arms)
+    widest = max(a for a in specs if not is_rate_arm(a))
+    n_warm = warmup_requests if warmup_requests is not None else widest
+    n_measured = sum(cell_requests(per_cell, spec) for spec in specs.values())
     pairs = _prompts(plan, rep, n_warm + n_measured + (1 if plan["control_arm"] else 0), rng,
                      count_tokens)  # fmt: skip
     items = [{"nonce": n, "prompt": p, "seed": rng.randrange(2**31)} for n, p in pairs]
@@ -209,22 +215,29 @@ def make_rep_plan(
     cells = []
     for position, arm in enumerate(order):
         requests = []
-        for i in range(cell_requests(per_cell, arm)):
+        for i in range(cell_requests(per_cell, specs[arm])):
             item = next(measured)
             if not plan["nonces"]:
                 item = item | plan["shared"] | {"allow_cache": True}
             requests.append({"request": i, **item})
-        cells.append({"arm": arm, "position": position, "requests": requests,
-                      "shares": _shares(arm, requests, client_processes)})  # fmt: skip
+        cell = {"arm": arm, "position": position, "requests": requests}
+        if is_rate_arm(arm):  # open loop: when each request arrives, from the seed alone
+            spec = specs[arm]
+            cell["open"] = {k: spec[k] for k in ("rate", "arrival", "burstiness", "max_in_flight")}
+            cell["arrivals"] = arrival_offsets(
+                len(requests), spec["rate"], derive_seed(plan["run_seed"], "arrivals", rep, arm),
+                spec["arrival"], spec["burstiness"])  # fmt: skip
+        cell["shares"] = _shares(len(requests) if is_rate_arm(arm) else arm, requests,
+                                 client_processes)  # fmt: skip
+        cells.append(cell)
     if plan["control_arm"]:
         one = items[-1]
         cells.append({
-            "arm": max(arms), "position": len(order), "control": True,
+            "arm": widest, "position": len(order), "control": True,
             "requests": [{"request": i, **one, "seed": items[n_warm + i]["seed"],
-                          "allow_cache": True} for i in range(cell_requests(per_cell,
-                                                                             max(arms)))],
+                          "allow_cache": True} for i in range(cell_requests(per_cell, widest))],
         })  # fmt: skip
-        cells[-1]["shares"] = _shares(max(arms), cells[-1]["requests"], client_processes)
+        cells[-1]["shares"] = _shares(widest, cells[-1]["requests"], client_processes)
     warm = [{"request": i, **w} for i, w in enumerate(warmup)]
     return {
         "rep": rep,

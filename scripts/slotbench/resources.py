@@ -45,7 +45,11 @@ def rep_runtime_min(cfg: dict) -> int:
     the warm-up, cool-downs and a server start (an upper estimate, for a scheduler's limit)."""
     seconds = STARTUP_S
     for arm in cfg["arms"]:
-        rounds = math.ceil(cell_requests(cfg["requests_per_cell"], arm) / arm)
+        n = cell_requests(cfg["requests_per_cell"], arm)
+        if isinstance(arm, dict):  # a rate arm: its arrivals' span, then its last request
+            seconds += n / arm["rate"] + cfg["num_predict"] / SLOW_TPS + cfg.get("cooldown_s", 0)
+            continue
+        rounds = math.ceil(n / arm)
         seconds += rounds * cfg["num_predict"] / SLOW_TPS + cfg.get("cooldown_s", 0)
     seconds += cfg["warmup_predict"] / SLOW_TPS
     return max(1, math.ceil(seconds / 60))

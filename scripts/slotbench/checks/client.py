@@ -66,7 +66,8 @@ def send_lag(requests: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
     The first N requests of an arm of concurrency N are intended at the cell's first send;
     request k (send order) >= N is intended at the (k-N)-th earliest completion among the
-    requests sent before it. lag_s = t_sent_s - intended, clipped at 0; lag_raw_s keeps the
+    requests sent before it. A rate arm's request is intended at its planned arrival (the lag
+    is its launch skew). lag_s = t_sent_s - intended, clipped at 0; lag_raw_s keeps the
     sign, and n_early counts requests sent more than a millisecond before any slot was free
     (more than N in flight: the arm was not what it claims).
     """
@@ -75,7 +76,10 @@ def send_lag(requests: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
         grp = grp.sort_values(["t_sent_s", "request"], kind="stable")
         sent = grp["t_sent_s"].to_numpy(dtype=float)
         done = grp["t_done_s"].to_numpy(dtype=float)
-        intended = _intended(sent, done, max(1, int(key[3])))
+        if int(key[3]) < 0 and "t_planned_s" in grp:  # a rate arm: its planned arrival
+            intended = grp["t_planned_s"].to_numpy(dtype=float)
+        else:
+            intended = _intended(sent, done, max(1, int(key[3])))
         for order, (req, t_sent, t_int) in enumerate(
             zip(grp["request"], sent, intended, strict=True)
         ):

@@ -4,7 +4,7 @@ arm and the per-arm table, as the analysis computed them and the checks decided 
 from __future__ import annotations
 
 from slotbench import provenance as prov
-from slotbench.cells import SERIAL_ARM, arm_name
+from slotbench.cells import SERIAL_ARM, arm_name, arm_order
 from slotbench.fmt import (
     DASH,
     fmt_change,
@@ -122,6 +122,8 @@ def streams_cell(row) -> str:
     streams, queued = row.get("streams"), row.get("queued_cells")
     if missing(streams):
         return DASH
+    if int(row["arm"]) < 0:  # a rate arm: what its arrivals made the server run at once
+        return f"{streams:.1f}"
     if missing(queued) or int(queued) == 0:
         return f"{int(row['arm'])}"
     return f"{streams:.1f} of {int(row['arm'])} (queued)"
@@ -178,12 +180,13 @@ def headline_blocks(target, rows, decision, serialised: frozenset, index, ci: fl
     label = ci_label(ci)
     refusal = _refusal(target, decision)
     blocks: list = []
-    records = [r for _, r in rows.sort_values("arm").iterrows()]
+    records = sorted((r for _, r in rows.iterrows()), key=lambda r: arm_order(r["arm"]))
     if refusal:
         blocks.append(Paragraph(refusal, "refusal"))
     else:
         excluded = (decision or {}).get("excluded_arms", {})
-        parallel = [r for r in records if int(r["arm"]) != SERIAL_ARM
+        # the headline and its reading are the closed-loop arms' (rate arms: the open loop)
+        parallel = [r for r in records if int(r["arm"]) > SERIAL_ARM
                     and not missing(r.get("speedup")) and str(int(r["arm"])) not in excluded]  # fmt: skip
         top = headline_sentence(parallel[-1], label) if parallel else None
         if top and int(parallel[-1]["arm"]) in serialised:

@@ -1,0 +1,60 @@
+"""A cell's open-loop numbers: the rate offered and achieved, the requests in flight, and how late
+the client sent (launch skew).
+
+A rate arm's requests arrive on a planned schedule (plan.arrival_offsets) whether or not earlier
+ones are done; each request's TTFT and latency count from its planned arrival (consolidate's
+cell_metrics). The time-weighted number of requests in flight, from each request's start (its
+planned arrival, or its send in a closed loop) to its end, is the cell's effective concurrency:
+it puts a rate arm on the concurrency axis beside the closed-loop arms, and it is computed for
+every cell so the two can be compared.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .cells import mean_at_once
+
+OPEN_COLUMNS = ["offered_rate", "achieved_rate", "in_flight", "launch_skew_p99_s"]
+
+
+def _num(r: dict, key: str):
+    v = r.get(key)
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
+
+
+def _p99(values: list[float]) -> float:
+    vals = sorted(values)
+    if not vals:
+        return math.nan
+    pos = 0.99 * (len(vals) - 1)
+    low = int(pos)
+    high = min(low + 1, len(vals) - 1)
+    return vals[low] + (vals[high] - vals[low]) * (pos - low)
+
+
+def open_metrics(rows: list[dict], spec: dict | None) -> dict:
+    """Per cell (its request rows, and the rate arm's spec from the raw cell, or None): the
+    offered rate (requests/s, as planned), the achieved rate (requests completed over the span
+    from the first planned arrival to the last completion), the requests in flight
+    (time-weighted) and the launch skew p99; NaN where a closed-loop cell has no such number."""
+    starts, ends, skews = [], [], []
+    for r in rows:
+        planned, sent, done = _num(r, "t_planned_s"), _num(r, "t_sent_s"), _num(r, "t_done_s")
+        start = planned if planned is not None else sent
+        if start is not None and done is not None:
+            starts.append(start)
+            ends.append(done)
+        if planned is not None and sent is not None:
+            skews.append(sent - planned)
+    in_flight = mean_at_once(starts, ends) if starts else math.nan
+    if spec is None:
+        return {"offered_rate": math.nan, "achieved_rate": math.nan, "in_flight": in_flight,
+                "launch_skew_p99_s": math.nan}  # fmt: skip
+    span = (max(ends) - min(starts)) if starts else math.nan
+    return {
+        "offered_rate": float(spec["rate"]),
+        "achieved_rate": len(ends) / span if span and span > 0 else math.nan,
+        "in_flight": in_flight,
+        "launch_skew_p99_s": _p99(skews),
+    }
