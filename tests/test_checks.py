@@ -325,6 +325,8 @@ def test_entry_point_writes_every_verdict_table_and_the_headline_decision(tmp_pa
     ):
         records = json.loads((out / f"{trap}.json").read_text())
         assert {r["target"] for r in records} == {"a", "b"}, trap
+    for trap in ("overload", "closed_loop_understatement"):  # the open loop's: no rate arms here
+        assert json.loads((out / f"{trap}.json").read_text()) == [], trap
     ser = pd.read_csv(out / "serialisation.csv")
     assert list(ser.columns) == serialisation.SERIALISATION_COLUMNS
     assert ser.set_index(["target", "arm"])["serialised"].to_dict() == {

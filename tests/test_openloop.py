@@ -70,9 +70,13 @@ def test_requests_go_out_at_their_planned_moment_and_waiting_counts(tmp_path):
     truth = {r["nonce"]: r for r in map(json.loads, log.read_text().splitlines())}
     assert stats["requests"] == 8
     start = recs[0].t_planned
+    skews = [rec.t_ready - rec.t_planned for rec in recs]
+    # arrivals 10 ms apart: a client that sent them together or in a closed loop is off by
+    # tens of ms on most; a scheduler stall on a shared machine delays one or two
+    assert min(skews) >= 0 and statistics.median(skews) < 0.003 and max(skews) < 0.025, skews
     for i, rec in enumerate(recs):
         assert rec.t_planned == pytest.approx(start + offsets[i], abs=1e-9)
-        assert 0 <= rec.t_sent - rec.t_planned < 0.003, i  # launch skew
+        assert rec.t_ready <= rec.t_sent < rec.t_ready + 0.005, i  # no cap: sent when ready
         served = truth[f"77{i:04d}"]
         queued = served["t_slot"] - served["t_body"]
         ttft_planned = rec.t_first - rec.t_planned

@@ -43,6 +43,7 @@ REQUESTS_SCHEMA = pa.schema(
         pa.field("t_last_s", pa.float64()), pa.field("t_done_s", pa.float64()),  # fmt: skip
         # a rate arm's request: its planned arrival, from which its TTFT counts (open loop)
         pa.field("t_planned_s", pa.float64()),
+        pa.field("t_ready_s", pa.float64()),  # when the client got round to it (launch skew)
         pa.field("chunks", pa.int64()),  # chunks of generated text the client received
         pa.field("gen_s", pa.float64()),
         pa.field("done_reason", pa.string()),
@@ -164,7 +165,7 @@ def request_rows(raw: dict, raw_file: str) -> list[dict]:
                     "output_tokens": req.get("output_tokens"), "t_sent_s": req.get("t_sent_s"),
                     "t_first_s": req.get("t_first_s"), "t_last_s": req.get("t_last_s"),
                     "t_done_s": req.get("t_done_s"), "chunks": req.get("chunks"),
-                    "t_planned_s": req.get("t_planned_s"),
+                    "t_planned_s": req.get("t_planned_s"), "t_ready_s": req.get("t_ready_s"),
                     "gen_s": req.get("gen_s"), "done_reason": req.get("done_reason"),
                     **{k: server.get(k) for k in SERVER_FIELDS},
                     "timing_source": req.get("timing_source", "server"),

@@ -19,7 +19,7 @@ from .rawfiles import RAW_SCHEMA
 from .sampler import Sampler
 from .targets import Connection
 
-TIMES = ("t_sent_s", "t_first_s", "t_last_s", "t_done_s", "t_planned_s")
+TIMES = ("t_sent_s", "t_first_s", "t_last_s", "t_done_s", "t_planned_s", "t_ready_s")
 
 
 class RepError(RuntimeError):

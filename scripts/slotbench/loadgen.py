@@ -25,6 +25,9 @@ from .backends.transport import loop_name
 
 # how often the event-loop lag is sampled during a cell
 LAG_INTERVAL_S = 0.010
+# How early an event-loop timer may fire (uvloop's have millisecond resolution): an arrival
+# sleeps until this long before its moment, then yields turn by turn to it.
+EARLY_WAKE_S = 0.0015
 # A test hook: CPU seconds burnt per chunk received, to starve the client on purpose.
 CHUNK_DELAY_ENV = "SLOTBENCH_CLIENT_CHUNK_DELAY_S"
 
@@ -78,7 +81,9 @@ async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
     the load is open: each request goes out at its planned moment whether or not earlier ones
     are done (at most ``max_in_flight`` at once, if set), and its record keeps the planned
     moment (``t_planned``), from which its TTFT and latency count: time a request waited for
-    the client or for a slot is waiting its user did (coordinated omission)."""
+    the client or for a slot is waiting its user did (coordinated omission). ``t_ready`` is
+    when the client got round to it (its launch skew is t_ready - t_planned); a request held
+    by the cap waits after that, until its t_sent."""
     _starve_hook()
     prepared = [backend.prepare(r["prompt"], num_predict, temperature, r["seed"],
                                 bool(r.get("allow_cache"))) for r in requests]  # fmt: skip
@@ -108,11 +113,13 @@ async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
                 return
 
     async def arrive(i: int, at: float, cap: asyncio.Semaphore | None) -> None:
-        delay = at - time.monotonic()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        # the loop's timers have millisecond resolution and may fire up to 1 ms early: sleep
+        # until close, then yield turn by turn (other streams are read meanwhile) to the moment
+        while (delay := at - time.monotonic()) > 0:
+            await asyncio.sleep(delay - EARLY_WAKE_S if delay > 2 * EARLY_WAKE_S else 0)
+        ready = time.monotonic()  # the moment the client got round to it: launch skew
         if state["failed"] is None and await one(i, cap):
-            results[i].t_planned = at
+            results[i].t_planned, results[i].t_ready = at, ready
 
     def load(t0: float):
         if arrivals is None:

@@ -37,7 +37,9 @@ def open_metrics(rows: list[dict], spec: dict | None) -> dict:
     """Per cell (its request rows, and the rate arm's spec from the raw cell, or None): the
     offered rate (requests/s, as planned), the achieved rate (requests completed over the span
     from the first planned arrival to the last completion), the requests in flight
-    (time-weighted) and the launch skew p99; NaN where a closed-loop cell has no such number."""
+    (time-weighted) and the launch skew p99 (when the client got round to each request, after
+    its planned arrival; a request held by max_in_flight waits after that, and that wait is the
+    user's, not skew); NaN where a closed-loop cell has no such number."""
     starts, ends, skews = [], [], []
     for r in rows:
         planned, sent, done = _num(r, "t_planned_s"), _num(r, "t_sent_s"), _num(r, "t_done_s")
@@ -45,8 +47,11 @@ def open_metrics(rows: list[dict], spec: dict | None) -> dict:
         if start is not None and done is not None:
             starts.append(start)
             ends.append(done)
-        if planned is not None and sent is not None:
-            skews.append(sent - planned)
+        # launch skew: how late the client got round to it (a wait for the cap is not skew)
+        ready = _num(r, "t_ready_s")
+        ready = sent if ready is None else ready
+        if planned is not None and ready is not None:
+            skews.append(ready - planned)
     in_flight = mean_at_once(starts, ends) if starts else math.nan
     if spec is None:
         return {"offered_rate": math.nan, "achieved_rate": math.nan, "in_flight": in_flight,

@@ -41,6 +41,7 @@ class RequestRecord:
     answer: Answer | None = field(default=None, repr=False)  # the body, until parsed
     # an open-loop request's planned moment (loadgen: its TTFT and latency count from here)
     t_planned: float | None = None
+    t_ready: float | None = None  # when the client got round to sending it (launch skew)
     # arrival of each non-blank line of the body, kept only for benchmarks (keep_arrivals)
     arrivals: list | None = field(default=None, repr=False)
 
@@ -48,9 +49,10 @@ class RequestRecord:
         """Times relative to ``origin`` (the rep's start), as stored in raw files."""
         out = {key: getattr(self, key) for key in RAW_FIELDS if key not in TIMES}
         out["server"] = copy.deepcopy(out["server"])
-        planned = out.pop("t_planned")
-        if planned is not None:
-            out["t_planned_s"] = planned - origin
+        for key in ("t_planned", "t_ready"):
+            value = out.pop(key)
+            if value is not None:
+                out[f"{key}_s"] = value - origin
         if out["arrivals"] is None:
             del out["arrivals"]
         else:

@@ -3,7 +3,7 @@ marked provisional or refused.
 
 A verdict's ``effect`` says what it does to the headline: "refuse", "provisional" (a check that
 could not look, or could not decide, never passes by default), "exclude" (its arms get no
-headline), "warn" (its warnings go before the headline) or "none". The report presents the decision.
+headline; with evidence ``no_percentiles`` their latency figures are not quoted either), "warn" (its warnings go before the headline) or "none". The report presents the decision.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ def headline_decision(records: list[dict]) -> dict:
     for rec in sorted(records, key=lambda r: (r["order"], r["trap"])):
         entry = out.setdefault(rec["target"], {"status": "allowed", "refusals": [],
                                                "provisional": [], "warnings": [],
-                                               "excluded_arms": {}})  # fmt: skip
+                                               "excluded_arms": {},
+                                               "no_percentiles": []})  # fmt: skip
         if rec["effect"] == "refuse":
             entry["refusals"].append({"trap": rec["trap"], "sentence": rec["sentence"],
                                       "reason": rec["evidence"].get("reason")})  # fmt: skip
@@ -27,6 +28,8 @@ def headline_decision(records: list[dict]) -> dict:
             for arm in rec["arms"]:
                 entry["excluded_arms"][str(arm)] = rec["evidence"].get("why", {}).get(
                     str(arm), rec["sentence"])
+            if rec["evidence"].get("no_percentiles"):  # e.g. a queue that grew all cell long
+                entry["no_percentiles"] += [str(a) for a in rec["arms"]]
             entry["warnings"] += [{"trap": rec["trap"], "text": t}
                                   for t in rec["evidence"].get("warnings") or [rec["sentence"]]]
         elif rec["effect"] == "warn":

@@ -229,10 +229,12 @@ def headline_blocks(target, rows, decision, serialised: frozenset, index, ci: fl
         kind = "not-headline"
     columns = summary_columns(label)
     table_rows = [summary_row(r) for r in records]
-    if not refusal:  # a row shown for diagnosis only says so where it is read
-        for text, r in zip(table_rows, records):
-            if str(int(r["arm"])) in excluded:
-                text[0] += " (not a headline)"
+    quiet = set((decision or {}).get("no_percentiles", []))
+    for text, r in zip(table_rows, records):
+        if not refusal and str(int(r["arm"])) in excluded:  # shown for diagnosis only
+            text[0] += " (not a headline)"
+        if str(int(r["arm"])) in quiet:  # its waiting grew all cell long: no figure holds
+            text[6] = text[7] = "not quoted"
     table_id = prov.headline_id(target)
     row_ids = [prov.headline_id(target, r["arm"]) for r in records]
     blocks.append(Table(title, columns, table_rows, note, kind, table_id, row_ids))
