@@ -7,12 +7,20 @@ FIGURES = [
     "capacity",
     "across",
 ]
+# The open loop's figures (slotbench/figures_open.py): placeholders, not shown, without rate arms.
+OPEN_FIGURES = [
+    "latency_load",
+    "achieved_offered",
+    "concurrency_axis",
+]
 
 
 rule figures:
     """Operator vs per-user throughput, TTFT, batching vs pipelining, positions, the timeline
     annotated with the machine's thermal state, the capacity curve, and the targets side by
-    side (shown in the report with two targets or more)."""
+    side (shown in the report with two targets or more); with rate arms, the open loop's
+    latency against load, achieved against offered rate and both loops on the effective
+    concurrency axis, overloaded arms marked from the overload check's verdict."""
     input:
         code=code("figures.py"),
         cells="results/cells.parquet",
@@ -20,6 +28,8 @@ rule figures:
         thermal="results/thermal.parquet",
         capacity="results/analysis/capacity.json",
         summary="results/analysis/summary.csv",
+        openloop="results/analysis/openloop.json",
+        checks="results/checks",
     output:
         **{
             name: report(
@@ -28,6 +38,12 @@ rule figures:
                 category="Figures",
             )
             for name in FIGURES
+        },
+        **{
+            name: report(
+                f"results/figures/{name}.png", category="Figures", subcategory="Open loop"
+            )
+            for name in OPEN_FIGURES
         },
         sources="results/figures/sources.json",
     log:

@@ -1,7 +1,8 @@
 rule report:
     """results/report.md, a self-contained results/report.html and results/provenance.json.
 
-    The report presents what the earlier stages wrote: the numbers (summary.csv), every check's
+    The report presents what the earlier stages wrote: the numbers (summary.csv, and the open
+    loop's openloop.json, a section only when some target has rate arms), every check's
     verdict and the headline decision (results/checks/), the figures and their sources, the
     fingerprints, and cells.parquet for the provenance of each cell. The resolved config is a
     param (the report shows it; every provenance entry records its SHA-256), so any config
@@ -11,10 +12,11 @@ rule report:
         code=code("report.py"),
         summary="results/analysis/summary.csv",
         capacity="results/analysis/capacity.json",
+        openloop="results/analysis/openloop.json",
         checks="results/checks",
         cells="results/cells.parquet",
         sources="results/figures/sources.json",
-        figures=expand("results/figures/{name}.png", name=FIGURES),
+        figures=expand("results/figures/{name}.png", name=FIGURES + OPEN_FIGURES),
         fingerprints=fingerprint_files,
     output:
         md="results/report.md",

@@ -1,9 +1,10 @@
-"""Rule analyse: within-rep ratios and the per-arm summary (logic in slotbench.analyse), and
-the capacity under the service levels (slotbench.capacity)."""
+"""Rule analyse: within-rep ratios and the per-arm summary (logic in slotbench.analyse), the
+capacity under the service levels (slotbench.capacity) and the open loop's numbers with the
+capacity in requests/s (slotbench.ratearms)."""
 
 import pandas as pd
 
-from slotbench import capacity
+from slotbench import capacity, ratearms
 from slotbench.analyse import cell_ratios, headline_cells, summarise
 from slotbench.entry import fail, progress_log
 from slotbench.rawfiles import json_bytes
@@ -18,10 +19,15 @@ def main(sm) -> None:
         summary = summarise(ratios, int(sm.params.n_boot), float(sm.params.ci), int(sm.params.seed))
         ratios.to_parquet(sm.output.ratios, index=False)
         summary.to_csv(sm.output.summary, index=False)
-        assessed = capacity.assess(ratios, dict(sm.params.slo), int(sm.params.n_boot),
-                                   float(sm.params.ci), int(sm.params.seed))  # fmt: skip
+        boot = (int(sm.params.n_boot), float(sm.params.ci), int(sm.params.seed))
+        assessed = capacity.assess(ratios, dict(sm.params.slo), *boot)
         with open(sm.output.capacity, "wb") as fh:
             fh.write(json_bytes(assessed))  # NaN (an interval that could not be drawn) as null
+        if hasattr(sm.output, "openloop"):  # only the rate arms' requests are read
+            requests = pd.read_parquet(sm.input.requests, filters=[("arm", "<", 0)])
+            opened = ratearms.assess(ratios, requests, dict(sm.params.slo), *boot)
+            with open(sm.output.openloop, "wb") as fh:
+                fh.write(json_bytes(opened))
         print(f"analyse: {len(ratios)} cells -> {len(summary)} (target, arm) rows", file=log)
 
 

@@ -31,8 +31,8 @@ LAYERS = [
                      "slotbench.loadgen", "slotbench.clients"}),
     ("tables", {"slotbench.consolidate", "slotbench.crosscheck", "slotbench.openloop"}),
     ("checks and statistics", {"slotbench.stats", "slotbench.analyse", "slotbench.checks",
-                               "slotbench.capacity", "slotbench.across"}),
-    ("figures", {"slotbench.figures"}),
+                               "slotbench.capacity", "slotbench.across", "slotbench.ratearms"}),
+    ("figures", {"slotbench.figures", "slotbench.figures_open"}),
     ("report", {"slotbench.report", "slotbench.provenance", "slotbench.explain"}),
     ("archive", {"slotbench.archive", "slotbench.compare", "slotbench.__main__"}),
 ]  # fmt: skip

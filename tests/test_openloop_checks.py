@@ -97,7 +97,7 @@ def test_a_queue_growing_with_every_arrival_is_overload(closed):
     assert v["threshold"] == 1.0 and v["config_key"] == "checks.overload_growth_s"
     lo, hi = (f"{x * 10:.1f}" for x in (arm["slope_lo_s"], arm["slope_hi_s"]))
     assert v["sentence"] == (
-        "Overloaded: the server cannot sustain 2.0 req/s (rate-2/s achieved 1.4 req/s); waiting "
+        "Overloaded: the server cannot sustain 2.0 req/s (rate-2/s achieved 1.3 req/s); waiting "
         f"grew by 3.0 s per 10 requests [{lo}, {hi}], so no TTFT percentile of that arm is "
         "quoted."
     )

@@ -35,8 +35,8 @@ def _p99(values: list[float]) -> float:
 
 def open_metrics(rows: list[dict], spec: dict | None) -> dict:
     """Per cell (its request rows, and the rate arm's spec from the raw cell, or None): the
-    offered rate (requests/s, as planned), the achieved rate (requests completed over the span
-    from the first planned arrival to the last completion), the requests in flight
+    offered rate (requests/s, as planned), the achieved rate (completions per second from the
+    first completion to the last), the requests in flight
     (time-weighted) and the launch skew p99 (when the client got round to each request, after
     its planned arrival; a request held by max_in_flight waits after that, and that wait is the
     user's, not skew); NaN where a closed-loop cell has no such number."""
@@ -56,10 +56,13 @@ def open_metrics(rows: list[dict], spec: dict | None) -> dict:
     if spec is None:
         return {"offered_rate": math.nan, "achieved_rate": math.nan, "in_flight": in_flight,
                 "launch_skew_p99_s": math.nan}  # fmt: skip
-    span = (max(ends) - min(starts)) if starts else math.nan
+    # the departure rate: completions per second between the first and the last completion
+    # (a stable queue's departures keep pace with its arrivals; an overloaded one's fall to the
+    # service rate), free of the first request's wait that a span from its arrival would hold
+    span = (max(ends) - min(ends)) if len(ends) > 1 else math.nan
     return {
         "offered_rate": float(spec["rate"]),
-        "achieved_rate": len(ends) / span if span and span > 0 else math.nan,
+        "achieved_rate": (len(ends) - 1) / span if span and span > 0 else math.nan,
         "in_flight": in_flight,
         "launch_skew_p99_s": _p99(skews),
     }

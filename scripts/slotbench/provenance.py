@@ -10,7 +10,8 @@ same inputs give the same bytes), and ``python -m slotbench explain ID`` prints 
 rows behind one entry, checking each raw file against its recorded SHA-256 (no server needed).
 
 Ids are short paths a person can type: ``headline/<target>/arm<N>/<metric>``,
-``positions/<target>/arm<N>``, ``integrity/<target>/prompts``, ``figure/<name>`` … (see
+``positions/<target>/arm<N>``, ``openloop/<target>/arm-<rate × 1000>`` (a rate arm's row),
+``integrity/<target>/prompts``, ``figure/<name>`` … (see
 :func:`headline_id` and friends).
 """
 
@@ -78,6 +79,12 @@ def headline_id(target, arm=None, metric=None) -> str:
 def capacity_id(target) -> str:
     """The capacity curve of a target (per arm: per-user rate, TTFT, aggregate, levels)."""
     return _join("capacity", target)
+
+
+def openloop_id(target, arm=None, what=None) -> str:
+    """The open loop's table of a target, one rate arm's row of it (``openloop/<target>/arm-500``)
+    or ``what`` of it, e.g. its capacity in requests/s (``openloop/<target>/capacity``)."""
+    return _join("openloop", target, _arm(arm), what)
 
 
 def rotation_id(target) -> str:

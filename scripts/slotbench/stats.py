@@ -60,6 +60,24 @@ def median_ci(values, resamples: np.ndarray, ci: float) -> tuple[float, float, f
         return float(np.nanmedian(values)), float(lo), float(hi)
 
 
+def share_ci(hits, totals, resamples: np.ndarray, ci: float) -> tuple[float, float, float]:
+    """The pooled share sum(hits) / sum(totals) over items (e.g. each rep's requests that met a
+    level, out of its requests) and its percentile-bootstrap interval at level ``ci``, the items
+    resampled as ``resamples`` (:func:`resample_indices`) says; NaN when there is nothing to
+    count."""
+    hits = np.asarray(hits, dtype=float)
+    totals = np.asarray(totals, dtype=float)
+    nan = (float("nan"),) * 3
+    if not totals.size or not totals.sum() > 0:
+        return nan
+    with np.errstate(invalid="ignore", divide="ignore"):
+        boot = hits[resamples].sum(axis=1) / totals[resamples].sum(axis=1)
+    boot = boot[np.isfinite(boot)]
+    alpha = (1.0 - ci) / 2.0
+    lo, hi = np.quantile(boot, [alpha, 1.0 - alpha]) if boot.size else (np.nan, np.nan)
+    return float(hits.sum() / totals.sum()), float(lo), float(hi)
+
+
 def rank_corr(x, y) -> float:
     """Spearman's rho (Pearson on ranks); NaN with fewer than 3 points or a constant side."""
     rx = pd.Series(x).reset_index(drop=True).rank()

@@ -1,6 +1,7 @@
 """Assembling the report from what the earlier stages wrote: summary.csv (the numbers), the
-checks' verdicts and headline decision, the figures and their sources, the fingerprints, and
-cells.parquet for the provenance of every cell. It computes nothing and decides nothing."""
+open loop's openloop.json (a section only with rate arms), the checks' verdicts and headline
+decision, the figures and their sources, the fingerprints, and cells.parquet for the provenance
+of every cell. It computes nothing and decides nothing."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from slotbench.report.blocks import Bullets, Heading, Paragraph, Sources
 from slotbench.report.across import blocks as across_blocks
 from slotbench.report.capacity import blocks as capacity_blocks
 from slotbench.report.headline import ci_label, headline_blocks
+from slotbench.report.openloop import blocks as openloop_blocks
+from slotbench.report.openloop import general_figures
 from slotbench.report.render_html import render_html
 from slotbench.report.render_md import render_markdown
 from slotbench.report.sections import (
@@ -46,6 +49,7 @@ class ReportData:
     config: dict | None = None
     image_dir: str = "figures"
     capacity: dict = field(default_factory=dict)  # results/analysis/capacity.json
+    openloop: dict = field(default_factory=dict)  # results/analysis/openloop.json
 
     @property
     def ci(self) -> float:
@@ -72,6 +76,8 @@ def load(inputs: dict, config: dict | None = None, md_out: str | None = None) ->
         figures_sources=sources, figure_paths=paths, config=config,
         image_dir="" if image_dir == "." else image_dir,
         capacity=json.loads(Path(inputs["capacity"]).read_text()) if inputs.get("capacity")
+        else {},
+        openloop=json.loads(Path(inputs["openloop"]).read_text()) if inputs.get("openloop")
         else {},
     )  # fmt: skip
 
@@ -130,9 +136,12 @@ def build_document(data: ReportData) -> tuple[list, dict]:
     for target in targets:
         blocks += target_blocks(data, target, index)
     blocks += across_blocks(data.summary, index, ci_label(data.ci))
+    # the open loop's section, only when some target has rate arms (its figures are shown there)
+    blocks += openloop_blocks(data.openloop, data.verdicts, data.figures_sources,
+                              data.figure_paths, index, ci_label(data.ci))  # fmt: skip
 
     sources = TargetContext("", [], index).sources
-    blocks += figure_blocks(data.figures_sources, data.figure_paths, sources)
+    blocks += figure_blocks(general_figures(data.figures_sources), data.figure_paths, sources)
     blocks += fingerprint_blocks(data.fingerprints, index, sources)
     refs = [ref for b in blocks if isinstance(b, Sources) for ref in b.refs]
     digest = None if data.config is None else prov.config_digest(data.config)
