@@ -371,7 +371,7 @@ def _semantic_problems(cfg: dict) -> list[str]:
         if ids.count(arm_id(rate)) > 1 and ids.index(arm_id(rate)) == i:
             problems.append(f"config key `arms`: two rate arms offer {rate['rate']:g} requests/s "
                             "(to a thousandth); give each rate arm its own rate")  # fmt: skip
-        if isinstance(per_cell, dict) and rate["requests"] is None:
+        if isinstance(per_cell, dict) and rate.get("requests") is None:
             problems.append(f"config key `arms`: the rate arm {rate['rate']:g}/s needs its own "
                             "`requests` when requests_per_cell is a mapping")  # fmt: skip
     if isinstance(per_cell, dict):
@@ -448,12 +448,12 @@ def client_settings(cfg: dict) -> dict:
     client = cfg["client"]
     processes = client["processes"]
     if processes == "auto":
-        cpus = client["cpus"] or (sorted(os.sched_getaffinity(0))
+        cpus = client.get("cpus") or (sorted(os.sched_getaffinity(0))
                                   if hasattr(os, "sched_getaffinity") else [0])  # fmt: skip
         widest = max([a for a in cfg["arms"] if isinstance(a, int)]
-                     + [a["max_in_flight"] or 0 for a in cfg["arms"] if isinstance(a, dict)])
+                     + [a.get("max_in_flight") or 0 for a in cfg["arms"] if isinstance(a, dict)])
         processes = auto_processes(widest, len(cpus))
-    return {"processes": int(processes), "cpus": client["cpus"]}
+    return {"processes": int(processes), "cpus": client.get("cpus")}
 
 
 def measurement_settings(cfg: dict) -> dict:

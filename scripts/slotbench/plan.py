@@ -223,7 +223,8 @@ def make_rep_plan(
         cell = {"arm": arm, "position": position, "requests": requests}
         if is_rate_arm(arm):  # open loop: when each request arrives, from the seed alone
             spec = specs[arm]
-            cell["open"] = {k: spec[k] for k in ("rate", "arrival", "burstiness", "max_in_flight")}
+            cell["open"] = {k: spec.get(k) for k in ("rate", "arrival", "burstiness",
+                                                     "max_in_flight")}  # fmt: skip
             cell["arrivals"] = arrival_offsets(
                 len(requests), spec["rate"], derive_seed(plan["run_seed"], "arrivals", rep, arm),
                 spec["arrival"], spec["burstiness"])  # fmt: skip
