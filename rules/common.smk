@@ -41,6 +41,8 @@ except sbconfig.ConfigError as err:
     refuse(err)
 
 TARGETS = [t["name"] for t in CFG["targets"]]
+# whether any arm is an arrival rate (open loop)
+RATE_ARMS = any(isinstance(arm, dict) for arm in CFG["arms"])
 RUNS = sbconfig.run_ids(CFG)
 REPS = sbconfig.rep_ids(CFG)
 

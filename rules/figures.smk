@@ -20,8 +20,11 @@ rule figures:
     annotated with the machine's thermal state, the capacity curve, and the targets side by
     side (shown in the report with two targets or more); with rate arms, the open loop's
     latency against load, achieved against offered rate and both loops on the effective
-    concurrency axis, overloaded arms marked from the overload check's verdict."""
+    concurrency axis, overloaded arms marked from the overload check's verdict (with rate arms
+    only, the figures read the checks, so a threshold change redraws them; without, they
+    never wait for the checks)."""
     input:
+        **({"checks": "results/checks"} if RATE_ARMS else {}),
         code=code("figures.py"),
         cells="results/cells.parquet",
         ratios="results/analysis/ratios.parquet",
@@ -29,7 +32,6 @@ rule figures:
         capacity="results/analysis/capacity.json",
         summary="results/analysis/summary.csv",
         openloop="results/analysis/openloop.json",
-        checks="results/checks",
     output:
         **{
             name: report(
@@ -41,7 +43,9 @@ rule figures:
         },
         **{
             name: report(
-                f"results/figures/{name}.png", category="Figures", subcategory="Open loop"
+                f"results/figures/{name}.png",
+                category="Figures",
+                subcategory="Open loop",
             )
             for name in OPEN_FIGURES
         },

@@ -133,6 +133,9 @@ def _describe(error: jsonschema.ValidationError) -> str:
         ]
         if relevant:
             return "; ".join(_describe(e) for e in relevant) + (f" ({hint})" if hint else "")
+        if key.startswith("arms["):  # an arm: neither a concurrency nor a rate arm's mapping
+            return (f"config key `{key}`: {error.instance!r} is not a whole number (a "
+                    "concurrency level) or a mapping such as {rate: 0.5} (a rate arm)")  # fmt: skip
         msg = f"{error.instance!r} has the wrong type"
     elif error.validator == "type" and error.validator_value in TYPE_WORDS:
         msg = f"{error.instance!r} is not {TYPE_WORDS[error.validator_value]}"
