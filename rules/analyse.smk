@@ -1,7 +1,8 @@
 rule analyse:
     """Within-rep ratios against the serial arm; medians across reps with bootstrap CIs; the
     capacity under the configured service levels and the saturation point; the open loop's
-    numbers per rate arm, their goodput and the capacity in requests/s (openloop.json)."""
+    numbers per rate arm, their goodput and the capacity in requests/s (openloop.json).
+    """
     input:
         code=code("analyse.py"),
         cells="results/cells.parquet",

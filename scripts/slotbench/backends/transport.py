@@ -19,6 +19,7 @@ abort that ends every stream in flight at once.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import socket
 import ssl
@@ -40,6 +41,8 @@ STALE_RETRIES = 2
 CONNECT_TIMEOUT_S = 10
 # Connections the control plane's session keeps per host.
 POOL_SIZE = 64
+# How often a caller waiting for the loop looks up (and so sees a Ctrl-C).
+WAIT_STEP_S = 0.05
 # An error event's marks: only a chunk holding one of these is looked at before the stream ends.
 ERROR_MARKS = (b'"error"', b"error:")
 
@@ -384,6 +387,10 @@ class LoopThread:
     def run(self, coro):
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         try:
+            # waited for in short steps: a wait without a timeout is a lock the main thread
+            # blocks on, and a Ctrl-C delivered meanwhile is seen only when the coroutine ends
+            while not concurrent.futures.wait([future], timeout=WAIT_STEP_S)[0]:
+                pass
             return future.result()
         except BaseException:  # an interrupt while waiting: the coroutine must not go on
             future.cancel()
