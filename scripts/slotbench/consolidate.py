@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 
 from .cells import mean_at_once, most_at_once
 from .crosscheck import crosscheck
-from .openloop import open_metrics
+from .openloop import open_metrics, quantile
 from .rawfiles import RAW_SCHEMA, RawFileChanged, read_json, sha256_file, verify_raw_file
 
 SCHEMA_VERSION = "3"  # 3: the client process columns of cells and requests
@@ -186,17 +186,6 @@ def _median(values: list) -> float:
     return float(vals[mid]) if len(vals) % 2 else float((vals[mid - 1] + vals[mid]) / 2)
 
 
-def _p95(values: list, q: float = 0.95) -> float:
-    """The q (0.95) quantile, interpolated linearly between order statistics (numpy's default)."""
-    vals = sorted(v for v in values if v is not None and math.isfinite(v))
-    if not vals:
-        return np.nan
-    pos = q * (len(vals) - 1)
-    low = int(pos)
-    high = min(low + 1, len(vals) - 1)
-    return float(vals[low] + (vals[high] - vals[low]) * (pos - low))
-
-
 def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
     """DESIGN.md's per-cell metrics from the cell's request rows (a frame or row dicts).
 
@@ -235,8 +224,8 @@ def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
         "agg_tps": tokens_out / wall_s if wall_s > 0 else np.nan,
         "user_tps": _median(per_user),
         "ttft_s": _median(ttft),
-        "ttft_p95_s": _p95(ttft),
-        "ttft_p99_s": _p95(ttft, 0.99),
+        "ttft_p95_s": quantile(ttft, 0.95),
+        "ttft_p99_s": quantile(ttft, 0.99),
         "t_start_s": float(t_start),
         # how many requests the server generated for at once: at most, and time-weighted over
         # the time any was generating (fewer than the arm when the server queues the rest)

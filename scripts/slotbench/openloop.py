@@ -15,22 +15,21 @@ import math
 
 from .cells import mean_at_once
 
-OPEN_COLUMNS = ["offered_rate", "achieved_rate", "in_flight", "launch_skew_p99_s"]
-
-
 def _num(r: dict, key: str):
     v = r.get(key)
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
 
 
-def _p99(values: list[float]) -> float:
-    vals = sorted(values)
+def quantile(values: list, q: float) -> float:
+    """The q quantile of the finite values, interpolated linearly between order statistics
+    (numpy's default); NaN when there are none. Plain Python: it runs once per cell."""
+    vals = sorted(v for v in values if v is not None and math.isfinite(v))
     if not vals:
         return math.nan
-    pos = 0.99 * (len(vals) - 1)
+    pos = q * (len(vals) - 1)
     low = int(pos)
     high = min(low + 1, len(vals) - 1)
-    return vals[low] + (vals[high] - vals[low]) * (pos - low)
+    return float(vals[low] + (vals[high] - vals[low]) * (pos - low))
 
 
 def open_metrics(rows: list[dict], spec: dict | None) -> dict:
@@ -64,5 +63,5 @@ def open_metrics(rows: list[dict], spec: dict | None) -> dict:
         "offered_rate": float(spec["rate"]),
         "achieved_rate": (len(ends) - 1) / span if span and span > 0 else math.nan,
         "in_flight": in_flight,
-        "launch_skew_p99_s": _p99(skews),
+        "launch_skew_p99_s": quantile(skews, 0.99),
     }
