@@ -36,6 +36,15 @@ localrules:
     compare,
 
 
+# The run's servers stop with the workflow (and, failing that, when this Snakemake is gone).
+onsuccess:
+    sbserver.stop_owned(os.getpid())
+
+
+onerror:
+    sbserver.stop_owned(os.getpid())
+
+
 rule all:
     default_target: True
     input:

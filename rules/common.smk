@@ -10,6 +10,7 @@ from slotbench import code as sbcode
 from slotbench import config as sbconfig
 from slotbench import rawfiles as sbraw
 from slotbench import resources as sbres
+from slotbench import runserver as sbserver
 from slotbench import smkstate as sbstate
 
 sbcode.run_from_checkout()
@@ -19,6 +20,11 @@ sbcode.run_from_checkout()
 if workflow.is_main_process:
     for line in sbstate.settle():
         print(line, file=sys.stderr)
+
+
+# One managed server per target and run, kept across the run's jobs (slotbench/runserver.py):
+# the jobs this Snakemake starts find their run's server by this PID, and no server outlives it.
+os.environ[sbserver.OWNER_ENV] = str(os.getpid())
 
 
 def refuse(message):
@@ -64,6 +70,13 @@ for _target in CFG["targets"]:
     for _name in sbres.endpoint_resources(_target, MACHINE_CPUS):
         if _name not in workflow.global_resources:  # unless given with --resources
             workflow.register_resource(_name, 1)
+
+
+def run_priority(wildcards):
+    """A measuring job's priority: the jobs of one target and run go together, runs in order,
+    so the run's server serves them all rather than restarting as runs interleave."""
+    order = [(r, t) for r in RUNS for t in TARGETS]
+    return len(order) - order.index((wildcards.run, wildcards.target))
 
 
 def measuring_resources(runtime_min=None):

@@ -10,6 +10,7 @@ rule fingerprint:
     log:
         progress="results/logs/fingerprint/{target}/{run}.log",
         server="results/logs/fingerprint/{target}/{run}.server.log",
+    priority: run_priority
     conda:
         "../envs/measure.yaml"
     resources:

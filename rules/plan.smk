@@ -6,6 +6,7 @@ rule plan:
     log:
         progress="results/logs/plan/{target}/{run}.log",
         server="results/logs/plan/{target}/{run}.server.log",
+    priority: run_priority
     conda:
         "../envs/measure.yaml"
     resources:

@@ -14,7 +14,7 @@ def main(sm) -> None:
                 "seed": sm.params.seed}
     with progress_log(sm.log.progress) as log:
         try:
-            with connect(sm.params.target, sm.log.server, 30) as conn:
+            with connect(sm.params.target, sm.log.server, 30, run=run) as conn:
                 data = fingerprint(conn, target, run, recorded)
         except (ServerError, BackendError) as exc:
             fail(f"target {target}, run {run}, fingerprint: {exc}", log)

@@ -14,7 +14,7 @@ def main(sm) -> None:
     p = sm.params
     with progress_log(sm.log.progress) as log:
         try:
-            with connect(p.target, sm.log.server, 30) as conn:
+            with connect(p.target, sm.log.server, 30, run=sm.wildcards.run) as conn:
                 plan = run_plan(
                     target, run, list(p.arms), p.requests_per_cell, p.seed,
                     p.prompt["template"], p.prompt["nonce_digits"],

@@ -43,7 +43,8 @@ def main(sm) -> None:
         if space is not None:
             fail(f"target {target}, run {run}, rep {rep}: {space}", log)
         try:
-            with connect(sm.params.target, sm.log.server, settings["request_timeout_s"]) as conn:
+            with connect(sm.params.target, sm.log.server, settings["request_timeout_s"],
+                         run=run) as conn:
                 client = dict(sm.params.client)
                 entry = make_rep_plan(plan, rep, conn.backend.tokenizer(),
                                       client_processes=client["processes"])

@@ -28,7 +28,7 @@ LAYERS = [
                      "slotbench.targets", "slotbench.thermal", "slotbench.rawfiles",
                      "slotbench.fingerprint", "slotbench.sampler", "slotbench.hostload",
                      "slotbench.smkstate", "slotbench.matrix", "slotbench.resources",
-                     "slotbench.loadgen", "slotbench.clients"}),
+                     "slotbench.loadgen", "slotbench.clients", "slotbench.runserver"}),
     ("tables", {"slotbench.consolidate", "slotbench.crosscheck", "slotbench.openloop"}),
     ("checks and statistics", {"slotbench.stats", "slotbench.analyse", "slotbench.checks",
                                "slotbench.capacity", "slotbench.across", "slotbench.ratearms"}),

@@ -248,7 +248,7 @@ def server_pids_of(conn) -> Callable[[], set[int]]:
     listening on a loopback target's port; nothing for a remote server."""
     server = getattr(conn, "server", None)
     if server is not None:
-        return lambda: {server.proc.pid} if getattr(server, "proc", None) else set()
+        return server.server_pids
     url = urlsplit(str((getattr(conn, "target", None) or {}).get("url", "")))
     if url.hostname in ("127.0.0.1", "localhost", "::1") and url.port:
         found = listening_pids(url.port) if sys.platform.startswith("linux") else set()

@@ -202,6 +202,10 @@ class ManagedServer:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def server_pids(self) -> set[int]:
+        """The server's process (its descendants are the server's too)."""
+        return {self.proc.pid} if self.proc is not None else set()
+
     def log_tail(self, lines: int = 15) -> str:
         with contextlib.suppress(OSError):
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

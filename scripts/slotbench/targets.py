@@ -11,18 +11,15 @@ from typing import Iterator
 
 from .backends import Backend, make_backend
 from .entry import Interrupted
-from .ollama_server import ManagedOllama
+from .runserver import MANAGED, RunServer, owner, run_server
 from .server import ManagedServer
-
-# backend → the class that starts and stops a managed server of that kind
-MANAGED = {"llamacpp": ManagedServer, "ollama": ManagedOllama}
 
 
 @dataclass
 class Connection:
     target: dict
     backend: Backend
-    server: ManagedServer | None  # None for an external server
+    server: ManagedServer | RunServer | None  # None for an external server
 
     def describe(self) -> dict:
         """Server facts for the fingerprint and raw files."""
@@ -45,7 +42,10 @@ def _sigterm_as_exit(signum, frame):  # so that `finally` stops the server on SI
 
 
 @contextmanager
-def connect(target: dict, log_path: str | Path, timeout_s: float) -> Iterator[Connection]:
+def connect(target: dict, log_path: str | Path, timeout_s: float,
+            run: str | None = None) -> Iterator[Connection]:  # fmt: skip
+    """The target's backend, and its managed server if it has one: the run's server
+    (slotbench.runserver) when a job of Snakemake names its ``run``, else one of its own."""
     previous = signal.signal(signal.SIGTERM, _sigterm_as_exit)
     cpus = (target.get("server") or {}).get("cpus") if target["managed"] else None
     if cpus:  # this process and the server it starts run on the target's CPUs alone
@@ -55,7 +55,11 @@ def connect(target: dict, log_path: str | Path, timeout_s: float) -> Iterator[Co
             raise ConnectError(f"target {target['name']}: cannot run on CPUs {cpus} "
                                f"(server.cpus): {exc}") from exc  # fmt: skip
     try:
-        if target["managed"]:
+        holder = owner() if run is not None else None
+        if target["managed"] and holder is not None:
+            with run_server(target, run, log_path, holder) as server:
+                yield Connection(target, make_backend(target, server.url, timeout_s), server)
+        elif target["managed"]:
             with MANAGED[target["backend"]](target["server"], log_path) as server:
                 yield Connection(target, make_backend(target, server.url, timeout_s), server)
         else:
