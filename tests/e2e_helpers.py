@@ -8,7 +8,9 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = ["--configfile", "config/smoke.yaml"]
@@ -111,3 +113,40 @@ def wait_for_no_processes(marker: str, timeout: float = 15) -> list[tuple[int, s
         if not left or time.monotonic() > deadline:
             return left
         time.sleep(0.2)
+
+
+@contextmanager
+def small_filesystem(directory: Path, size: str = "120m") -> Iterator[Path | None]:
+    """``directory`` on its own small file system (tmpfs) with its files as they were (mtimes
+    kept); None where this machine cannot mount one."""
+    held = {p.name: (p.read_bytes(), p.stat()) for p in directory.iterdir()}
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        yield None
+        return
+    try:
+        for name, (data, st) in held.items():
+            (directory / name).write_bytes(data)
+            os.utime(directory / name, ns=(st.st_atime_ns, st.st_mtime_ns))
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)
+
+
+def fill(directory: Path, leave_bytes: int = 0) -> Path:
+    """Fill ``directory``'s file system until ``leave_bytes`` are left (0: completely)."""
+    filler = directory / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for size in (1 << 20, 4096, 1):
+            while leave_bytes == 0 or shutil.disk_usage(directory).free > leave_bytes + size:
+                try:
+                    os.write(fd, b"\0" * size)
+                except OSError:
+                    break
+            if leave_bytes:
+                break
+    finally:
+        os.close(fd)
+    return filler

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,7 +21,8 @@ import pytest
 import yaml
 
 from e2e_helpers import (
-    SMOKE, copy_repo, copy_work, file_states, jobs_run, llama_servers_under, snakemake,
+    SMOKE, copy_repo, copy_work, file_states, fill, jobs_run, llama_servers_under,
+    small_filesystem, snakemake, wait_for_no_processes,
 )
 
 pytestmark = pytest.mark.e2e
@@ -244,14 +246,15 @@ def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cac
     assert len(list(raw_dir.glob("rep*.json"))) == 5
 
 
-@pytest.mark.parametrize("how", ["ctrl-c", "kill -9 snakemake"])
+@pytest.mark.parametrize("how", ["ctrl-c", "sigint to snakemake", "kill -9 snakemake"])
 def test_an_interrupt_stops_the_managed_server_and_keeps_what_was_measured(
     tmp_path, cache, smoke_template, how
 ):
-    """On the real server: Ctrl-C (SIGINT to the process group) or kill -9 of Snakemake while
-    a fourth rep, added to a finished smoke run, measures. That rep is discarded with one line,
-    the managed llama-server stops, the third rep stays byte-identical, and the next plain run
-    measures the fourth alone."""
+    """On the real server: Ctrl-C (SIGINT to the process group), SIGINT to Snakemake alone or
+    kill -9 of Snakemake while a fourth rep, added to a finished smoke run, measures. That rep
+    is discarded with one line (or, SIGINT to Snakemake alone, may be let finish whole), the
+    run's llama-server stops, the third rep stays byte-identical, and the next plain run
+    measures what is missing."""
     work = copy_work(smoke_template.work, tmp_path / "interrupt")
     (work / "four.yaml").write_text(yaml.safe_dump({"reps": 4}))
     args = [*SMOKE, "four.yaml"]
@@ -270,6 +273,8 @@ def test_an_interrupt_stops_the_managed_server_and_keeps_what_was_measured(
         kept = file_states([raw_dir / f"rep{first}.json", raw_dir / f"rep{first}.json.sha256"])
         if how == "ctrl-c":
             os.killpg(proc.pid, signal.SIGINT)
+        elif how == "sigint to snakemake":
+            os.kill(proc.pid, signal.SIGINT)
         else:
             os.kill(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=120)
@@ -277,15 +282,59 @@ def test_an_interrupt_stops_the_managed_server_and_keeps_what_was_measured(
         if proc.poll() is None:
             proc.kill()
     _wait_for(lambda: llama_servers_under(str(cache)) == [], 15, "the managed server to stop")
-    said = (log / f"rep{second}.log").read_text() if how != "ctrl-c" else out
-    assert "INTERRUPTED" in said and f"rep {second} of embedded/run1 was discarded" in said, (
-        said[-2000:])  # fmt: skip
     assert "Traceback" not in out
-    assert not (raw_dir / f"rep{second}.json").exists()
     assert file_states([raw_dir / f"rep{first}.json", raw_dir / f"rep{first}.json.sha256"]) == kept
+    finished = how == "sigint to snakemake" and (raw_dir / f"rep{second}.json").exists()
+    if not finished:  # Snakemake alone may let the rep finish, whole
+        said = (log / f"rep{second}.log").read_text() if how != "ctrl-c" else out
+        assert "INTERRUPTED" in said and f"rep {second} of embedded/run1 was discarded" in said, (
+            said[-2000:])  # fmt: skip
+        assert not (raw_dir / f"rep{second}.json").exists()
 
     again = snakemake(work, *args, cache=cache)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert jobs_run(again).count("rep") == 1
+    assert jobs_run(again).count("rep") == (0 if finished else 1)
     assert file_states([raw_dir / f"rep{first}.json", raw_dir / f"rep{first}.json.sha256"]) == kept
     assert (raw_dir / f"rep{second}.json").exists() and llama_servers_under(str(cache)) == []
+    assert wait_for_no_processes(str(work)) == []  # nor the server's supervisor
+
+
+def test_a_disk_that_fills_mid_rep_keeps_the_rep_and_stops_the_server(tmp_path, cache,
+                                                                        smoke_template):
+    """On the real server: the raw directory's disk fills while a fourth rep measures. The rep
+    fails by name with the measured rep kept elsewhere, the run's server stops, and the next
+    plain run puts the rep in place without measuring it again."""
+    work = copy_work(smoke_template.work, tmp_path / "full")
+    (work / "four.yaml").write_text(yaml.safe_dump({"reps": 4}))
+    args = [*SMOKE, "four.yaml"]
+    env = {**os.environ, "SLOTBENCH_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
+    raw_dir, log = work / "results/raw/embedded/run1", work / "results/logs/rep/embedded/run1"
+    with small_filesystem(raw_dir) as disk:
+        if disk is None:
+            pytest.skip("cannot mount a small file system here")
+        proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", *args],
+                                cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env)  # fmt: skip
+        try:
+            _wait_for(lambda: (log / "rep4.log").exists()
+                      and "position 0" in (log / "rep4.log").read_text(), 300,
+                      "the fourth rep to be measuring")  # fmt: skip
+            filler = fill(disk)
+            out, _ = proc.communicate(timeout=180)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode != 0
+        assert "Traceback" not in out
+        assert re.search(r"ERROR: target embedded, run run1, rep 4: the raw file "
+                         r"results/raw/embedded/run1/rep4\.json could not be written \(No space "
+                         r"left on device\); the measured rep was kept in ", out), out[-3000:]  # fmt: skip
+        assert llama_servers_under(str(cache)) == []
+        assert wait_for_no_processes(str(work)) == []
+        filler.unlink()
+        again = snakemake(work, *args, cache=cache)
+        assert again.returncode == 0, again.stderr[-3000:]
+        assert jobs_run(again).count("rep") == 1
+        assert "nothing was measured again" in again.stdout + again.stderr
+        assert (raw_dir / "rep4.json").exists() and llama_servers_under(str(cache)) == []
+        assert wait_for_no_processes(str(work)) == []

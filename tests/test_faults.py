@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from e2e_helpers import copy_repo, jobs_run, wait_for_no_processes
+from e2e_helpers import copy_repo, fill, jobs_run, small_filesystem, wait_for_no_processes
 from fault_server import FaultServer
 
 NUM_PREDICT = 8
@@ -370,38 +370,13 @@ def test_kill_9_of_snakemake_stops_the_rep_and_the_next_plain_run_resumes(case):
 @pytest.fixture
 def small_disk(case):
     """The raw directory of the case on its own 120 MB file system (tmpfs), rep 1 in it."""
-    raw_dir = case.work / RAW
-    held = {p.name: (p.read_bytes(), p.stat()) for p in raw_dir.iterdir()}
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=120m", "tmpfs", str(raw_dir)],
-                          capture_output=True, text=True)  # fmt: skip
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a small file system here: {done.stderr.strip()}")
-    try:
-        for name, (data, st) in held.items():
-            (raw_dir / name).write_bytes(data)
-            os.utime(raw_dir / name, ns=(st.st_atime_ns, st.st_mtime_ns))
-        yield raw_dir
-    finally:
-        wait_for_no_processes(str(case.work))
-        subprocess.run(["umount", "-l", str(raw_dir)], check=False)
-
-
-def fill(directory: Path, leave_bytes: int = 0) -> Path:
-    """Fill ``directory``'s file system until ``leave_bytes`` are left (0: completely)."""
-    filler = directory / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        for size in (1 << 20, 4096, 1):
-            while leave_bytes == 0 or shutil.disk_usage(directory).free > leave_bytes + size:
-                try:
-                    os.write(fd, b"\0" * size)
-                except OSError:
-                    break
-            if leave_bytes:
-                break
-    finally:
-        os.close(fd)
-    return filler
+    with small_filesystem(case.work / RAW) as raw_dir:
+        if raw_dir is None:
+            pytest.skip("cannot mount a small file system here")
+        try:
+            yield raw_dir
+        finally:
+            wait_for_no_processes(str(case.work))
 
 
 def test_a_full_disk_loses_no_measured_rep(case, small_disk):
