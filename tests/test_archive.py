@@ -266,6 +266,20 @@ def test_adding_a_run_id_measures_only_the_new_run(smoke, cache, tmp_path):
     summary = pd.read_csv(work / "results/analysis/summary.csv")
     assert summary["n_reps"].max() == 6, "the analysis pools both runs"
     assert (work / "results/raw/embedded/2026-12-01/rep2.json.sha256").is_file()
+    # each run's fingerprint, plan and reps used one server process, and each run its own:
+    # the PID in every file, and the jobs it served before, one job at a time
+    pids = {}
+    for run in ("run1", "2026-12-01"):
+        fp = json.loads((work / f"results/fingerprint/embedded/{run}.json").read_text())
+        raws = [json.loads(p.read_text()) for p in (work / f"results/raw/embedded/{run}").glob(
+            "rep*.json")]  # fmt: skip
+        assert len(raws) == 3 and fp["server"]["lifetime"].startswith("run")
+        assert len({fp["server"]["pid"]} | {r["server"]["pid"] for r in raws}) == 1
+        served = [fp["server"]["jobs_before"]] + [r["server"]["jobs_before"] for r in raws]
+        assert len(set(served)) == 4 and set(served) <= set(range(5)), served  # and the plan
+        pids[run] = fp["server"]["pid"]
+    assert pids["run1"] != pids["2026-12-01"]
+    assert llama_servers_under(str(cache)) == []
 
 
 @pytest.mark.e2e

@@ -102,36 +102,3 @@ def test_one_rep_cannot_assess_the_rotation_and_its_headline_is_provisional(tmp_
     assert "> ⚠ **Provisional: Rotation bias is not assessable" in head
     assert head.index("Provisional:") < head.index("Four-way concurrency")
 
-
-def test_a_runs_jobs_share_one_server_and_each_run_starts_its_own(tmp_path, smoke_template):
-    """Two runs added to a finished smoke run: each run's fingerprint, plan and reps used one
-    llama-server process (its PID in every file), each run a new one, one run after the other;
-    and none is left when Snakemake ends."""
-    from e2e_helpers import llama_servers_under
-
-    work = copy_work(smoke_template.work, tmp_path / "runs")
-    cache = smoke_template.cache
-    (work / "runs.yaml").write_text(yaml.safe_dump({"runs": 3, "reps": 2}))
-    proc = snakemake(work, *SMOKE, "runs.yaml", cache=cache)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    ran = jobs_run(proc)
-    assert ran.count("rep") == 4 and ran.count("fingerprint") == 2, ran
-    assert llama_servers_under(str(cache)) == []
-    servers = {}
-    for run in ("run1", "run2", "run3"):
-        fp = json.loads((work / f"results/fingerprint/embedded/{run}.json").read_text())
-        reps = [json.loads((work / f"results/raw/embedded/{run}/rep{r}.json").read_text())
-                for r in (1, 2)]  # fmt: skip
-        pids = {fp["server"]["pid"]} | {raw["server"]["pid"] for raw in reps}
-        assert len(pids) == 1, (run, pids)
-        assert fp["server"]["lifetime"].startswith("run")
-        # four jobs (fingerprint, plan, two reps) took it in turn, in an order Snakemake chose
-        served = [fp["server"]["jobs_before"]] + [raw["server"]["jobs_before"] for raw in reps]
-        assert len(set(served)) == 3 and set(served) <= {0, 1, 2, 3}, served
-        servers[run] = (pids.pop(), fp["server"]["started_unix"])
-    assert len({pid for pid, _ in servers.values()}) == 3, servers
-    # run1 was measured by the template's Snakemake, runs 2 and 3 by this one, in turn
-    assert servers["run1"][1] < servers["run2"][1] < servers["run3"][1]
-    order = [line.split("run=")[1].split(",")[0] for line in (proc.stdout + proc.stderr).splitlines()
-             if "wildcards: target=embedded, run=" in line and "block=" not in line]  # fmt: skip
-    assert order == sorted(order), order

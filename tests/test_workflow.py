@@ -51,6 +51,29 @@ def test_measuring_jobs_hold_their_endpoint_and_analysis_jobs_stay_local():
             assert "runtime=" in res, res
 
 
+def test_a_runs_measuring_jobs_share_one_priority_and_runs_go_in_order():
+    """A run's fingerprint, plan and reps share its server, so Snakemake is asked to schedule
+    them together (one priority per run, earlier runs higher) rather than interleave runs and
+    restart servers."""
+    proc = run(sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", "runs=3",
+               "reps=2")  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    priority = {}
+    for block in out.split("\nrule ")[1:]:
+        rule = block.split(":", 1)[0]
+        lines = block.splitlines()
+        wildcards = next((line for line in lines if "wildcards:" in line), "")
+        if rule in ("fingerprint", "plan", "rep"):
+            found = next((line for line in lines if line.strip().startswith("priority:")), None)
+            assert found, (rule, wildcards)
+            run_id = wildcards.split("run=")[1].split(",")[0]
+            priority.setdefault(run_id, set()).add(int(found.split(":")[1]))
+    assert all(len(p) == 1 for p in priority.values()), priority
+    (first,), (second,), (third,) = (priority[r] for r in ("run1", "run2", "run3"))
+    assert first > second > third, priority
+
+
 def test_every_rule_but_the_measuring_ones_is_a_localrule():
     """Only fingerprint, plan and rep talk to a server; a new rule must say where it runs."""
     listed = run(sys.executable, "-m", "snakemake", "--list-rules")
