@@ -18,7 +18,7 @@ from slotbench.backends import BackendError, make_backend
 from slotbench.backends.ollama import OllamaBackend
 from slotbench.ollama_server import NOT_INSTALLED, ManagedOllama, managed_env
 from slotbench.server import ServerError
-from slotbench.targets import MANAGED
+from slotbench.runserver import managed_class
 
 MODEL = "gemma3:270m"
 FAST = {"token_s": 0.004, "prompt_token_s": 0.0002, "load_s": 0.01}
@@ -279,7 +279,7 @@ SETTINGS = {"parallel": 2, "ctx_size": 4096, "startup_timeout_s": 20, "flash_att
 
 
 def test_managed_ollama_is_registered():
-    assert MANAGED["ollama"] is ManagedOllama
+    assert managed_class("ollama") is ManagedOllama
 
 
 def test_managed_ollama_without_ollama_on_path_says_so(tmp_path, monkeypatch):

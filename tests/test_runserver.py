@@ -21,6 +21,7 @@ import pytest
 
 from slotbench import runserver
 from slotbench.runserver import alive, run_server, stop
+from slotbench.server import ServerError
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 TARGET = {"name": "embedded", "backend": "llamacpp", "managed": True,
@@ -106,13 +107,20 @@ def test_a_job_that_fails_stops_the_server_and_the_next_starts_a_fresh_one(workd
     assert not alive(pid)
     with run_server(TARGET, "run1", log, owner.pid) as server:
         assert server.pid != pid and server.describe()["jobs_before"] == 0
+        # a job killed outright (SIGKILL) cannot release the server: it stays marked in use
+        state = json.loads(runserver._state_path("embedded", "run1").read_text())
+        assert state["holder"] == os.getpid()
+    abandoned = runserver._state_path("embedded", "run1")
+    abandoned.write_text(json.dumps(json.loads(abandoned.read_text()) | {"holder": 1}))
+    with run_server(TARGET, "run1", log, owner.pid) as fresh:
+        assert fresh.pid != server.pid and not alive(server.pid)
     assert runserver.stop_owned(owner.pid) == ["embedded/run1"]
-    assert not alive(server.pid)
+    assert not alive(fresh.pid)
 
 
 def test_a_server_that_cannot_start_is_named_with_its_log(workdir, owner):
     bad = TARGET | {"server": TARGET["server"] | {"threads": "not-a-number"}}
-    with pytest.raises(runserver.ServerError, match="llama-server exited with code"):
+    with pytest.raises(ServerError, match="llama-server exited with code"):
         with run_server(bad, "run1", workdir / "job.server.log", owner.pid):
             pass
     assert not runserver._state_path("embedded", "run1").exists()

@@ -43,17 +43,20 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-import requests
-
-from .ollama_server import ManagedOllama
-from .server import ManagedServer, ServerError
-
 OWNER_ENV = "SLOTBENCH_OWNER"
 STATE_DIR = Path(".snakemake") / "slotbench" / "servers"
 LOG_DIR = Path("results") / "logs" / "server"
-# backend → the class that starts and stops a managed server of that kind
-MANAGED = {"llamacpp": ManagedServer, "ollama": ManagedOllama}
 STOP_WAIT_S = 20
+# The Snakefile imports this module in every Snakemake invocation (a dry run too): the server
+# classes and requests are imported where they are used, not here.
+
+
+def managed_class(backend: str):
+    """The class that starts and stops a managed server of that backend."""
+    from .ollama_server import ManagedOllama
+    from .server import ManagedServer
+
+    return {"llamacpp": ManagedServer, "ollama": ManagedOllama}[backend]
 
 
 def owner() -> int | None:
@@ -147,6 +150,9 @@ def run_server(target: dict, run: str, job_log: str | Path, owner_pid: int) -> I
             state = _start(target, run, path, owner_pid)
         server = RunServer(state, reused=state["served"] > 0)
         offset = _size(server.log_path)
+        # marked as in use until released: a job killed outright (SIGKILL) cannot release it,
+        # and the next job then starts a fresh server rather than take over an abandoned one
+        _write(path, state | {"holder": os.getpid()})
         ok = False
         try:
             yield server
@@ -154,7 +160,7 @@ def run_server(target: dict, run: str, job_log: str | Path, owner_pid: int) -> I
         finally:
             _copy_log(server, offset, Path(job_log))
             if ok and alive(state["supervisor"]):
-                _write(path, state | {"served": state["served"] + 1})
+                _write(path, state | {"served": state["served"] + 1, "holder": None})
             else:
                 stop(path)
 
@@ -162,10 +168,12 @@ def run_server(target: dict, run: str, job_log: str | Path, owner_pid: int) -> I
 def _reusable(state: dict | None, key: str, owner_pid: int) -> dict | None:
     if not state or state.get("error") or state.get("key") != key:
         return None
-    if not _mine(state, owner_pid) or not alive(state.get("supervisor")):
+    if not _mine(state, owner_pid) or not alive(state.get("supervisor")) or state.get("holder"):
         return None
     if not alive(state.get("pid")):
         return None
+    import requests
+
     try:
         ok = requests.get(state["url"] + state["health"], timeout=5).status_code == 200
     except requests.RequestException:
@@ -204,20 +212,31 @@ def _start(target: dict, run: str, path: Path, owner_pid: int) -> dict:
         proc = subprocess.Popen([sys.executable, "-m", "slotbench.runserver", json.dumps(spec)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=err)  # fmt: skip
-    deadline = time.monotonic() + float(target["server"].get("startup_timeout_s", 120)) + 30
+    try:
+        return _await_start(proc, path, log, float(target["server"].get("startup_timeout_s", 120)))
+    except BaseException:  # an error, or the job interrupted while the server starts
+        if proc.poll() is None:
+            proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=STOP_WAIT_S)
+        path.unlink(missing_ok=True)
+        raise
+
+
+def _await_start(proc: subprocess.Popen, path: Path, log: Path, timeout_s: float) -> dict:
+    from .server import ServerError
+
+    deadline = time.monotonic() + timeout_s + 30
     while time.monotonic() < deadline:
         state = _read(path)
         if state and state.get("supervisor") == proc.pid:
             if state.get("error"):
-                proc.wait(timeout=STOP_WAIT_S)
-                path.unlink(missing_ok=True)
                 raise ServerError(state["error"])
             return state
         if proc.poll() is not None:
             raise ServerError(f"the server's supervisor exited with code {proc.returncode} "
                               f"before the server answered; see {log}")  # fmt: skip
         time.sleep(0.02)
-    proc.terminate()
     raise ServerError(f"the run's server did not start in time; see {log}")
 
 
@@ -300,7 +319,7 @@ def _stop_signal(signum, frame):
     raise SystemExit(0)
 
 
-def _wait_for_owner(owner_pid: int, server: ManagedServer) -> None:
+def _wait_for_owner(owner_pid: int, server) -> None:
     """Return when the owner or the server is gone."""
     try:
         fd = os.pidfd_open(owner_pid)
@@ -322,7 +341,9 @@ def supervise(spec: dict) -> int:
     path = Path(spec["state"])
     for s in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(s, _stop_signal)
-    server = MANAGED[spec["backend"]](spec["settings"], spec["log"])
+    from .server import ServerError
+
+    server = managed_class(spec["backend"])(spec["settings"], spec["log"])
     base = {"supervisor": os.getpid(), "host": socket.gethostname(), "owner": spec["owner"],
             "key": spec["key"],
             "cpus": spec["cpus"], "target": spec["target"], "run": spec["run"]}  # fmt: skip

@@ -11,7 +11,7 @@ from typing import Iterator
 
 from .backends import Backend, make_backend
 from .entry import Interrupted
-from .runserver import MANAGED, RunServer, owner, run_server
+from .runserver import RunServer, managed_class, owner, run_server
 from .server import ManagedServer
 
 
@@ -60,7 +60,7 @@ def connect(target: dict, log_path: str | Path, timeout_s: float,
             with run_server(target, run, log_path, holder) as server:
                 yield Connection(target, make_backend(target, server.url, timeout_s), server)
         elif target["managed"]:
-            with MANAGED[target["backend"]](target["server"], log_path) as server:
+            with managed_class(target["backend"])(target["server"], log_path) as server:
                 yield Connection(target, make_backend(target, server.url, timeout_s), server)
         else:
             yield Connection(target, make_backend(target, target["url"], timeout_s), None)
