@@ -7,13 +7,17 @@ checkout files, plans and fingerprints into a new directory and writes as many r
 the requested number of requests needs, each a real rep of the source (cycled) with its rep
 number and nonces rewritten, through slotbench's own raw-file writer (valid JSON, a .sha256
 sidecar from the bytes written). ``synthetic.yaml`` in the new directory sets ``reps`` (and
-12-digit nonces, so that up to 999,999 reps have distinct ones).
+12-digit nonces, so that up to 999,999 reps have distinct ones). A rep's requests are counted
+over its cells, so a sweep whose wide arms run several rounds (``requests_per_cell`` per arm)
+gets the reps the requested total needs, and the total written is the one printed.
 
-    python benchmarks/synthetic_raw.py SOURCE_WORKDIR DEST --requests 100000
-    cd DEST && time .venv/bin/snakemake -n --configfile synthetic.yaml   # (from the checkout)
+    python benchmarks/synthetic_raw.py SOURCE_WORKDIR DEST --requests 1000000
+    cd DEST && time snakemake -n --configfile benchmarks/wide_sweep.yaml synthetic.yaml
 
 The source is a workflow directory after a finished run (results/raw, results/plan,
-results/fingerprint, results/config.resolved.yaml).
+results/fingerprint, results/config.resolved.yaml); the benchmark's is a real wide sweep on the
+pacer, benchmarks/wide_sweep.yaml (benchmarks/RESULTS.md §3 has the commands). Pass the source's
+config files with ``--configfile`` before synthetic.yaml.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import math
 import shutil
 import subprocess
 import sys
@@ -60,6 +63,24 @@ def rewrite(raw: dict, rep: int) -> dict:
     return out
 
 
+def requests_in(raw: dict) -> int:
+    """Requests a rep holds: the sum over its cells (an arm's requests_per_cell may differ)."""
+    return sum(len(cell["requests"]) for cell in raw["cells"])
+
+
+def reps_for(by_run: dict[tuple[str, str], list[dict]], requests: int) -> int:
+    """The fewest reps per run whose requests (each run cycling its source reps) reach
+    ``requests`` in all."""
+    cycles = [[requests_in(raw) for raw in sources] for sources in by_run.values()]
+    if not any(map(sum, cycles)):
+        raise SystemExit("the source reps hold no requests")
+    reps, total = 0, 0
+    while total < requests or reps == 0:
+        total += sum(c[reps % len(c)] for c in cycles)
+        reps += 1
+    return reps
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -77,27 +98,26 @@ def main(argv=None) -> int:
         by_run.setdefault((raw["target"], raw["run"]), []).append(raw)
     if not by_run:
         raise SystemExit(f"no raw files under {src}/raw")
-    per_rep = len(next(iter(by_run.values()))[0]["cells"]) * len(
-        next(iter(by_run.values()))[0]["cells"][0]["requests"])
-    reps = max(1, math.ceil(args.requests / (per_rep * len(by_run))))
+    reps = reps_for(by_run, args.requests)
     args.dest.mkdir(parents=True)
     checkout_files(args.dest)
     for sub in ("plan", "fingerprint"):
         shutil.copytree(src / sub, args.dest / "results" / sub)
     (args.dest / "synthetic.yaml").write_text(
         f"reps: {reps}\nprompt:\n  nonce_digits: {NONCE_DIGITS}\n")
-    written = 0
+    written, total = 0, 0
     for (target, run), sources in sorted(by_run.items()):
         out_dir = args.dest / "results/raw" / target / run
         out_dir.mkdir(parents=True, exist_ok=True)
         for rep in range(1, reps + 1):
-            rawfiles.write_raw_atomic(out_dir / f"rep{rep}.json",
-                                      rewrite(sources[(rep - 1) % len(sources)], rep))
+            raw = rewrite(sources[(rep - 1) % len(sources)], rep)
+            rawfiles.write_raw_atomic(out_dir / f"rep{rep}.json", raw)
             written += 1
+            total += requests_in(raw)
             if written % 2000 == 0:
                 print(f"{written} of {reps * len(by_run)} raw files", file=sys.stderr, flush=True)
-    print(f"{args.dest}: {len(by_run)} runs × {reps} reps × {per_rep} requests = "
-          f"{len(by_run) * reps * per_rep} requests ({written} raw files)")
+    print(f"{args.dest}: {len(by_run)} runs × {reps} reps = {total} requests "
+          f"({written} raw files)")
     return 0
 
 
