@@ -478,3 +478,56 @@ def test_serialisation_verdict_names_the_arms_and_warns():
     assert "parallel-4 was served one request at a time" in a["evidence"]["warnings"][1]
     assert not b["fired"] and b["evidence"]["warnings"] == [] and b["arms"] == []
     assert {r["arm"]: r["queue_gap_slope_s"] for r in b["evidence"]["rows"]} == {2: None, 4: None}
+
+
+# --- the vectorised counts against their definitions ------------------------------------------
+
+
+def _most_at_once_by_definition(starts, ends, tolerance_s=0.005) -> int:
+    """The definition, one start at a time (what cells.most_at_once counted before)."""
+    best = 0
+    for s in starts:
+        n = sum(1 for s2, e2 in zip(starts, ends) if s2 <= s and (e2 - tolerance_s > s or s2 == s))
+        best = max(best, n)
+    return best
+
+
+def test_most_at_once_counts_as_its_definition_says():
+    from slotbench.cells import most_at_once
+
+    rng = np.random.default_rng(7)
+    for _ in range(3000):
+        n = int(rng.integers(0, 30))
+        starts = [round(float(x), int(rng.integers(1, 4))) for x in rng.random(n)]
+        # back to back, within the tolerance, shorter than it, ending before it starts, long
+        lengths = rng.choice([0.0, 0.001, 0.005, 0.0051, -0.01, 0.3], size=n)
+        ends = [s + float(d) for s, d in zip(starts, lengths)]
+        if n and rng.random() < 0.1:
+            ends[0] = float("nan")  # a missing time never counts
+        assert most_at_once(starts, ends) == _most_at_once_by_definition(starts, ends), (
+            starts, ends)  # fmt: skip
+
+
+def test_counts_and_trends_per_cell_match_one_group_at_a_time():
+    from slotbench import stats
+    from slotbench.cells import label_series, most_at_once_by_cell
+
+    rng = np.random.default_rng(11)
+    df = pd.DataFrame({"target": "t", "run": rng.choice(["run1", "run2"], 400),
+                       "rep": rng.integers(1, 12, 400), "arm": rng.choice([2, 4, 16], 400)})  # fmt: skip
+    df["t_sent_s"] = rng.random(400).round(2)
+    df["t_done_s"] = df["t_sent_s"] + rng.choice([0.001, 0.2, 0.5], 400)
+    df.loc[rng.random(400) < 0.05, "t_sent_s"] = np.nan
+    df["value"] = rng.choice([1.0, 2.0, 3.0, np.nan], 400)
+    labels = label_series(df)
+    assert list(labels) == [f"t/{r.run}/rep{r.rep}/arm{r.arm}" for r in df.itertuples()]
+    by_cell = most_at_once_by_cell(labels.to_numpy(), df["t_sent_s"], df["t_done_s"])
+    expected = {}
+    for label, cell in df.assign(_cell=labels).groupby("_cell", sort=True):
+        cell = cell.dropna(subset=["t_sent_s"])
+        expected[label] = _most_at_once_by_definition(list(cell["t_sent_s"]), list(cell["t_done_s"]))
+    assert list(by_cell.items()) == list(expected.items())
+    frame = pd.DataFrame({"x": df["t_sent_s"], "y": df["value"], "g": labels}).dropna()
+    rhos = [stats.rank_corr(g["x"], g["y"]) for _, g in frame.groupby("g", sort=True)]
+    rhos = [r for r in rhos if r == r]
+    assert stats.median_rank_corr(df["t_sent_s"], df["value"], labels) == float(np.median(rhos))

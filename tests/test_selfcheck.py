@@ -158,3 +158,19 @@ def test_cell_cpu_without_the_column_says_what_to_do():
     requests = simulate(reps=1)
     with pytest.raises(ValueError, match="client_cpu_s"):
         selfcheck.self_check(requests, requests[["target", "run", "rep", "arm"]])
+
+
+def test_intended_send_times_match_a_sort_per_request():
+    """The heap of the latest completions gives what sorting them again for each request gave,
+    a missing completion sorting last."""
+    rng = np.random.default_rng(3)
+    for _ in range(2000):
+        m, n = int(rng.integers(0, 30)), int(rng.integers(1, 8))
+        sent = np.sort(rng.random(m))
+        done = sent + rng.random(m)
+        if m and rng.random() < 0.3:
+            done[rng.integers(0, m)] = np.nan
+        if rng.random() < 0.2:
+            done = np.round(done, 1)  # ties
+        expected = np.array([sent[0] if k < n else np.sort(done[:k])[k - n] for k in range(m)])
+        assert np.array_equal(selfcheck._intended(sent, done, n), expected, equal_nan=True)

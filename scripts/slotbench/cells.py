@@ -6,7 +6,11 @@ used in reports, errors and provenance, so any number can be traced back to raw 
 
 from __future__ import annotations
 
-import pandas as pd
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CELL_KEYS = ["target", "run", "rep", "arm"]
 # The queueing control every within-rep ratio divides by (method rules 1 and 4).
@@ -68,11 +72,18 @@ def cell_labels(df: pd.DataFrame) -> list[str]:
 
 
 def label_series(df: pd.DataFrame) -> pd.Series:
-    """One cell label per row of a frame with the cell keys, aligned with its index."""
-    return pd.Series(
-        [cell_label(*k) for k in df[CELL_KEYS].itertuples(index=False, name=None)],
-        index=df.index, dtype=object,
-    )  # fmt: skip
+    """One cell label per row of a frame with the cell keys, aligned with its index (each
+    distinct cell's label made once, then spread over its rows)."""
+    import numpy as np
+    import pandas as pd  # here, not at the top: a rep job imports this module, never pandas
+
+    keys = df[CELL_KEYS]
+    codes, cells = pd.MultiIndex.from_frame(keys).factorize() if len(df) else ([], [])
+    if len(df) and (codes < 0).any():  # a missing key: fail as cell_label does on the row
+        return pd.Series([cell_label(*k) for k in keys.itertuples(index=False, name=None)],
+                         index=df.index, dtype=object)  # fmt: skip
+    labels = np.array([cell_label(*k) for k in cells] or [""], dtype=object)
+    return pd.Series(labels[np.asarray(codes, dtype=np.intp)], index=df.index, dtype=object)
 
 
 def raw_hashes(df: pd.DataFrame) -> list[str]:
@@ -82,6 +93,7 @@ def raw_hashes(df: pd.DataFrame) -> list[str]:
     return sorted(df["raw_sha256"].dropna().unique().tolist())
 
 
+@lru_cache(maxsize=1 << 20)  # labels are sorted again and again in a big run's report
 def label_key(label: str) -> tuple:
     """Sort key of a cell label: rep and arm as numbers (rep2 before rep10)."""
     try:
@@ -95,16 +107,58 @@ def label_key(label: str) -> tuple:
 OVERLAP_TOLERANCE_S = 0.005
 
 
-def most_at_once(starts: list, ends: list, tolerance_s: float = OVERLAP_TOLERANCE_S) -> int:
+def most_at_once(starts, ends, tolerance_s: float = OVERLAP_TOLERANCE_S) -> int:
     """Most windows [start, end) sharing one instant, ``tolerance_s`` trimmed off each end.
 
-    A window is counted at its own start even when it is shorter than the tolerance.
+    A window is counted at its own start even when it is shorter than the tolerance: at each
+    start s, the windows j with s_j <= s and (e_j - tolerance > s or s_j == s). Counted with
+    sorted searches: #{s_j <= s} - #{s_j < s and e_j <= s}, the latter #{e_j <= s} less the
+    windows with e_j <= s <= s_j (only a window shorter than the tolerance can be one).
     """
+    import numpy as np  # here, not at the top: the Snakefile and rep jobs import this module
+
+    s = np.asarray(starts, dtype=float)
+    e = np.asarray(ends, dtype=float) - tolerance_s
+    if not len(s):
+        return 0
+    if np.isnan(s).any() or np.isnan(e).any():
+        return _most_at_once_pairwise(s, e)
+    short = e <= s
+    by_start, by_end = np.sort(s), np.sort(e)
+    started = np.searchsorted(by_start, s, side="right")  # s_j <= s
+    ended = np.searchsorted(by_end, s, side="right")  # e_j <= s
+    # windows with e_j <= s <= s_j: among the short ones, e_j <= s less those with s_j < s
+    straddle = (np.searchsorted(np.sort(e[short]), s, side="right")
+                - np.searchsorted(np.sort(s[short]), s, side="left"))  # fmt: skip
+    return int((started - (ended - straddle)).max())
+
+
+def _most_at_once_pairwise(s, e, block: int = 1024) -> int:
+    """most_at_once by comparing every start with every window (a missing time never counts)."""
     best = 0
-    for s in starts:
-        n = sum(1 for s2, e2 in zip(starts, ends) if s2 <= s and (e2 - tolerance_s > s or s2 == s))
-        best = max(best, n)
+    for i in range(0, len(s), block):
+        at = s[i : i + block, None]
+        best = max(best, int(((s <= at) & ((e > at) | (s == at))).sum(axis=1).max()))
     return best
+
+
+def most_at_once_by_cell(labels, starts, ends, tolerance_s: float = OVERLAP_TOLERANCE_S) -> dict:
+    """Cell label -> :func:`most_at_once` of that cell's windows, labels in sorted order; a row
+    missing its start or end is skipped (a cell with none left counts 0)."""
+    import numpy as np
+
+    labels = np.asarray(labels, dtype=object)
+    order = np.argsort(labels, kind="stable")
+    labels = labels[order]
+    starts, ends = (np.asarray(v, dtype=float)[order] for v in (starts, ends))
+    bounds = [0, *(np.flatnonzero(labels[1:] != labels[:-1]) + 1), len(labels)]
+    out = {}
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if a == b:
+            continue
+        ok = ~(np.isnan(starts[a:b]) | np.isnan(ends[a:b]))
+        out[labels[a]] = most_at_once(starts[a:b][ok], ends[a:b][ok], tolerance_s)
+    return out
 
 
 def mean_at_once(starts: list, ends: list) -> float:

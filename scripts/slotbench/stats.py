@@ -104,10 +104,24 @@ def within_group_slope(x, y, groups) -> float:
 
 
 def median_rank_corr(x, y, groups) -> float:
-    """Median over groups of each group's Spearman rho between x and y (NaN groups skipped)."""
+    """Median over groups of each group's Spearman rho between x and y (NaN groups skipped):
+    :func:`rank_corr` of each group, the ranks taken for every group at once."""
     df = pd.DataFrame({"x": x, "y": y, "g": groups}).dropna()
-    rhos = [rank_corr(g["x"], g["y"]) for _, g in df.groupby("g", sort=True)]
-    rhos = [r for r in rhos if r == r]
+    if df.empty:
+        return float("nan")
+    df = df.sort_values("g", kind="stable")
+    by = df.groupby("g", sort=False)
+    rx, ry = by["x"].rank().to_numpy(float), by["y"].rank().to_numpy(float)
+    g = df["g"].to_numpy()
+    bounds = [0, *(np.flatnonzero(g[1:] != g[:-1]) + 1), len(g)]
+    rhos = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        xa, ya = rx[a:b], ry[a:b]
+        if b - a < 3 or xa.min() == xa.max() or ya.min() == ya.max():
+            continue  # rank_corr's NaN: too few points or a constant side
+        rho = float(pd.Series(xa).corr(pd.Series(ya)))
+        if rho == rho:
+            rhos.append(rho)
     return float(np.median(rhos)) if rhos else float("nan")
 
 

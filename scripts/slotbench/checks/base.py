@@ -11,6 +11,7 @@ renders any list of them without knowing the trap.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass, field
@@ -92,8 +93,10 @@ class Tables:
     def targets(self) -> list[str]:
         return sorted(set(self.cells["target"].astype(str))) if not self.cells.empty else []
 
-    @property
+    @functools.cached_property
     def measured_requests(self) -> pd.DataFrame:
+        """The measured requests (the control arm's left out), made once: every check reads
+        them, and a big run's requests are hundreds of MB."""
         req = self.requests
         if "control" in req:
             req = req[~req["control"].fillna(False).astype(bool)]

@@ -23,6 +23,8 @@ Thresholds (defaults of :func:`verdict`, quoted in the README):
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 import pandas as pd
 
@@ -51,14 +53,39 @@ EARLY_TOLERANCE_S = 0.001
 
 
 def _intended(sent: np.ndarray, done: np.ndarray, n: int) -> np.ndarray:
-    """Intended send times under a FIFO pool of ``n`` workers (arrays in send order)."""
-    intended = np.empty(len(sent))
-    for k in range(len(sent)):
-        if k < n:
-            intended[k] = sent[0]
-        else:
-            intended[k] = np.sort(done[:k])[k - n]  # the slot the k-th request waited for
+    """Intended send times under a FIFO pool of ``n`` workers (arrays in send order): the
+    first n at the first send, request k >= n at the (k-n)-th earliest of the completions
+    before it, which is the n-th latest of them (kept in a heap of the n latest; a missing
+    completion sorts last, as numpy sorts NaN)."""
+    intended = np.full(len(sent), sent[0] if len(sent) else np.nan)
+    latest: list[tuple[bool, float]] = []
+    if len(sent) > n:
+        latest = [(bool(d != d), float(d)) for d in done[:n]]
+        heapq.heapify(latest)
+    for k in range(n, len(sent)):
+        intended[k] = latest[0][1]  # the slot the k-th request waited for
+        heapq.heappushpop(latest, (bool(done[k] != done[k]), float(done[k])))
     return intended
+
+
+def _lag_summary(lags: pd.DataFrame, bounds: list[int]) -> pd.DataFrame:
+    """Per cell (the rows between consecutive bounds of ``lags``, in key order): its lags."""
+    lag, raw = lags["lag_s"].to_numpy(float), lags["lag_raw_s"].to_numpy(float)
+    keys = lags[KEYS].to_numpy(dtype=object)
+    summary = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        summary.append(
+            {
+                **dict(zip(KEYS, keys[a], strict=True)),
+                "n_requests": b - a,
+                "lag_median_s": stats.median(lag[a:b]),
+                "lag_p95_s": stats.quantile(lag[a:b], 0.95),
+                "lag_max_s": float(lag[a:b].max()),
+                "n_early": int((raw[a:b] < -EARLY_TOLERANCE_S).sum()),
+                "cell": cell_label(*keys[a][:4]),
+            }
+        )
+    return pd.DataFrame(summary, columns=LAG_SUMMARY_COLUMNS)
 
 
 def send_lag(requests: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -71,38 +98,29 @@ def send_lag(requests: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     sign, and n_early counts requests sent more than a millisecond before any slot was free
     (more than N in flight: the arm was not what it claims).
     """
-    rows = []
-    for key, grp in requests.groupby(KEYS, sort=True):
-        grp = grp.sort_values(["t_sent_s", "request"], kind="stable")
-        sent = grp["t_sent_s"].to_numpy(dtype=float)
-        done = grp["t_done_s"].to_numpy(dtype=float)
-        if int(key[3]) < 0 and "t_planned_s" in grp:  # a rate arm: its planned arrival
-            intended = grp["t_planned_s"].to_numpy(dtype=float)
+    # every cell's requests together, in send order (a request without a key is in no cell)
+    used = [c for c in KEYS + ["request", "t_sent_s", "t_done_s", "t_planned_s"] if c in requests]
+    req = requests[used].dropna(subset=KEYS).sort_values(KEYS + ["t_sent_s", "request"],
+                                                         kind="stable", ignore_index=True)  # fmt: skip
+    sent, done = req["t_sent_s"].to_numpy(float), req["t_done_s"].to_numpy(float)
+    planned = req["t_planned_s"].to_numpy(float) if "t_planned_s" in req else None
+    cell = req.groupby(KEYS, sort=False).ngroup().to_numpy()
+    bounds = [0, *(np.flatnonzero(cell[1:] != cell[:-1]) + 1), len(req)] if len(req) else [0]
+    arms = req["arm"].to_numpy()
+    intended = np.empty(len(req))
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        arm = int(arms[a])
+        if arm < 0 and planned is not None:  # a rate arm: its planned arrival
+            intended[a:b] = planned[a:b]
         else:
-            intended = _intended(sent, done, max(1, int(key[3])))
-        for order, (req, t_sent, t_int) in enumerate(
-            zip(grp["request"], sent, intended, strict=True)
-        ):
-            raw = t_sent - t_int
-            rows.append({**dict(zip(KEYS, key, strict=True)), "request": req,
-                         "send_order": order, "t_sent_s": t_sent, "intended_s": t_int,
-                         "lag_s": max(0.0, raw), "lag_raw_s": raw})  # fmt: skip
-    lags = pd.DataFrame(rows, columns=LAG_COLUMNS)
-    summary = []
-    for key, grp in lags.groupby(KEYS, sort=True):
-        lag = grp["lag_s"].to_numpy(dtype=float)
-        summary.append(
-            {
-                **dict(zip(KEYS, key, strict=True)),
-                "n_requests": len(grp),
-                "lag_median_s": stats.median(lag),
-                "lag_p95_s": stats.quantile(lag, 0.95),
-                "lag_max_s": float(lag.max()),
-                "n_early": int((grp["lag_raw_s"] < -EARLY_TOLERANCE_S).sum()),
-                "cell": cell_label(*key[:4]),
-            }
-        )
-    return lags, pd.DataFrame(summary, columns=LAG_SUMMARY_COLUMNS)
+            intended[a:b] = _intended(sent[a:b], done[a:b], max(1, arm))
+    raw = sent - intended
+    lags = pd.DataFrame({**{k: req[k].tolist() for k in KEYS}, "request": req["request"].tolist(),
+                         "send_order": req.groupby(KEYS, sort=False).cumcount().to_numpy(),
+                         "t_sent_s": sent, "intended_s": intended,
+                         "lag_s": np.where(raw > 0.0, raw, 0.0), "lag_raw_s": raw},
+                        columns=LAG_COLUMNS)  # fmt: skip
+    return lags, _lag_summary(lags, bounds)
 
 
 def client_cpu_per_token(cell_cpu_s, tokens):
@@ -129,7 +147,7 @@ def cpu_shares(requests: pd.DataFrame, cell_cpu: pd.DataFrame) -> pd.DataFrame:
             "cell_cpu needs a client_cpu_s column (client process CPU seconds per cell, "
             "keyed by target, run, rep, arm); record time.process_time() around each cell"
         )
-    req = requests.copy()
+    req = requests[KEYS + ["gen_s", "output_tokens"]].copy()
     ok = (req["gen_s"] > 0) & (req["output_tokens"] > 0)
     req["_itl"] = (req["gen_s"] / req["output_tokens"]).where(ok)
     per_cell = (

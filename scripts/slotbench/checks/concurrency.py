@@ -10,9 +10,9 @@ headline, and the report says what it reached.
 from __future__ import annotations
 
 from slotbench import stats
-from slotbench.cells import OVERLAP_TOLERANCE_S, SERIAL_ARM, arm_name, label_series
+from slotbench.cells import (OVERLAP_TOLERANCE_S, SERIAL_ARM, arm_name, label_series,
+                             most_at_once_by_cell)
 from slotbench.checks.base import Tables, Verdict, judged
-from slotbench.checks.serialisation import max_concurrent
 
 TRAP = "concurrency"
 TITLE = "Arm below its concurrency (in flight at once)"
@@ -22,21 +22,21 @@ TABLES = ()
 
 def reached(requests) -> list[dict]:
     """Per parallel arm: the most requests in flight at once, per cell and in the median cell."""
-    req = requests.dropna(subset=["t_sent_s", "t_done_s"])
+    req = requests[["target", "run", "rep", "arm", "t_sent_s", "t_done_s"]]
+    req = req.dropna(subset=["t_sent_s", "t_done_s"])
     req = req.assign(_cell=label_series(req) if len(req) else [])
     rows = []
     for arm, grp in req[req["arm"] > SERIAL_ARM].groupby("arm", sort=True):
-        per_cell = [max_concurrent(c, "t_sent_s", OVERLAP_TOLERANCE_S)
-                    for _, c in grp.groupby("_cell", sort=True)]  # fmt: skip
+        by_cell = most_at_once_by_cell(grp["_cell"].to_numpy(), grp["t_sent_s"], grp["t_done_s"],
+                                       OVERLAP_TOLERANCE_S)  # fmt: skip
+        per_cell = list(by_cell.values())
         rows.append(
             {
                 "arm": int(arm),
                 "cells": len(per_cell),
                 "reached_median": stats.median(per_cell),
                 "reached_max": max(per_cell),
-                "below": sorted(
-                    c for c, n in zip(sorted(grp["_cell"].unique()), per_cell) if n < arm
-                ),
+                "below": sorted(c for c, n in by_cell.items() if n < arm),
             }
         )
     return rows

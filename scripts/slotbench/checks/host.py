@@ -24,6 +24,11 @@ HOST_COLUMNS = ["target", "run", "rep", "samples", "cpus", "other_cores", "other
                 "other_share", "steal_share", "load1", "server_cores", "top", "contended"]  # fmt: skip
 
 
+# The sentence names at most this many shared reps (the busiest), so that it does not grow
+# with the run.
+NAMED = 20
+
+
 def _top(texts, samples: int, n: int = 3) -> str:
     """The processes that used the most CPU over a rep, as mean cores per sample."""
     by_name: dict[str, float] = {}
@@ -58,6 +63,18 @@ def per_rep(host: pd.DataFrame, threshold: float) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=HOST_COLUMNS)
 
 
+def _where(busy: pd.DataFrame) -> str:
+    """The shared reps in words, in rep order: every one up to NAMED, else the NAMED busiest
+    and how many more (every rep is in host.csv)."""
+    named = busy if len(busy) <= NAMED else busy.nlargest(NAMED, "other_share").sort_index()
+    text = ", ".join(f"{r['run']} rep {r['rep']} ({fmt_pct(r['other_share'])}"
+                     + (f": {r['top']}" if r["top"] else "") + ")"
+                     for r in named.to_dict("records"))  # fmt: skip
+    if len(busy) > NAMED:
+        text += f" and {count(len(busy) - NAMED, 'more rep')} (every one in host.csv)"
+    return text
+
+
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     threshold = float(setting(settings, CONFIG_KEY))
     host = tables.host if tables.host is not None else pd.DataFrame(columns=["target"])
@@ -73,9 +90,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 "machine during the reps.", **common))  # fmt: skip
             continue
         busy = rows[rows["contended"]]
-        where = ", ".join(f"{r['run']} rep {r['rep']} ({fmt_pct(r['other_share'])}"
-                          + (f": {r['top']}" if r["top"] else "") + ")"
-                          for r in busy.to_dict("records"))  # fmt: skip
+        where = _where(busy)
         worst = rows.loc[rows["other_share"].idxmax()]
         if len(busy):
             summary = (f"{count(len(busy), 'rep')} of {len(rows)} shared the machine: "

@@ -15,7 +15,7 @@ import pandas as pd
 
 from slotbench import stats
 from slotbench.cells import (OVERLAP_TOLERANCE_S, SERIAL_ARM, arm_name, label_series,
-                             most_at_once)
+                             most_at_once_by_cell)
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records
 from slotbench.fmt import count, fmt_num
 
@@ -39,20 +39,16 @@ SERIALISED_CAUSE = (
 SERIALISED_SHARE = 0.8
 
 
-def max_concurrent(cell: pd.DataFrame, start: str, tolerance_s: float) -> int:
-    """Most of a cell's windows [start, t_done_s) sharing one instant (cells.most_at_once)."""
-    return most_at_once(list(cell[start]), list(cell["t_done_s"]), tolerance_s)
-
-
 def _service_frame(requests: pd.DataFrame) -> pd.DataFrame:
     """Requests with their cell label, service order, Ollama queue gap and client-side wait."""
-    df = requests.dropna(subset=["t_first_s", "t_done_s"]).copy()
-    df["_cell"] = label_series(df)
-    # the order the server served them in: who got a first token first
-    df["_order"] = df.groupby("_cell")["t_first_s"].rank(method="first") - 1
     ns = [
         "total_duration_ns", "load_duration_ns", "prompt_eval_duration_ns", "eval_duration_ns",
     ]  # fmt: skip
+    used = ["target", "run", "rep", "arm", "t_sent_s", "t_first_s", "t_done_s", *ns]
+    df = requests[[c for c in used if c in requests]].dropna(subset=["t_first_s", "t_done_s"])
+    df["_cell"] = label_series(df)
+    # the order the server served them in: who got a first token first
+    df["_order"] = df.groupby("_cell")["t_first_s"].rank(method="first") - 1
     if all(c in df for c in ns):
         total, evald = (pd.to_numeric(df[c], errors="coerce") for c in (ns[0], ns[3]))
         load, prompt = (pd.to_numeric(df[c], errors="coerce").fillna(0) for c in ns[1:3])
@@ -79,13 +75,12 @@ def serialisation(requests: pd.DataFrame, tolerance_s: float = OVERLAP_TOLERANCE
     df = _service_frame(requests)
     rows = []
     for (target, arm), grp in df[df["arm"] > SERIAL_ARM].groupby(["target", "arm"], sort=True):
-        overlaps, in_flight = [], []
-        for _, cell in grp.groupby("_cell", sort=True):
-            # generating at once (server side) vs in flight at once (client side)
-            overlaps.append(max_concurrent(cell, "t_first_s", tolerance_s))
-            in_flight.append(
-                max_concurrent(cell.dropna(subset=["t_sent_s"]), "t_sent_s", tolerance_s)
-            )
+        # generating at once (server side) vs in flight at once (client side), label order
+        labels = grp["_cell"].to_numpy()
+        overlaps = list(most_at_once_by_cell(labels, grp["t_first_s"], grp["t_done_s"],
+                                             tolerance_s).values())  # fmt: skip
+        in_flight = list(most_at_once_by_cell(labels, grp["t_sent_s"], grp["t_done_s"],
+                                              tolerance_s).values())  # fmt: skip
         n = len(overlaps)
         serialised_cells = sum(1 for o in overlaps if o <= 1)
         # only the server's doing when the client really had more than one request in flight
