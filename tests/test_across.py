@@ -6,6 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 import synthetic as syn
+from slotbench import cellsets
 
 
 def requests_of(**slots):
@@ -24,7 +25,8 @@ def test_targets_are_ordered_by_speedup_and_separated_by_their_intervals():
     assert "speedup: four and two; two and one differ beyond their intervals" in section
     assert "Across targets" in page
     # every cell behind the table: the 4-way and serial cells of the three targets
-    assert len(record["entries"]["across"]["cells"]) == 3 * 6 * 2
+    assert len(cellsets.expand(record)["entries"]["across"]["cells"]) == 3 * 6 * 2
+    assert record["entries"]["across"]["n_cells"] == 3 * 6 * 2
 
 
 def test_one_target_has_no_cross_target_section():

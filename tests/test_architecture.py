@@ -33,7 +33,8 @@ LAYERS = [
     ("checks and statistics", {"slotbench.stats", "slotbench.analyse", "slotbench.checks",
                                "slotbench.capacity", "slotbench.across", "slotbench.ratearms"}),
     ("figures", {"slotbench.figures", "slotbench.figures_open"}),
-    ("report", {"slotbench.report", "slotbench.provenance", "slotbench.explain"}),
+    ("report", {"slotbench.report", "slotbench.provenance", "slotbench.cellsets",
+                "slotbench.explain"}),
     ("archive", {"slotbench.archive", "slotbench.compare", "slotbench.__main__"}),
 ]  # fmt: skip
 

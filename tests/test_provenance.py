@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import synthetic as syn
-from slotbench import analyse, explain, figures, provenance, report
+from slotbench import analyse, cellsets, explain, figures, provenance, report
 from slotbench.cells import cell_label
 from slotbench.report.blocks import Sources, Table
 
@@ -53,19 +53,21 @@ def make_cells(work, requests, commit=lambda rep: (COMMIT_A, False), build=lambd
                           commit=lambda run, rep: commit(rep), build=lambda run, rep: build(rep))
 
 
-def document(work, requests=None, cells=None, sources=None, control=None):
+def document(work, requests=None, cells=None, sources=None, control=None, compact=False):
+    """(blocks, record, summary): the record with every entry's cells and raw files listed
+    (cellsets.expand), or as written (``compact``: cells cited by set)."""
     requests = make_requests() if requests is None else requests
     cells = make_cells(work, requests) if cells is None else cells
     data = syn.run(requests, cells=cells, control=control, sources=sources, cfg=CONFIG,
                    fingerprints=[syn.fingerprint(pipeline={"commit": COMMIT_A, "dirty": False})])
     blocks, record = report.build_document(data)
-    return blocks, record, data.summary
+    return blocks, record if compact else cellsets.expand(record), data.summary
 
 
 def write_results(work, requests=None, cells=None, control=None):
     requests = make_requests() if requests is None else requests
     cells = make_cells(work, requests) if cells is None else cells
-    _, record, _ = document(work, requests, cells, control=control)
+    _, record, _ = document(work, requests, cells, control=control, compact=True)
     res = work / "results"
     provenance.write_record(record, res / "provenance.json")
     requests.to_parquet(res / "requests.parquet")
@@ -162,10 +164,10 @@ def test_figure_entries_list_their_cells(work, tmp_path):
 def test_same_inputs_give_the_same_bytes(work):
     requests = make_requests()
     cells = make_cells(work, requests)
-    first = provenance.dumps(document(work, requests, cells)[1])
-    again = provenance.dumps(document(work, requests, cells)[1])
+    first = provenance.dumps(document(work, requests, cells, compact=True)[1])
+    again = provenance.dumps(document(work, requests, cells, compact=True)[1])
     shuffled = cells.sample(frac=1, random_state=3)  # row order of cells.parquet is irrelevant
-    third = provenance.dumps(document(work, requests, shuffled)[1])
+    third = provenance.dumps(document(work, requests, shuffled, compact=True)[1])
     assert first == again == third
     record = json.loads(first)
     assert list(record["entries"]) == sorted(record["entries"])
@@ -392,3 +394,70 @@ def test_explain_keeps_control_requests_apart_from_measured_ones(work, capsys):
     rc = explain.main_explain(["headline/embedded/arm4/speedup", "--results", str(res)])
     out = capsys.readouterr().out
     assert rc == 0 and "requests (24: 12 of parallel-4, 12 of serial-1)" in out
+
+
+# --- cells cited by set ----------------------------------------------------------------------
+
+
+def refs_of(blocks) -> list:
+    return [ref for b in blocks if isinstance(b, Sources) for ref in b.refs]
+
+
+def test_every_entry_resolves_to_the_cells_and_hashes_it_was_made_from(work):
+    """The record cites sets; resolved from the record alone, every entry gives back exactly
+    the (cell, role) pairs and raw files the report made it from, control cells included."""
+    measured = make_requests(drop={(3, 4)})
+    cells = make_cells(work, measured)
+    control = cells[cells["arm"] == 2].assign(control=True, agg_tps=142.0)
+    data = syn.run(measured, cells=cells, control=control, cfg=CONFIG)
+    blocks, record = report.build_document(data)
+    record = json.loads(provenance.dumps(record))  # as read back from provenance.json
+    index = provenance.CellIndex(data.cells)
+    refs = refs_of(blocks)
+    assert refs and set(record["entries"]) == {ref.id for ref in refs}
+    for ref in refs:
+        entry = record["entries"][ref.id]
+        cells_listed, raw_listed = provenance.listing(ref, index)
+        assert cellsets.entry_cells(record, entry) == cells_listed, ref.id
+        assert cellsets.entry_raw_files(record, entry) == raw_listed, ref.id
+        assert entry["n_cells"] == len(cells_listed) and entry["n_raw_files"] == len(raw_listed)
+    for label in index.cells:  # every cell of the table, with its position and raw file
+        assert cellsets.cell_info(record, label) == index.info(label), label
+
+
+def test_sets_are_cited_by_rule_not_listed_per_entry(work):
+    _, record, _ = document(work, compact=True)
+    entry = record["entries"]["headline/embedded/arm4/speedup"]
+    assert entry["cells"] == [
+        {"role": "arm", "set": "target:embedded/arm:4", "n_cells": 3},
+        {"role": "serial-baseline", "set": "target:embedded/arm:1", "n_cells": 3},
+    ]
+    assert record["sets"]["target:embedded/arm:4"]["rule"] == {"target": "embedded", "arm": 4}
+    assert record["sets"]["target:embedded/arm:4"]["title"] == (
+        "all 3 cells of embedded, arm 4 (parallel-4)"
+    )
+    assert "raw_files" not in entry and "cells" not in record  # each rep once, under reps
+    assert record["reps"]["embedded/run1/rep2"]["raw_sha256"] == sha(work, 2)
+    # a deviant cell's comparison cells: all of its arm but the deviant one
+    comparison = record["entries"]["deviance/embedded/run1/rep3/arm4"]["cells"][1]
+    assert comparison["role"] == "comparison"
+    assert record["sets"][comparison["set"]]["rule"] == {
+        "target": "embedded", "arm": 4, "except": ["embedded/run1/rep3/arm4"]}  # fmt: skip
+
+
+def test_the_record_and_the_page_do_not_grow_with_the_cells(tmp_path):
+    """Four times the reps: the entries and sets of provenance.json stay the same size (only
+    the reps' inventory grows, one line per raw file), and report.html barely grows."""
+    sizes = {}
+    for reps in (150, 600):
+        requests = syn.make_requests(reps=reps)
+        data = syn.run(requests, cells=syn.make_cells(requests), cfg=syn.config(reps=reps))
+        blocks, record = report.build_document(data)
+        page = report.render(data)[1]
+        compact = {k: v for k, v in record.items() if k != "reps"}
+        sizes[reps] = (len(provenance.dumps(compact)), len(page), record)
+    (small, small_page, _), (big, big_page, record) = sizes[150], sizes[600]
+    assert big < 1.3 * small, (small, big)
+    assert big_page < 1.5 * small_page, (small_page, big_page)
+    entry = cellsets.expand(record)["entries"]["headline/embedded/arm4/speedup"]
+    assert len(entry["cells"]) == 2 * 600 and len(entry["raw_files"]) == 600

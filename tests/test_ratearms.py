@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 import synthetic as syn
-from slotbench import analyse, figures_open, provenance, ratearms, report
+from slotbench import analyse, cellsets, figures_open, provenance, ratearms, report
 from slotbench.cells import arm_id, arm_rate, cell_label
 from slotbench.report import openloop as report_openloop
 from slotbench.report.blocks import Figure, Sources, Table
@@ -260,8 +260,9 @@ def test_section_table_sentence_and_provenance():
     assert sentence.startswith("Serves 2 requests/s offered (rate-2/s, achieved")
     assert "The limit lies between 2 and 4 requests/s; nothing between them was measured." in (
         sentence)  # fmt: skip
-    entries = provenance.build_record([r for b in blocks if isinstance(b, Sources)
-                                       for r in b.refs], provenance.CellIndex(make_cells()), None)
+    entries = cellsets.expand(provenance.build_record(
+        [r for b in blocks if isinstance(b, Sources) for r in b.refs],
+        provenance.CellIndex(make_cells()), None))  # fmt: skip
     assert {"openloop/t", "openloop/t/capacity", "openloop/t/arm-4000"} <= set(entries["entries"])
     row = entries["entries"]["openloop/t/arm-4000"]
     assert {c["role"] for c in row["cells"]} == {"arm", "serial-baseline"}

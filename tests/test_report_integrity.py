@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import synthetic as syn
-from slotbench import provenance, report, thermal
+from slotbench import cellsets, provenance, report, thermal
 from slotbench.report.blocks import Sources, Table
 
 TARGET, RUN = syn.TARGET, syn.RUN
@@ -44,7 +44,7 @@ def render(requests=None, *, throttle=(), source="linux", **kwargs):
     requests = syn.make_requests() if requests is None else requests
     samples = thermal_rows(throttle, source) if source else thermal.thermal_frame([])
     md, page, record, data = syn.rendered(requests, thermal=samples, **kwargs)
-    return md, page, record, data
+    return md, page, cellsets.expand(record), data  # every entry's cells listed
 
 
 def integrity(md: str) -> str:

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from slotbench import cellsets
 from slotbench.cells import CELL_KEYS, arm_name, label_key, parse_label
 from slotbench.fmt import code_text
 from slotbench.provenance import ABSOLUTE, ROLES, WITHIN_REP, is_measured_label
@@ -48,6 +49,22 @@ def verify_raw(entry: dict, results: Path) -> list[dict]:
         status = "OK" if now == raw.get("sha256") else "MISMATCH"
         out.append({**raw, "status": status, "now": now, "found": str(found)})
     return out
+
+
+def resolved(record: dict, entry: dict) -> dict:
+    """An entry with its cells and raw files listed one by one: resolved from the sets it
+    cites (slotbench.cellsets), or as an older record (slotbench.provenance/1) listed them."""
+    if any("set" in group for group in entry.get("cells", [])):
+        return {**entry, "cells": cellsets.entry_cells(record, entry),
+                "raw_files": cellsets.entry_raw_files(record, entry)}  # fmt: skip
+    return entry
+
+
+def cell_details(record: dict, label: str) -> dict:
+    """What the record holds about one cell (its position, code version, server build)."""
+    if "reps" in record:
+        return cellsets.cell_info(record, label)
+    return record.get("cells", {}).get(label, {})
 
 
 def find_entry(entries: dict, wanted: str) -> tuple[str | None, list[str]]:
@@ -109,42 +126,27 @@ def _print_per_rep(metric: dict, cells, measured, out) -> None:
     _print_frame(values, out)
 
 
-def explain(entry_id: str, results: Path, columns: list[str] | None = None, out=None) -> int:
-    """Print one entry and the raw requests behind it; 0 when every raw file still matches."""
-    import pandas as pd
+def _unknown_id(entry_id: str, entries: dict, candidates: list[str]) -> int:
+    what = (
+        "matches several ids"
+        if candidates and all(c.startswith(entry_id) for c in candidates)
+        else "is not a provenance id"
+    )
+    print(f"explain: {entry_id!r} {what}.", file=sys.stderr)
+    if candidates:
+        print("Did you mean:", file=sys.stderr)
+        shown = candidates[:MAX_CANDIDATES]
+        width = max(len(c) for c in shown)
+        for c in shown:
+            print(f"  {c:<{width}}  {entries[c].get('title', '')}", file=sys.stderr)
+        if len(candidates) > len(shown):
+            print(f"  … and {len(candidates) - len(shown)} more", file=sys.stderr)
+    print("List every id with: python -m slotbench explain --list", file=sys.stderr)
+    return 2
 
-    out = out or sys.stdout
-    prov_path = results / "provenance.json"
-    if not prov_path.is_file():
-        print(
-            f"explain: {prov_path} not found; run the pipeline (snakemake --cores 1) or point "
-            "--results at a results directory",
-            file=sys.stderr,
-        )
-        return 2
-    record = json.loads(prov_path.read_text(encoding="utf-8"))
-    entries = record.get("entries", {})
-    found, candidates = find_entry(entries, entry_id)
-    if found is None:
-        what = (
-            "matches several ids"
-            if candidates and all(c.startswith(entry_id) for c in candidates)
-            else "is not a provenance id"
-        )
-        print(f"explain: {entry_id!r} {what}.", file=sys.stderr)
-        if candidates:
-            print("Did you mean:", file=sys.stderr)
-            shown = candidates[:MAX_CANDIDATES]
-            width = max(len(c) for c in shown)
-            for c in shown:
-                print(f"  {c:<{width}}  {entries[c].get('title', '')}", file=sys.stderr)
-            if len(candidates) > len(shown):
-                print(f"  … and {len(candidates) - len(shown)} more", file=sys.stderr)
-        print("List every id with: python -m slotbench explain --list", file=sys.stderr)
-        return 2
-    entry = entries[found]
-    status = 0
 
+def _print_head(found: str, entry: dict, out) -> None:
+    """What the entry is: its title, the value or row the report shows, its versions."""
     print(f"{found}  ({entry.get('kind')})", file=out)
     print(f"  {entry.get('title', '')}", file=out)
     metric = entry.get("metric")
@@ -168,6 +170,12 @@ def explain(entry_id: str, results: Path, columns: list[str] | None = None, out=
     print(f"  server build: {builds or 'not recorded'}", file=out)
     print(f"  config SHA-256: {entry.get('config_sha256') or 'not recorded'}", file=out)
 
+
+def _print_cells(record: dict, entry: dict, results: Path, out):
+    """The entry's cells with their metrics from cells.parquet (and a headline number's value
+    in each rep); returns the cells frame."""
+    import pandas as pd
+
     cells = pd.DataFrame(entry.get("cells", []))
     measured = None
     roles = cells["role"].value_counts().to_dict() if not cells.empty else {}
@@ -179,27 +187,33 @@ def explain(entry_id: str, results: Path, columns: list[str] | None = None, out=
     )
     summary = f": {summary}" if len(roles) > 1 else ""
     print(f"\ncells ({len(cells)}{summary}):", file=out)
-    if not cells.empty:
-        details = record.get("cells", {})
-        for f in ("position", "code_commit", "code_dirty", "server_build"):
-            cells[f] = [details.get(c, {}).get(f) for c in cells["cell"]]
-        cells_pq = results / "cells.parquet"
-        if cells_pq.is_file():
-            measured = pd.read_parquet(cells_pq)
-            keep = [c for c in CELL_KEYS + CELL_METRICS if c in measured]
-            # a control cell is not in cells.parquet, even when it shares a measured label
-            ok = cells["cell"].map(is_measured_label) & (cells["role"] != "control")
-            merged = (
-                cells[ok]
-                .astype({"rep": "int64", "arm": "int64"})
-                .merge(measured[keep], on=CELL_KEYS, how="left")
-            )
-            cells = pd.concat([merged, cells[~ok]], ignore_index=True) if (~ok).any() else merged
-        show = ["cell", "role", "position", *[c for c in CELL_METRICS if c in cells], "raw_sha256"]
-        _print_frame(cells[show], out)
-        if metric and measured is not None:
-            _print_per_rep(metric, cells, measured, out)
+    if cells.empty:
+        return cells
+    details = {c: cell_details(record, c) for c in set(cells["cell"])}
+    for f in ("position", "code_commit", "code_dirty", "server_build"):
+        cells[f] = [details[c].get(f) for c in cells["cell"]]
+    cells_pq = results / "cells.parquet"
+    if cells_pq.is_file():
+        measured = pd.read_parquet(cells_pq)
+        keep = [c for c in CELL_KEYS + CELL_METRICS if c in measured]
+        # a control cell is not in cells.parquet, even when it shares a measured label
+        ok = cells["cell"].map(is_measured_label) & (cells["role"] != "control")
+        merged = (
+            cells[ok]
+            .astype({"rep": "int64", "arm": "int64"})
+            .merge(measured[keep], on=CELL_KEYS, how="left")
+        )
+        cells = pd.concat([merged, cells[~ok]], ignore_index=True) if (~ok).any() else merged
+    show = ["cell", "role", "position", *[c for c in CELL_METRICS if c in cells], "raw_sha256"]
+    _print_frame(cells[show], out)
+    if entry.get("metric") and measured is not None:
+        _print_per_rep(entry["metric"], cells, measured, out)
+    return cells
 
+
+def _print_raw_files(entry: dict, results: Path, out) -> int:
+    """Each raw file checked against its recorded SHA-256 now; 1 when one changed or is gone."""
+    status = 0
     checks = verify_raw(entry, results)
     print(f"\nraw files ({len(checks)}), SHA-256 as recorded, checked now:", file=out)
     for c in checks:
@@ -215,25 +229,13 @@ def explain(entry_id: str, results: Path, columns: list[str] | None = None, out=
         else:
             status = 1
             print(f"  MISSING   {c['sha256']}  {c['path']} (not found)", file=out)
+    return status
 
-    req_path = results / "requests.parquet"
-    if not req_path.is_file():
-        print(f"\nrequests: {req_path} not found", file=out)
-        return 1
-    requests = pd.read_parquet(req_path)
-    wanted = columns or REQUEST_COLUMNS
-    unknown = [c for c in wanted if c not in requests and c != "role"]
-    if unknown:
-        print(
-            f"explain: no column {', '.join(unknown)} in {req_path}; columns: "
-            + ", ".join(requests.columns),
-            file=sys.stderr,
-        )
-        return 2
-    if cells.empty:
-        print("\nrequests (0)", file=out)
-        return status
-    rows, missing, others = entry_requests(cells, requests)
+
+def _print_requests(cells, req_path: Path, wanted: list[str], names: list[str], out) -> int:
+    """The request rows behind the cells; 1 when a cell has none."""
+    status = 0
+    rows, missing, others = entry_requests(cells, read_requests(req_path, cells, names, wanted))
     arms = ", ".join(
         f"{n} of {arm_name(arm)}"
         for arm, n in rows.groupby("arm").size().sort_index(ascending=False).items()
@@ -253,9 +255,65 @@ def explain(entry_id: str, results: Path, columns: list[str] | None = None, out=
         )
     if not rows.empty:
         _print_frame(rows[["role", *[c for c in wanted if c != "role"]]], out)
+    return status
+
+
+def explain(entry_id: str, results: Path, columns: list[str] | None = None, out=None) -> int:
+    """Print one entry and the raw requests behind it; 0 when every raw file still matches."""
+    import pyarrow.parquet as pq
+
+    out = out or sys.stdout
+    prov_path = results / "provenance.json"
+    if not prov_path.is_file():
+        print(
+            f"explain: {prov_path} not found; run the pipeline (snakemake --cores 1) or point "
+            "--results at a results directory",
+            file=sys.stderr,
+        )
+        return 2
+    record = json.loads(prov_path.read_text(encoding="utf-8"))
+    entries = record.get("entries", {})
+    found, candidates = find_entry(entries, entry_id)
+    if found is None:
+        return _unknown_id(entry_id, entries, candidates)
+    entry = resolved(record, entries[found])
+    _print_head(found, entry, out)
+    cells = _print_cells(record, entry, results, out)
+    status = _print_raw_files(entry, results, out)
+
+    req_path = results / "requests.parquet"
+    if not req_path.is_file():
+        print(f"\nrequests: {req_path} not found", file=out)
+        return 1
+    names = pq.read_schema(req_path).names
+    wanted = columns or REQUEST_COLUMNS
+    unknown = [c for c in wanted if c not in names and c != "role"]
+    if unknown:
+        print(
+            f"explain: no column {', '.join(unknown)} in {req_path}; columns: " + ", ".join(names),
+            file=sys.stderr,
+        )
+        return 2
+    if cells.empty:
+        print("\nrequests (0)", file=out)
+        return status
+    status = max(status, _print_requests(cells, req_path, wanted, names, out))
     if status:
         print("\nexplain: some raw data no longer matches the record (see above)", file=out)
     return status
+
+
+def read_requests(path: Path, cells, names: list[str], wanted: list[str]):
+    """The rows of requests.parquet an entry's cells can match: only their targets and arms,
+    only the columns printed and matched on (a big run's table is not read whole)."""
+    import pandas as pd
+
+    keep = [c for c in names if c in {*CELL_KEYS, "position", "request", "control", *wanted}]
+    filters = [("target", "in", sorted({str(t) for t in cells["target"].dropna()})),
+               ("arm", "in", sorted({int(a) for a in cells["arm"].dropna()}))]  # fmt: skip
+    if not all(values for _, _, values in filters):
+        return pd.read_parquet(path, columns=keep).iloc[0:0]
+    return pd.read_parquet(path, columns=keep, filters=filters)
 
 
 def entry_requests(cells, requests) -> tuple:

@@ -8,6 +8,10 @@ rep, so their entries name those serial cells too: a number is only auditable wi
 denominator. The record is written as results/provenance.json (sorted keys, stable order: the
 same inputs give the same bytes), and ``python -m slotbench explain ID`` prints the raw request
 rows behind one entry, checking each raw file against its recorded SHA-256 (no server needed).
+An entry cites its cells by set, once per role ("all cells of pacer, arm 256", the serial cells
+of the same reps), each set named once in the record by rule or, failing one, by id
+(slotbench.cellsets), so the record and the report stay small whatever the number of cells,
+and every id still resolves to its cells and their raw files' SHA-256s.
 
 Ids are short paths a person can type: ``headline/<target>/arm<N>/<metric>``,
 ``positions/<target>/arm<N>``, ``openloop/<target>/arm-<rate × 1000>`` (a rate arm's row),
@@ -23,9 +27,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from slotbench import cellsets
 from slotbench.cells import CELL_KEYS, SERIAL_ARM, arm_name, cell_label, label_key, parse_label
 
-SCHEMA = "slotbench.provenance/1"
+SCHEMA = "slotbench.provenance/2"
 # Ratios taken against the serial cell of the same rep (method rule 4): their cells include it.
 WITHIN_REP = ("speedup", "efficiency", "user_ratio", "ttft_ratio", "gen_gain", "pipelining")
 ABSOLUTE = ("agg_tps", "user_tps", "ttft_s")
@@ -51,6 +56,9 @@ METRIC_TITLES = {
 ROLES = (
     "arm", "deviant", "source", "control", "burst", "plateau", "serial-baseline", "comparison",
 )  # fmt: skip
+# The HTML page lists an entry's (or a table's) cells and raw files one by one up to this many
+# cells; past it, it names the sets they are (provenance.json and explain resolve them).
+LIST_LIMIT = 120
 CELL_FIELDS = ("position", "raw_file", "raw_sha256", "code_commit", "code_dirty", "server_build")
 def config_digest(cfg) -> str:
     """SHA-256 of the resolved config: the same settings give the same digest, whatever the
@@ -173,6 +181,7 @@ class CellIndex:
     def __init__(self, frame=None):
         self.cells: dict[str, dict] = {}
         self._reps: dict[tuple[str, str, int], dict] = {}
+        self._labels: dict[tuple, list[str]] = {}
         if frame is None or len(frame) == 0 or not all(k in frame for k in CELL_KEYS):
             return
         for rec in frame.to_dict("records"):
@@ -213,6 +222,12 @@ class CellIndex:
         return sorted({c["target"] for c in self.cells.values()})
 
     def labels(self, target=None, arm=None, run=None) -> list[str]:
+        key = (target, None if arm is None else int(arm), run)
+        if key not in self._labels:  # the table never changes: each selection is made once
+            self._labels[key] = self._select(*key)
+        return list(self._labels[key])
+
+    def _select(self, target, arm, run) -> list[str]:
         out = [
             label
             for label, c in self.cells.items()
@@ -317,38 +332,47 @@ def _versions_of(cells: list[dict]) -> tuple[list[dict], list[str]]:
     return code_list, builds
 
 
-def make_entry(ref: Ref, index: CellIndex, config_sha256: str | None) -> dict:
-    cells, infos = [], []
+def _groups(ref: Ref) -> list[tuple[str, list[str]]]:
+    """(role, labels) of a Ref's cells, roles in ROLES order."""
+    groups: dict[str, list[str]] = {}
+    for label, role in ref.cells:
+        groups.setdefault(role, []).append(label)
+    return sorted(groups.items(), key=lambda rl: (ROLES.index(rl[0]) if rl[0] in ROLES
+                                                  else len(ROLES), rl[0]))  # fmt: skip
+
+
+def listing(ref: Ref, index: CellIndex) -> tuple[list[dict], list[dict]]:
+    """A Ref's cells one by one (cell, target, run, rep, arm, role, raw_sha256) and its raw
+    files (path, sha256), as ``cellsets.entry_cells`` / ``entry_raw_files`` resolve them."""
+    cells, raw = [], set()
     for label, role in ref.cells:
         info = index.info(label)
-        infos.append(info)
-        cells.append(
-            {
-                "cell": label,
-                "target": info.get("target"),
-                "run": info.get("run"),
-                "rep": info.get("rep"),
-                "arm": info.get("arm"),
-                "role": role,
-                "raw_sha256": info.get("raw_sha256"),
-            }
-        )
-    raw = {
-        (i.get("raw_file"), i.get("raw_sha256"))
-        for i in infos
-        if i.get("raw_file") is not None or i.get("raw_sha256") is not None
-    }
-    code, builds = _versions_of([i for i in infos if "raw_sha256" in i])
+        cells.append({"cell": label, **{k: info.get(k) for k in ("target", "run", "rep", "arm")},
+                      "role": role, "raw_sha256": info.get("raw_sha256")})  # fmt: skip
+        if info.get("raw_file") is not None or info.get("raw_sha256") is not None:
+            raw.add((info.get("raw_file"), info.get("raw_sha256")))
+    raw_files = [{"path": p, "sha256": s} for p, s in sorted(raw, key=lambda ps: tuple(map(str, ps)))]
+    return cells, raw_files
+
+
+def make_entry(ref: Ref, index: CellIndex, config_sha256: str | None,
+               sets: cellsets.SetNamer) -> dict:  # fmt: skip
+    """One entry: what is shown where, its cells cited by set (one per role), how many cells
+    and raw files they are, and the code, server builds and config behind them."""
+    infos = {label: index.info(label) for label, _ in ref.cells}
+    raw = {(i.get("raw_file"), i.get("raw_sha256")) for i in infos.values()
+           if i.get("raw_file") is not None or i.get("raw_sha256") is not None}  # fmt: skip
+    code, builds = _versions_of([i for i in infos.values() if "raw_sha256" in i])
     entry = {
         "id": ref.id,
         "kind": ref.kind,
         "title": ref.title,
         "anchor": ref.anchor or None,
         "parent": ref.parent or None,
-        "cells": cells,
-        "raw_files": [
-            {"path": p, "sha256": s} for p, s in sorted(raw, key=lambda ps: tuple(map(str, ps)))
-        ],
+        "cells": [{"role": role, "set": sets.name(labels), "n_cells": len(labels)}
+                  for role, labels in _groups(ref)],  # fmt: skip
+        "n_cells": len(ref.cells),
+        "n_raw_files": len(raw),
         "code": code,
         "server_builds": builds,
         "config_sha256": config_sha256,
@@ -360,13 +384,37 @@ def make_entry(ref: Ref, index: CellIndex, config_sha256: str | None) -> dict:
     return entry
 
 
+def entry_view(entry: dict, record: dict, listed: tuple | None) -> dict:
+    """An entry as the HTML page shows it: ``roles`` (role -> cells), and either ``cells`` and
+    ``raw_files`` listed one by one (``listed``, from :func:`listing`) or ``sets``, the titles
+    of the sets it cites."""
+    roles: dict[str, int] = {}
+    for group in entry["cells"]:
+        roles[group["role"]] = roles.get(group["role"], 0) + group["n_cells"]
+    view = {**entry, "roles": roles, "cells": None, "raw_files": None, "sets": None}
+    if listed is not None:
+        return view | {"cells": listed[0], "raw_files": listed[1]}
+    sets = record["sets"]
+    return view | {"sets": [(g["role"], set_title(sets, g["set"])) for g in entry["cells"]]}
+
+
+def set_title(sets: dict, set_id: str) -> str:
+    """A set in words: its rule's title, or how many cells it lists, with its id."""
+    spec = sets[set_id]
+    if "title" in spec:
+        return f"{spec['title']} ({set_id})"
+    return f"{spec['n_cells']:,} cells ({set_id})"
+
+
 def build_record(refs: list[Ref], index: CellIndex, config_sha256: str | None) -> dict:
-    """The provenance record: every entry by id, the cells they name, the config digest."""
+    """The provenance record: every entry by id, citing its cells by set; the sets; every rep
+    of the cells table (raw file, SHA-256, versions, its arms' positions); the config digest."""
     entries: dict[str, dict] = {}
+    sets = cellsets.SetNamer(index)
     for ref in refs:
         if ref.id in entries:
             raise ValueError(f"provenance: the id {ref.id!r} is used twice in the report")
-        entries[ref.id] = make_entry(ref, index, config_sha256)
+        entries[ref.id] = make_entry(ref, index, config_sha256, sets)
     children: dict[str, list[str]] = {}
     for ref in refs:
         if ref.parent:
@@ -374,11 +422,11 @@ def build_record(refs: list[Ref], index: CellIndex, config_sha256: str | None) -
     for parent, kids in children.items():
         if parent in entries:
             entries[parent]["children"] = kids
-    used = sorted({c["cell"] for e in entries.values() for c in e["cells"]}, key=label_key)
     return {
         "schema": SCHEMA,
         "config_sha256": config_sha256,
-        "cells": {label: index.info(label) for label in used},
+        "reps": cellsets.reps_record(index),
+        "sets": sets.sets,
         "entries": entries,
     }
 

@@ -147,7 +147,8 @@ def build_document(data: ReportData) -> tuple[list, dict]:
     digest = None if data.config is None else prov.config_digest(data.config)
     record = prov.build_record(refs, index, digest)
     blocks += config_blocks(data.config, digest)
-    blocks += provenance_blocks(record, [ref.id for ref in refs])
+    listed = {ref.id: prov.listing(ref, index) for ref in refs if len(ref.cells) <= prov.LIST_LIMIT}
+    blocks += provenance_blocks(record, [ref.id for ref in refs], listed)
     blocks += raw_files_blocks(index)
     return blocks, record
 

@@ -13,17 +13,15 @@ from slotbench.fmt import DASH, code_text, count
 from slotbench.report import blocks as kinds
 
 
-def _roles_text(cells: list[dict]) -> str:
-    counts: dict[str, int] = {}
-    for c in cells:
-        counts[c["role"]] = counts.get(c["role"], 0) + 1
+def _roles_text(counts: dict[str, int]) -> str:
+    n = sum(counts.values())
     if len(counts) <= 1:
-        return count(len(cells), "cell")
+        return count(n, "cell")
     order = sorted(
         counts, key=lambda r: prov.ROLES.index(r) if r in prov.ROLES else len(prov.ROLES)
     )
     detail = ", ".join(f"{counts[role]} {role}" for role in order)
-    return f"{count(len(cells), 'cell')} ({detail})"
+    return f"{count(n, 'cell')} ({detail})"
 
 
 def _versions_text(entry: dict) -> str:
@@ -119,6 +117,8 @@ def render_html(blocks: list, title: str = "slotbench report") -> str:
         elif isinstance(b, kinds.Sources):
             cells = ", ".join(f"<code>{e(c)}</code>" for c in b.cells) or "none"
             hashes = "".join(f"<li><code>{e(h)}</code></li>" for h in b.hashes)
+            if len(b.cells) > prov.LIST_LIMIT:  # named, not listed: the page stays small
+                cells, hashes = _named_sources(b)
             if b.prov:
                 out.append(
                     f'<p class="provenance"><a href="#prov-{e(b.prov)}">provenance: '
@@ -143,6 +143,17 @@ def render_html(blocks: list, title: str = "slotbench report") -> str:
     )
 
 
+def _named_sources(b: kinds.Sources) -> tuple[str, str]:
+    """(cells, raw files) of a Sources block too long to list: what they are, and where the
+    full lists are."""
+    e = html.escape
+    where = (f"<code>python -m slotbench explain {e(b.prov)}</code> lists them" if b.prov
+             else "provenance.json lists them")  # fmt: skip
+    return (f"{e(b.scope or count(len(b.cells), 'cell'))}; {where}",
+            f"<li>{count(len(b.hashes), 'raw file')}, one per rep; {where} with their "
+            "SHA-256s</li>")  # fmt: skip
+
+
 def _html_provenance_entry(entry: dict) -> str:
     e = html.escape
     eid = entry["id"]
@@ -164,17 +175,23 @@ def _html_provenance_entry(entry: dict) -> str:
         if kids
         else ""
     )
-    cells = ", ".join(
-        f"<code>{e(c['cell'])}</code>" + ("" if c["role"] == "source" else f" ({e(c['role'])})")
-        for c in entry["cells"]
-    )
-    raw = "".join(
-        f"<li><code>{e(str(r['sha256']))}</code> {e(str(r['path']))}</li>"
-        for r in entry["raw_files"]
-    )
-    n_raw = len(entry["raw_files"])
+    if entry["cells"] is None:  # named by set: explain lists them
+        cells = "; ".join(f"{e(title)}" + ("" if role == "source" else f" ({e(role)})")
+                          for role, title in entry["sets"])  # fmt: skip
+        raw = (f"<li>one per rep of these cells, {count(entry['n_raw_files'], 'raw file')}: "
+               f"<code>python -m slotbench explain {e(eid)}</code> lists and checks them</li>")
+    else:
+        cells = ", ".join(
+            f"<code>{e(c['cell'])}</code>" + ("" if c["role"] == "source" else f" ({e(c['role'])})")
+            for c in entry["cells"]
+        )
+        raw = "".join(
+            f"<li><code>{e(str(r['sha256']))}</code> {e(str(r['path']))}</li>"
+            for r in entry["raw_files"]
+        )
     details = (
-        f"<details><summary>{e(_roles_text(entry['cells']))}, {count(n_raw, 'raw file')}"
+        f"<details><summary>{e(_roles_text(entry['roles']))}, "
+        f"{count(entry['n_raw_files'], 'raw file')}"
         f"</summary><p>Cells: {cells or 'none'}</p><p>Raw-file SHA-256:</p><ul>{raw}</ul>"
         "</details>"
     )

@@ -156,8 +156,10 @@ def config_blocks(resolved_config, config_sha256) -> list:
     ]
 
 
-def provenance_blocks(record: dict, order: list[str]) -> list:
-    entries = record["entries"]
+def provenance_blocks(record: dict, order: list[str], listed: dict | None = None) -> list:
+    """The provenance section; ``listed`` maps the ids whose cells the page lists one by one
+    to (cells, raw files) (provenance.listing), the others name their sets."""
+    entries, listed = record["entries"], listed or {}
     example = next((i for i in order if entries[i]["kind"] == "table-cell"),
                    next(iter(order), "ID"))  # fmt: skip
     digest = record.get("config_sha256") or "not recorded"
@@ -173,8 +175,30 @@ def provenance_blocks(record: dict, order: list[str]) -> list:
             "provenance.json next to this report; `python -m slotbench explain ID` prints the "
             "raw request rows behind an id and checks each raw file against its recorded SHA-256."
         ),
-        ProvenanceIndex(tuple(entries[i] for i in order)),
+        ProvenanceIndex(tuple(prov.entry_view(entries[i], record, listed.get(i)) for i in order)),
     ]
+
+
+# The appendix lists each raw file up to this many; past it, one row per target and run (every
+# file and its SHA-256 stay in provenance.json, under reps).
+RAW_LIST_LIMIT = 200
+
+
+def _raw_files_by_run(by_file: dict) -> list:
+    """The appendix of a run too big to list file by file: each target and run's raw files."""
+    runs: dict[tuple, list[int]] = {}
+    for target, run, rep, _path, _sha in by_file:
+        runs.setdefault((target, run), []).append(int(rep))
+    rows = [[t, r, f"{len(reps):,}", f"rep{min(reps)} to rep{max(reps)}"]
+            for (t, r), reps in sorted(runs.items())]  # fmt: skip
+    return [
+        Heading(2, "Cells and raw files"),
+        Paragraph(f"Every cell above comes from one of these {count(len(by_file), 'raw file')}, "
+                  "each checked against the SHA-256 recorded when it was written. Too many to "
+                  "list here: provenance.json names each with its SHA-256 (under reps), and "
+                  "`python -m slotbench explain ID` lists and checks those behind any id."),
+        Table("Raw files", ["target", "run", "raw files", "reps"], rows),
+    ]  # fmt: skip
 
 
 def raw_files_blocks(index: prov.CellIndex) -> list:
@@ -185,6 +209,8 @@ def raw_files_blocks(index: prov.CellIndex) -> list:
         key = (info["target"], info["run"], info["rep"], info.get("raw_file"),
                info.get("raw_sha256"))  # fmt: skip
         by_file.setdefault(key, []).append(f"arm{info['arm']}")
+    if len(by_file) > RAW_LIST_LIMIT:
+        return _raw_files_by_run(by_file)
     arm_sets = {", ".join(arms) for arms in by_file.values()}
     same = len(arm_sets) == 1  # every rep holds the same arms: say so once
     rows = [[str(path), "n/a" if missing(sha) else str(sha), *([] if same else [", ".join(arms)])]
