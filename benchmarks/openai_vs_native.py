@@ -5,10 +5,10 @@ backend, ``POST /completion``) and one openai cell (``POST /v1/completions``) ba
 alternating which goes first. A cell is ``concurrency`` requests all in flight at once, with
 ``ignore_eos`` so that both produce exactly ``num_predict`` tokens per request, distinct nonce
 prompts of equal token length, and the same sampling seeds. Each cell's aggregate throughput is
-tokens / wall (first request sent → last request done, as in DESIGN.md); each round gives one
-ratio openai / native, and the median ratio across rounds is the answer. Interleaving makes the
-comparison robust to drift: on 2 CPU cores run-to-run noise is up to ±15%, but two cells that
-follow each other within seconds see the same machine.
+tokens / wall (first request sent → last request done, as in docs/method.md#metrics); each
+round gives one ratio openai / native, and the median ratio across rounds is the answer.
+Interleaving makes the comparison robust to drift: on 2 CPU cores run-to-run noise is up to
+±15%, but two cells that follow each other within seconds see the same machine.
 
     .venv/bin/python benchmarks/openai_vs_native.py --rounds 10 --num-predict 128
 """
@@ -92,8 +92,8 @@ def compare(url: str, rounds: int, num_predict: int = 128, concurrency: int = 4,
     needed = (rounds + 1) * 3 * concurrency
     count = pair["native"].count_tokens
     plan = run_plan("bench", "run1", [1], needed, seed, template, 6, count)
-    cell = make_rep_plan(plan, 1, count, warmup_requests=0)["cells"][0]
-    texts = iter(r["prompt"] for r in cell["requests"])
+    rep = make_rep_plan(plan, 1, count)  # the warm-up's prompt, then the cell's: all distinct
+    texts = iter(r["prompt"] for r in rep["warmup"] + rep["cells"][0]["requests"])
     seeds = [seed + i for i in range(concurrency)]  # the same seeds in every cell
 
     for name in ("native", "openai"):  # warm-up, not measured

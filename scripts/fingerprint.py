@@ -4,7 +4,7 @@ from slotbench.entry import fail, progress_log
 from slotbench.fingerprint import fingerprint
 from slotbench.rawfiles import write_json_atomic
 from slotbench.server import ServerError
-from slotbench.backends import BackendError
+from slotbench.backends import PROBE_TIMEOUT_S, BackendError
 from slotbench.targets import connect
 
 
@@ -14,7 +14,7 @@ def main(sm) -> None:
                 "seed": sm.params.seed}
     with progress_log(sm.log.progress) as log:
         try:
-            with connect(sm.params.target, sm.log.server, 30, run=run) as conn:
+            with connect(sm.params.target, sm.log.server, PROBE_TIMEOUT_S, run=run) as conn:
                 data = fingerprint(conn, target, run, recorded)
         except (ServerError, BackendError) as exc:
             fail(f"target {target}, run {run}, fingerprint: {exc}", log)

@@ -1,7 +1,7 @@
 """Rule plan: a run's prompt calibration (the prompt's length in tokens, by the server's own
 tokenizer). Each rep derives its own order, nonces and prompts from it (slotbench.plan)."""
 
-from slotbench.backends import BackendError
+from slotbench.backends import PROBE_TIMEOUT_S, BackendError
 from slotbench.entry import fail, progress_log
 from slotbench.plan import run_plan
 from slotbench.rawfiles import write_json_atomic
@@ -14,7 +14,7 @@ def main(sm) -> None:
     p = sm.params
     with progress_log(sm.log.progress) as log:
         try:
-            with connect(p.target, sm.log.server, 30, run=sm.wildcards.run) as conn:
+            with connect(p.target, sm.log.server, PROBE_TIMEOUT_S, run=sm.wildcards.run) as conn:
                 plan = run_plan(
                     target, run, list(p.arms), p.requests_per_cell, p.seed,
                     p.prompt["template"], p.prompt["nonce_digits"],

@@ -4,14 +4,13 @@ from pathlib import Path
 
 from slotbench.archive import dump_config
 from slotbench.entry import progress_log
+from slotbench.rawfiles import write_text_atomic
 
 
 def main(sm) -> None:
     with progress_log(sm.log[0]) as log:
         out = Path(sm.output.config)
-        tmp = out.with_name(f".{out.name}.tmp")
-        tmp.write_text(dump_config(dict(sm.params.config)), encoding="utf-8")
-        tmp.replace(out)
+        write_text_atomic(out, dump_config(dict(sm.params.config)))
         print(f"resolved_config: {out}", file=log)
 
 

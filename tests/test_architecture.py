@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
 PACKAGE = SCRIPTS / "slotbench"
 
-# measurement -> tables -> checks and statistics -> figures -> report -> archive (DESIGN.md)
+# measurement -> tables -> checks and statistics -> figures -> report -> archive
+# (docs/architecture.md#layers)
 LAYERS = [
     ("vocabulary", {"slotbench", "slotbench.cells", "slotbench.fmt", "slotbench.entry",
                     "slotbench.code"}),
@@ -29,9 +30,11 @@ LAYERS = [
                      "slotbench.fingerprint", "slotbench.sampler", "slotbench.hostload",
                      "slotbench.smkstate", "slotbench.matrix", "slotbench.resources",
                      "slotbench.loadgen", "slotbench.clients", "slotbench.runserver"}),
-    ("tables", {"slotbench.consolidate", "slotbench.crosscheck", "slotbench.openloop"}),
-    ("checks and statistics", {"slotbench.stats", "slotbench.analyse", "slotbench.checks",
-                               "slotbench.capacity", "slotbench.across", "slotbench.ratearms"}),
+    # stats sits with the tables: consolidation takes its per-cell median and quantiles
+    ("tables", {"slotbench.consolidate", "slotbench.crosscheck", "slotbench.openloop",
+                "slotbench.stats"}),
+    ("checks and statistics", {"slotbench.analyse", "slotbench.checks", "slotbench.capacity",
+                               "slotbench.across", "slotbench.ratearms"}),
     ("figures", {"slotbench.figures", "slotbench.figures_open"}),
     ("report", {"slotbench.report", "slotbench.provenance", "slotbench.cellsets",
                 "slotbench.explain"}),

@@ -161,3 +161,15 @@ def test_the_compare_rule_passes_its_declared_fields_on(tmp_path, declare, refus
     rec = json.loads((out / "compare.json").read_text())["targets"]["t"]
     assert (rec["refusal"] is not None) == refused
     assert "model.sha256" in (rec["guarded"] if refused else rec["differences"])
+
+
+def test_the_command_and_the_rule_take_one_set_of_defaults():
+    """The command's resamples, level and seed are what the compare rule passes on a default
+    config (analysis.bootstrap, analysis.ci, seed): the same inputs give the same intervals."""
+    from slotbench.config import resolve
+
+    cfg = resolve({})
+    assert compare.defaults() == {"n_boot": cfg["analysis"]["bootstrap"],
+                                  "ci": cfg["analysis"]["ci"], "seed": cfg["seed"]}
+    a, b = side("A", ratios(seed=1)), side("B", ratios(seed=2))
+    assert compare.compare(a, b) == compare.compare(a, b, **compare.defaults())

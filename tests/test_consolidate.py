@@ -1,4 +1,5 @@
-"""Consolidation: DESIGN.md's per-cell metrics from raw requests, explicit schemas, provenance."""
+"""Consolidation: the per-cell metrics of docs/method.md#metrics from raw requests, explicit
+schemas, provenance."""
 
 import json
 import shutil

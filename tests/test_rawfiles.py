@@ -27,6 +27,27 @@ def test_raw_json_never_holds_nan_or_infinity(tmp_path):
     assert rawfiles.verify_raw_file(tmp_path / "rep1.json", tmp_path / "rep1.json.sha256") == digest
 
 
+def test_one_cleaner_readies_every_json_the_pipeline_writes(tmp_path):
+    """rawfiles.plain cleans raw files, verdicts (checks.base.plain: keys as strings) and the
+    provenance record alike: NaN, infinity, pandas' NA and NaT to null, numpy scalars to
+    Python ones, tuples to lists; a raw file's int keys keep their (numeric) order."""
+    import numpy as np
+    import pandas as pd
+
+    from slotbench import provenance
+    from slotbench.checks.base import plain as verdict_plain
+
+    value = {"a": np.float64("nan"), "b": [np.float64("-inf"), (np.int64(3), pd.NA)],
+             7: pd.NaT, "c": np.bool_(True), "d": np.float32(0.5)}
+    cleaned = {"a": None, "b": [None, [3, None]], 7: None, "c": True, "d": 0.5}
+    assert rawfiles.plain(value) == cleaned
+    assert [type(v) for v in (cleaned["c"], cleaned["d"])] == [bool, float]
+    assert verdict_plain(value) == {("7" if k == 7 else k): v for k, v in cleaned.items()}
+    assert provenance.plain is rawfiles.plain
+    assert rawfiles.json_bytes({"arms": {2: 1.5, 16: float("inf")}}) == (
+        b'{\n "arms": {\n  "2": 1.5,\n  "16": null\n }\n}\n')
+
+
 def _ledger(tmp_path, n=2):
     paths = [str(tmp_path / f"rep{i}.json") for i in range(1, n + 1)]
     for p in paths:

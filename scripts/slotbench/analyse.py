@@ -1,7 +1,8 @@
 """Within-rep ratios and per-arm summaries: the numbers the report quotes.
 
-Every ratio is taken against the serial arm of the *same* rep (method rule 4), so slow drift
-across reps (thermal decay, background load) cancels instead of leaking into the comparison.
+Every ratio is taken against the serial arm of the *same* rep
+(docs/method.md#within-rep-ratios), so slow drift across reps (thermal decay, background load)
+cancels instead of leaking into the comparison.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def headline_cells(cells: pd.DataFrame) -> pd.DataFrame:
 
 
 def cell_ratios(cells: pd.DataFrame) -> pd.DataFrame:
-    """Each cell's ratios against its own rep's serial cell (method rule 4).
+    """Each cell's ratios against its own rep's serial cell (docs/method.md#within-rep-ratios).
 
     gen_gain is what the generation stage delivered across the arm's streams; pipelining is the
     part of the aggregate speedup that batching does not explain (prefill/decode overlap).

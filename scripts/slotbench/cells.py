@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 CELL_KEYS = ["target", "run", "rep", "arm"]
-# The queueing control every within-rep ratio divides by (method rules 1 and 4).
+# The queueing control every within-rep ratio divides by (docs/method.md#arms and
+# docs/method.md#within-rep-ratios).
 SERIAL_ARM = 1
 
 

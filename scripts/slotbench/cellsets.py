@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 
-from slotbench.cells import arm_name, label_key, parse_label
+from slotbench.cells import arm_name, label_key
 
 RULE_KEYS = ("target", "run", "arm", "position")
 REP_FIELDS = ("raw_file", "raw_sha256", "code_commit", "code_dirty", "server_build")
@@ -165,17 +165,13 @@ def reps_record(index) -> dict:
 def cell_info(record: dict, label: str) -> dict:
     """What the record says of a cell (as CellIndex.info does): target, run, rep, arm, position
     and its rep's raw file, SHA-256, code and server build."""
-    try:
-        target, run, rep, arm = parse_label(label)
-    except ValueError:
-        from slotbench.provenance import rep_of
+    from slotbench.provenance import label_fields  # provenance imports this module
 
-        found = rep_of(label)
-        if found is None:
-            return {"target": None, "run": None, "rep": None, "arm": None}
-        (target, run, rep), arm = found, None
-    info = {"target": target, "run": run, "rep": rep, "arm": arm}
-    held = (record.get("reps") or {}).get(f"{target}/{run}/rep{rep}")
+    info = label_fields(label)
+    if info["target"] is None:
+        return info
+    arm = info["arm"]
+    held = (record.get("reps") or {}).get(f"{info['target']}/{info['run']}/rep{info['rep']}")
     if held is None:
         return info
     info |= {f: held.get(f) for f in REP_FIELDS}

@@ -16,6 +16,7 @@ threads …) is named, since it is usually the change being compared.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import sys
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from slotbench import stats
 from slotbench.archive import ArchiveError, verify
@@ -110,15 +112,19 @@ def differences(a: dict, b: dict, declared: tuple = ()) -> tuple[list[str], list
     return guarded, named
 
 
-def _diff_interval(a: np.ndarray, b: np.ndarray, n_boot: int, ci: float, seed: int) -> tuple:
-    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
-    if not len(a) or not len(b):
-        return (np.nan,) * 3
-    ra = np.median(a[stats.resample_indices(len(a), n_boot, seed)], axis=1)
-    rb = np.median(b[stats.resample_indices(len(b), n_boot, seed + 1)], axis=1)
-    tail = (1 - ci) / 2 * 100
-    lo, hi = np.percentile(rb - ra, [tail, 100 - tail])
-    return float(np.median(b) - np.median(a)), float(lo), float(hi)
+@functools.cache
+def _schema_defaults() -> tuple[int, float, int]:
+    path = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
+    schema = yaml.safe_load(path.read_text(encoding="utf-8"))["properties"]
+    analysis = schema["analysis"]["properties"]
+    return analysis["bootstrap"]["default"], analysis["ci"]["default"], schema["seed"]["default"]
+
+
+def defaults() -> dict:
+    """A comparison's resamples, interval level and seed unless told otherwise: the config's
+    own defaults (analysis.bootstrap, analysis.ci and seed in config/schema.yaml), which the
+    compare rule passes on a default config, so the command and the rule agree."""
+    return dict(zip(("n_boot", "ci", "seed"), _schema_defaults()))
 
 
 def verdict(lo: float, hi: float, higher_better: bool, detected: bool = True) -> str | None:
@@ -132,10 +138,15 @@ def verdict(lo: float, hi: float, higher_better: bool, detected: bool = True) ->
     return FASTER if better else SLOWER
 
 
-def compare(a: Side, b: Side, n_boot: int = 2000, ci: float = 0.95, seed: int = 0,
-            declared: tuple = ()) -> dict:  # fmt: skip
+def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None,
+            seed: int | None = None, declared: tuple = ()) -> dict:  # fmt: skip
     """Per target in both: the refusal (or None), the fingerprint differences and one row per
-    (arm, metric) with A, B, B − A [interval], B / A, the verdict and the cells of both sides."""
+    (arm, metric) with A, B, B − A [interval], B / A, the verdict and the cells of both sides.
+    n_boot, ci and seed left None take :func:`defaults`."""
+    d = defaults()
+    n_boot = d["n_boot"] if n_boot is None else n_boot
+    ci = d["ci"] if ci is None else ci
+    seed = d["seed"] if seed is None else seed
     out = {"a": a.name, "b": b.name, "ci": ci, "declared": list(declared), "targets": {}}
     targets = sorted(set(a.ratios["target"].astype(str)) & set(b.ratios["target"].astype(str)))
     for target in targets:
@@ -157,7 +168,7 @@ def compare(a: Side, b: Side, n_boot: int = 2000, ci: float = 0.95, seed: int = 
                 if (arm == SERIAL_ARM and metric not in ABSOLUTE) or metric not in ca:
                     continue
                 va, vb = ca[metric].to_numpy(float), cb[metric].to_numpy(float)
-                diff, lo, hi = _diff_interval(va, vb, n_boot, ci, seed)
+                diff, lo, hi = stats.median_diff_ci(va, vb, n_boot, ci, seed)
                 med_a, med_b = stats.median(va), stats.median(vb)
                 rows.append({
                     "arm": arm, "metric": metric, "label": label, "a": med_a, "b": med_b,
@@ -257,7 +268,7 @@ def plot(result: dict, sides: tuple[Side, Side], path: Path) -> None:
                 r = side.ratios[side.ratios["target"].astype(str) == target]
                 if r.empty or metric not in r:
                     continue
-                med = r.groupby("arm")[metric].median()
+                med = r.groupby("arm")[metric].agg(stats.median)
                 ax.plot(med.index, med.values, marker="o", color=colour, label=label)
                 ax.scatter(r["arm"], r[metric], s=8, color=colour, alpha=0.4)
             ax.set_xscale("log", base=2)
@@ -295,15 +306,21 @@ def main_compare(argv: list[str]) -> int:
     parser.add_argument("--out", default="results/compare", help="where to write (results/compare)")
     parser.add_argument("--declare", action="append", default=[], metavar="FIELD",
                         help=f"a fingerprint field that is meant to differ; one of {', '.join(GUARDED)}")
-    parser.add_argument("--bootstrap", type=int, default=2000)
-    parser.add_argument("--ci", type=float, default=0.95)
+    d = defaults()
+    parser.add_argument("--bootstrap", type=int, default=d["n_boot"],
+                        help=f"bootstrap resamples ({d['n_boot']}, as analysis.bootstrap)")
+    parser.add_argument("--ci", type=float, default=d["ci"],
+                        help=f"interval level ({d['ci']}, as analysis.ci)")
+    parser.add_argument("--seed", type=int, default=d["seed"],
+                        help=f"the bootstrap's seed ({d['seed']}, as the config's seed)")
     args = parser.parse_args(argv)
     try:
         sides = (load_side(args.a), load_side(args.b))
     except (ArchiveError, FileNotFoundError, ValueError) as exc:
         print(f"compare: {exc}", file=sys.stderr)
         return 1
-    result = compare(*sides, n_boot=args.bootstrap, ci=args.ci, declared=tuple(args.declare))
+    result = compare(*sides, n_boot=args.bootstrap, ci=args.ci, seed=args.seed,
+                     declared=tuple(args.declare))
     written = write(result, sides, args.out)
     for target, rec in result["targets"].items():
         counts = pd.Series([r["verdict"] or "refused" for r in rec["rows"]]).value_counts()

@@ -18,8 +18,9 @@ import pyarrow.parquet as pq
 
 from .cells import mean_at_once, most_at_once
 from .crosscheck import crosscheck
-from .openloop import open_metrics, quantile
+from .openloop import open_metrics
 from .rawfiles import RAW_SCHEMA, RawFileChanged, read_json, sha256_file, verify_raw_file
+from .stats import cell_median, cell_quantile
 
 SCHEMA_VERSION = "3"  # 3: the client process columns of cells and requests
 
@@ -177,17 +178,9 @@ def request_rows(raw: dict, raw_file: str) -> list[dict]:
     return rows
 
 
-def _median(values: list) -> float:
-    """The median of the finite values, as pandas takes it (NaN when there are none)."""
-    vals = sorted(v for v in values if v is not None and math.isfinite(v))
-    if not vals:
-        return np.nan
-    mid = len(vals) // 2
-    return float(vals[mid]) if len(vals) % 2 else float((vals[mid - 1] + vals[mid]) / 2)
-
-
 def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
-    """DESIGN.md's per-cell metrics from the cell's request rows (a frame or row dicts).
+    """The per-cell metrics of docs/method.md#metrics, from the cell's request rows (a frame or
+    row dicts).
 
     Plain Python over the rows: at a million requests this runs for every one of ~250,000
     cells, where per-cell pandas operations cost milliseconds each."""
@@ -222,10 +215,10 @@ def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
         "tokens_out": tokens_out,
         "wall_s": wall_s,
         "agg_tps": tokens_out / wall_s if wall_s > 0 else np.nan,
-        "user_tps": _median(per_user),
-        "ttft_s": _median(ttft),
-        "ttft_p95_s": quantile(ttft, 0.95),
-        "ttft_p99_s": quantile(ttft, 0.99),
+        "user_tps": cell_median(per_user),
+        "ttft_s": cell_median(ttft),
+        "ttft_p95_s": cell_quantile(ttft, 0.95),
+        "ttft_p99_s": cell_quantile(ttft, 0.99),
         "t_start_s": float(t_start),
         # how many requests the server generated for at once: at most, and time-weighted over
         # the time any was generating (fewer than the arm when the server queues the rest)

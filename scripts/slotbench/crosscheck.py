@@ -1,4 +1,4 @@
-"""A server's numbers are evidence, not truth (method rule 11).
+"""A server's numbers are evidence, not truth (docs/method.md#server-numbers-are-evidence).
 
 Every request's server-reported output tokens and generation time are checked against what the
 client saw of the same request: the chunks of text it received, when the first and the last of

@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from slotbench import cellsets
+from slotbench import cellsets, stats
 from slotbench.cells import CELL_KEYS, arm_name, label_key, parse_label
 from slotbench.fmt import code_text
 from slotbench.provenance import ABSOLUTE, ROLES, WITHIN_REP, is_measured_label
@@ -120,7 +120,7 @@ def _print_per_rep(metric: dict, cells, measured, out) -> None:
         return
     print(
         f"\n{name} in each rep, from these cells (the report quotes the median across reps: "
-        f"{values[name].median():.4g}):",
+        f"{stats.median(values[name]):.4g}):",
         file=out,
     )
     _print_frame(values, out)

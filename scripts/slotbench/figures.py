@@ -18,6 +18,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from slotbench import stats  # noqa: E402
 from slotbench.across import common_arm, ordered  # noqa: E402
 from slotbench.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes  # noqa: E402
 from slotbench.analyse import position_medians  # noqa: E402
@@ -61,8 +62,9 @@ CAPTIONS = {
     ),
     "positions": (
         "Each arm's median aggregate tok/s at each position it occupied in the rotated order "
-        "(runs pooled). Flat lines mean the order did not bias the arm; the widest relative "
-        "spread is the rotation bias the report checks against its threshold."
+        "(runs pooled). Flat lines mean the order did not bias the arm; the position effect "
+        "(best position over worst, reps and arms accounted for) is what the report checks "
+        "against its threshold."
     ),
     "timeline": (
         "Aggregate tok/s of every cell against its start time, relative to the target's first "
@@ -127,12 +129,10 @@ def _strip_with_median(ax, frame, value, arms, *, offset, colour, label, marker=
         vals = frame.loc[frame["arm"] == arm, value].dropna().to_numpy(dtype=float)
         if vals.size == 0:
             continue
-        jitter = rng.uniform(-0.06, 0.06, vals.size)
-        ax.scatter(
-            i + offset + jitter, vals, s=12, alpha=0.45, color=colour, marker=marker, linewidths=0
-        )
+        ax.scatter(i + offset + rng.uniform(-0.06, 0.06, vals.size), vals, s=12, alpha=0.45,
+                   color=colour, marker=marker, linewidths=0)
         xs.append(i + offset)
-        medians.append(float(np.median(vals)))
+        medians.append(stats.median(vals))
     if xs:
         ax.plot(xs, medians, color=colour, marker=marker, markersize=8, linewidth=1.5, label=label)
     ax.set_xticks(range(len(arms)))

@@ -1,4 +1,5 @@
-"""What the rest of the machine was doing during a rep (method rule 12): a sampler source.
+"""What the rest of the machine was doing during a rep (docs/method.md#host-contention): a
+sampler source.
 
 A benchmark shares its machine with everything else on it. Every sample says how much CPU the
 machine spent in the sample's interval, split into the target server (the managed server's

@@ -14,22 +14,11 @@ from __future__ import annotations
 import math
 
 from .cells import mean_at_once
+from .stats import cell_quantile
 
 def _num(r: dict, key: str):
     v = r.get(key)
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else v
-
-
-def quantile(values: list, q: float) -> float:
-    """The q quantile of the finite values, interpolated linearly between order statistics
-    (numpy's default); NaN when there are none. Plain Python: it runs once per cell."""
-    vals = sorted(v for v in values if v is not None and math.isfinite(v))
-    if not vals:
-        return math.nan
-    pos = q * (len(vals) - 1)
-    low = int(pos)
-    high = min(low + 1, len(vals) - 1)
-    return float(vals[low] + (vals[high] - vals[low]) * (pos - low))
 
 
 def open_metrics(rows: list[dict], spec: dict | None) -> dict:
@@ -63,5 +52,5 @@ def open_metrics(rows: list[dict], spec: dict | None) -> dict:
         "offered_rate": float(spec["rate"]),
         "achieved_rate": (len(ends) - 1) / span if span and span > 0 else math.nan,
         "in_flight": in_flight,
-        "launch_skew_p99_s": quantile(skews, 0.99),
+        "launch_skew_p99_s": cell_quantile(skews, 0.99),
     }

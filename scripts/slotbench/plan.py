@@ -7,7 +7,7 @@ prompt's length in tokens (the modal length of a fixed calibration sample, count
 server's tokenizer) and, with nonces off, the one shared prompt. The rep job derives its own plan
 at the start of the rep (the server's tokenizer is at hand then) and records it in its raw file.
 
-Method rule 2: every request carries its own nonce near the start of the prompt, and prompt
+docs/method.md#nonces: every request carries its own nonce near the start of the prompt, and prompt
 length in tokens is held equal by keeping only nonces whose prompt has the run's length. A nonce
 is the rep number (zero-padded, the first half of its digits) followed by random digits drawn
 without replacement, so no two requests of a run ever share one.
@@ -192,7 +192,6 @@ def make_rep_plan(
     plan: dict,
     rep: int,
     count_tokens: Callable[[str], int] | None = None,
-    warmup_requests: int | None = None,
     client_processes: int = 1,
 ) -> dict:
     """Rep ``rep``'s order, warm-up and cells, from (seed, target, run, rep) alone.
@@ -206,7 +205,7 @@ def make_rep_plan(
     order = rotation_order(list(specs), rep, plan["run_seed"])
     rng = random.Random(derive_seed(plan["run_seed"], "rep", rep))
     widest = max(a for a in specs if not is_rate_arm(a))
-    n_warm = warmup_requests if warmup_requests is not None else widest
+    n_warm = widest
     n_measured = sum(cell_requests(per_cell, spec) for spec in specs.values())
     pairs = _prompts(plan, rep, n_warm + n_measured + (1 if plan["control_arm"] else 0), rng,
                      count_tokens)  # fmt: skip

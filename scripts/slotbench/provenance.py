@@ -29,9 +29,11 @@ from pathlib import Path
 
 from slotbench import cellsets
 from slotbench.cells import CELL_KEYS, SERIAL_ARM, arm_name, cell_label, label_key, parse_label
+from slotbench.rawfiles import plain
 
 SCHEMA = "slotbench.provenance/2"
-# Ratios taken against the serial cell of the same rep (method rule 4): their cells include it.
+# Ratios taken against the serial cell of the same rep (docs/method.md#within-rep-ratios): their
+# cells include it.
 WITHIN_REP = ("speedup", "efficiency", "user_ratio", "ttft_ratio", "gen_gain", "pipelining")
 ABSOLUTE = ("agg_tps", "user_tps", "ttft_s")
 # How each headline metric is described when explained on its own.
@@ -148,6 +150,19 @@ def rep_of(label: str) -> tuple[str, str, int] | None:
     return None if match is None else (match.group(1), match.group(2), int(match.group(3)))
 
 
+def label_fields(label: str) -> dict:
+    """target, run, rep and arm of a cell's label, or of any label that names a rep (arm None,
+    a control cell's say); all None when the label names neither."""
+    try:
+        target, run, rep, arm = parse_label(label)
+    except ValueError:
+        found = rep_of(label)
+        if found is None:
+            return {"target": None, "run": None, "rep": None, "arm": None}
+        (target, run, rep), arm = found, None
+    return {"target": target, "run": run, "rep": rep, "arm": arm}
+
+
 def is_measured_label(label: str) -> bool:
     """Whether a label is a measured cell's (target/run/repN/armM), which requests.parquet keys."""
     try:
@@ -155,24 +170,6 @@ def is_measured_label(label: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _plain(value):
-    """JSON-ready scalar: numpy and pandas scalars as Python ones, NaN/NA as None."""
-    if value is None:
-        return None
-    try:
-        import pandas as pd
-
-        if pd.isna(value):
-            return None
-    except (TypeError, ValueError):
-        pass
-    if hasattr(value, "item"):
-        value = value.item()
-    if isinstance(value, float) and value != value:
-        return None
-    return value
 
 
 class CellIndex:
@@ -187,7 +184,7 @@ class CellIndex:
         for rec in frame.to_dict("records"):
             key = (str(rec["target"]), str(rec["run"]), int(rec["rep"]), int(rec["arm"]))
             info = {"target": key[0], "run": key[1], "rep": key[2], "arm": key[3]}
-            info |= {f: _plain(rec.get(f)) for f in CELL_FIELDS}
+            info |= {f: plain(rec.get(f)) for f in CELL_FIELDS}
             self.cells[cell_label(*key)] = info
         for label in sorted(self.cells, key=label_key):  # first cell of each rep, stably
             c = self.cells[label]
@@ -201,15 +198,8 @@ class CellIndex:
         it does (a control cell, say) shares that rep's raw file, code and server build."""
         if label in self.cells:
             return self.cells[label]
-        try:
-            target, run, rep, arm = parse_label(label)
-        except ValueError:
-            rep_key = rep_of(label)
-            if rep_key is None:
-                return {"target": None, "run": None, "rep": None, "arm": None}
-            (target, run, rep), arm = rep_key, None
-        info = {"target": target, "run": run, "rep": rep, "arm": arm}
-        same_rep = self._reps.get((target, run, rep))
+        info = label_fields(label)
+        same_rep = self._reps.get((info["target"], info["run"], info["rep"]))
         if same_rep is not None:
             info |= {f: same_rep.get(f) for f in CELL_FIELDS if f != "position"}
         return info
@@ -378,7 +368,7 @@ def make_entry(ref: Ref, index: CellIndex, config_sha256: str | None,
         "config_sha256": config_sha256,
     }
     if ref.metric is not None:
-        entry["metric"] = {k: _plain(v) for k, v in ref.metric.items()}
+        entry["metric"] = {k: plain(v) for k, v in ref.metric.items()}
     if ref.row is not None:
         entry["row"] = dict(ref.row)
     return entry

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -35,20 +36,36 @@ def _write_bytes_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def _finite(value):
-    """``value`` with every NaN or infinity replaced by None: JSON has no such numbers."""
-    if isinstance(value, float):
+_AS_IS = (str, int, bool, type(None))
+
+
+def plain(value, key=None):
+    """A JSON-ready copy of ``value``, the one cleaner every JSON the pipeline writes goes
+    through: NaN, infinity and pandas' NA and NaT become None (JSON has no such values), numpy
+    scalars Python ones, tuples lists; ``key`` (e.g. str), if given, is applied to every dict
+    key, else keys stay as they are."""
+    kind = type(value)
+    if kind in _AS_IS:
+        return value
+    if kind is float:
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {(k if key is None else key(k)): plain(v, key) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [plain(v, key) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    pd = sys.modules.get("pandas")  # NA and NaT exist only where pandas is imported
+    if pd is not None and (value is pd.NA or value is pd.NaT):
+        return None
     return value
 
 
 def json_bytes(data: dict) -> bytes:
     """The bytes of ``data`` as a raw file holds them: always valid JSON."""
-    return (json.dumps(_finite(data), indent=1, sort_keys=True, allow_nan=False) + "\n").encode()
+    return (json.dumps(plain(data), indent=1, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
 def write_json_atomic(path: str | Path, data: dict) -> str:
@@ -56,6 +73,11 @@ def write_json_atomic(path: str | Path, data: dict) -> str:
     payload = json_bytes(data)
     _write_bytes_atomic(Path(path), payload)
     return hashlib.sha256(payload).hexdigest()
+
+
+def write_text_atomic(path: str | Path, text: str) -> None:
+    """Write ``text`` as UTF-8 atomically: a reader finds the old file or the new, never part."""
+    _write_bytes_atomic(Path(path), text.encode("utf-8"))
 
 
 def write_raw_atomic(path: str | Path, data: dict) -> str:

@@ -43,6 +43,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+from .rawfiles import write_text_atomic
+
 OWNER_ENV = "SLOTBENCH_OWNER"
 STATE_DIR = Path(".snakemake") / "slotbench" / "servers"
 LOG_DIR = Path("results") / "logs" / "server"
@@ -95,9 +97,7 @@ def _read(path: Path) -> dict | None:
 
 
 def _write(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+    write_text_atomic(path, json.dumps(data, indent=1, default=str))
 
 
 class RunServer:

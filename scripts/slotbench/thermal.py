@@ -1,4 +1,5 @@
-"""Thermal state during a rep (method rule 8): the sources the background sampler reads.
+"""Thermal state during a rep (docs/method.md#thermal-state-and-drift): the sources the
+background sampler reads.
 
 The article lost 8.2% between burst and plateau while macOS reported thermal pressure in zero
 of 424 samples: a quiet sensor is weak evidence, so the pipeline reports both what the machine

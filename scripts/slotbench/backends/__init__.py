@@ -12,6 +12,10 @@ BACKENDS = {
     "ollama": ("ollama", "OllamaBackend"),
     "openai": ("openai", "OpenAIBackend"),
 }
+# The request timeout (s) of the rules that only ask a server about itself (fingerprint: its
+# description; plan: its token counts). Not part of the experiment, so a constant here rather
+# than a config key: a param would change those rules' rerun trigger and measure runs again.
+PROBE_TIMEOUT_S = 30
 
 
 def make_backend(target: dict, base_url: str, timeout_s: float) -> Backend:
@@ -20,4 +24,5 @@ def make_backend(target: dict, base_url: str, timeout_s: float) -> Backend:
     return backend_cls(base_url, target=target, timeout_s=timeout_s)
 
 
-__all__ = ["Backend", "BackendError", "RequestRecord", "make_backend", "BACKENDS"]
+__all__ = ["Backend", "BackendError", "RequestRecord", "make_backend", "BACKENDS",
+           "PROBE_TIMEOUT_S"]

@@ -235,6 +235,13 @@ def _is_error(line: bytes) -> bool:
     return isinstance(event, dict) and ("error" in event or event.get("object") == "error")
 
 
+def error_message(body) -> str:
+    """The message in a server's decoded error body or event: ``{"error": {"message": …}}``
+    (OpenAI, vLLM, llama.cpp), ``{"error": text}`` or ``{"message": …}``, else all of it."""
+    err = body.get("error", body) if isinstance(body, dict) else body
+    return str(err.get("message", err)) if isinstance(err, dict) else str(err)
+
+
 def finite(value, field_name: str, rec: RequestRecord):
     """A server's number as sent, or None when it is not a finite number (NaN, infinity, text),
     noted in rec.server["invalid"] so the cross-check names it and raw files stay valid JSON."""

@@ -12,7 +12,7 @@ import json
 
 import requests
 
-from .base import Backend, BackendError, RequestRecord, finite
+from .base import Backend, BackendError, RequestRecord, error_message, finite
 from .transport import lines, make_session
 
 # stop_type → the done_reason vocabulary shared with Ollama and OpenAI ("stop" or "length").
@@ -26,10 +26,7 @@ def _error_text(resp) -> str:
         body = resp.json()
     except ValueError:
         return resp.text[:300] or resp.reason
-    err = body.get("error", body) if isinstance(body, dict) else body
-    if isinstance(err, dict):
-        return str(err.get("message", err))
-    return str(err)
+    return error_message(body)
 
 
 def _event_error(payload: bytes) -> str:
@@ -38,8 +35,7 @@ def _event_error(payload: bytes) -> str:
         err = json.loads(payload)
     except ValueError:
         return payload[:200].decode(errors="replace")
-    err = err.get("error", err) if isinstance(err, dict) else err
-    return str(err.get("message", err)) if isinstance(err, dict) else str(err)
+    return error_message(err)
 
 
 class LlamaCppBackend(Backend):

@@ -29,7 +29,7 @@ import threading
 import requests
 import requests.auth
 
-from .base import Backend, BackendError, RequestRecord, finite
+from .base import Backend, BackendError, RequestRecord, error_message, finite
 from .transport import lines, make_session
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -98,10 +98,7 @@ def _server_message(resp) -> str:
         body = resp.json()
     except ValueError:
         return (resp.text or resp.reason or "").strip()[:300]
-    err = body.get("error", body) if isinstance(body, dict) else body
-    if isinstance(err, dict):
-        return str(err.get("message", err))[:300]
-    return str(err)[:300]
+    return error_message(body)[:300]
 
 
 def _content(choice: dict) -> str:
@@ -306,11 +303,9 @@ class OpenAIBackend(Backend):
             if not isinstance(event, dict):
                 continue
             if "error" in event or event.get("object") == "error":
-                err = event.get("error", event)
-                said = err.get("message", err) if isinstance(err, dict) else err
                 raise self._error(
                     f"POST {self.path}: server error mid-stream after {rec.chunks} "
-                    f"chunks: {said}"
+                    f"chunks: {error_message(event)}"
                 )
             self._take_chunk(event, rec, state, t)
         if answer.error is not None:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from slotbench import rawfiles
 from slotbench.cells import cell_labels
 from slotbench.consolidate import trusted
 
@@ -54,18 +54,9 @@ class Verdict:
 
 
 def plain(value):
-    """JSON-ready copy: NaN/NA -> None, numpy scalars -> Python, tuples -> lists."""
-    if isinstance(value, dict):
-        return {str(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if value is pd.NA or value is pd.NaT:
-        return None
-    return value
+    """JSON-ready copy (rawfiles.plain): NaN/NA -> None, numpy scalars -> Python, tuples ->
+    lists, every key a string."""
+    return rawfiles.plain(value, key=str)
 
 
 def records(frame: pd.DataFrame) -> list[dict]:
@@ -156,6 +147,7 @@ def judged(
 def not_assessable(
     trap: str, title: str, target: str, summary: str, sentence: str, **fields
 ) -> Verdict:
-    """A verdict of a check that lacked what it needs: never a pass (method rule 10)."""
+    """A verdict of a check that lacked what it needs: never a pass
+    (docs/method.md#not-assessable-is-not-a-pass)."""
     return Verdict(trap, title, target, assessable=False, fired=False, verdict="not assessable",
                    summary=summary, sentence=sentence, **fields)  # fmt: skip

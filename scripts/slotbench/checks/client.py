@@ -9,7 +9,7 @@ Two ways the client can distort a cell without any error:
 - **Client CPU.** On a small machine the client competes with the server for the same cores; a
   client that burns a lot of CPU per streamed token slows the very generation it measures.
 
-Thresholds (defaults of :func:`verdict`, quoted in the README):
+Thresholds (defaults of :func:`verdict`, quoted in docs/report.md):
 
 - ``lag_threshold_s = 0.010``: p95 send lag above 10 ms. At the embedded default's ~20 ms per
   token, 10 ms is half a token of idle server per late send; across a cell of four ~2–3 s

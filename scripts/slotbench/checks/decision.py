@@ -8,8 +8,6 @@ headline; with evidence ``no_percentiles`` their latency figures are not quoted 
 
 from __future__ import annotations
 
-STATUSES = ("allowed", "provisional", "refused")
-
 
 def headline_decision(records: list[dict]) -> dict:
     """target -> {status, reasons (the sentences behind it), warnings, traps}."""

@@ -1,4 +1,4 @@
-"""Trap: a cell whose output length strayed from its run's mode (method rule 6).
+"""Trap: a cell whose output length strayed from its run's mode (docs/method.md#deviance).
 
 num_predict is a ceiling and EOS usually wins, so cells rarely produce the same tokens. One
 request that fails to stop moves wall clock and throughput in opposite directions; throughput
@@ -49,7 +49,7 @@ def deviance(cells: pd.DataFrame, threshold: float = 0.05) -> pd.DataFrame:
     normal = (
         df.loc[~is_deviant]
         .groupby(ARM_KEYS)[["wall_s", "agg_tps"]]
-        .median()
+        .agg(stats.median)
         .add_suffix("_normal")
         .reset_index()
     )

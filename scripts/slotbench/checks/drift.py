@@ -1,4 +1,5 @@
-"""Trap: the machine drifting during the run, seen in the serial arm (method rule 8).
+"""Trap: the machine drifting during the run, seen in the serial arm
+(docs/method.md#thermal-state-and-drift).
 
 The serial arm does the same work in every rep, so a trend in its throughput is the machine
 drifting (heat, power, background load), not concurrency. Burst is the median agg_tps of the

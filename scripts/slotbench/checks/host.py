@@ -1,4 +1,5 @@
-"""Trap: other processes (or a hypervisor's steal) taking the machine during a rep (rule 12).
+"""Trap: other processes (or a hypervisor's steal) taking the machine during a rep
+(docs/method.md#host-contention).
 
 A benchmark shares its cores with whatever else runs. slotbench.hostload samples, during every
 rep, the CPU of the target server, of the harness, and of everything else by name, plus steal

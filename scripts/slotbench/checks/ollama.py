@@ -3,7 +3,7 @@
 Ollama decides where a model's layers go and what context it loads; the pipeline records
 /api/ps before each run (fingerprint) and after each rep (servers.json). A model partly in
 system memory is paced by its CPU part; a loaded context other than the requested num_ctx means
-the loaded model does not match the measured requests' load-time options (method rule 7).
+the loaded model does not match the measured requests' load-time options (docs/method.md#warm-up).
 Only Ollama targets get a verdict.
 """
 

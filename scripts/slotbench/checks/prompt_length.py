@@ -1,4 +1,4 @@
-"""Trap: prompts of unequal length in tokens (method rule 2).
+"""Trap: prompts of unequal length in tokens (docs/method.md#nonces).
 
 Every request carries its own nonce and prompt length *in tokens* is held equal, so that every
 arm does the same prefill work. This check verifies the equality from the prompt lengths the

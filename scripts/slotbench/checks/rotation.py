@@ -1,4 +1,4 @@
-"""Trap: arm order, not concurrency, moving throughput (method rule 3).
+"""Trap: arm order, not concurrency, moving throughput (docs/method.md#rotation).
 
 Arm order rotates by rep (a cyclic Latin square), so each arm is measured at every position.
 The check analyses the design the way a Latin square is analysed: log aggregate tok/s = rep +
@@ -42,7 +42,7 @@ MAX_REPS_QUOTED = 10_000
 
 def arm_spreads(positions: pd.DataFrame, cells: pd.DataFrame) -> dict[str, dict]:
     """Per arm: (max - min of its per-position medians) / its median, and positions seen."""
-    medians = cells.groupby("arm")["agg_tps"].median()
+    medians = cells.groupby("arm")["agg_tps"].agg(stats.median)
     out = {}
     for arm, apos in positions.groupby("arm", sort=True):
         spread = (apos["median_agg_tps"].max() - apos["median_agg_tps"].min()) / medians[arm]

@@ -56,7 +56,7 @@ def _service_frame(requests: pd.DataFrame) -> pd.DataFrame:
     else:
         df["_queue_gap_s"] = float("nan")
     df["_ttft_s"] = df["t_first_s"] - df["t_sent_s"]
-    serial_ttft = df[df["arm"] == SERIAL_ARM].groupby("target")["_ttft_s"].median()
+    serial_ttft = df[df["arm"] == SERIAL_ARM].groupby("target")["_ttft_s"].agg(stats.median)
     df["_wait_s"] = df["_ttft_s"] - df["target"].map(serial_ttft)
     return df
 

@@ -1,4 +1,5 @@
-"""Trap: a server's token counts or timings that disagree with what the client saw (rule 11).
+"""Trap: a server's token counts or timings that disagree with what the client saw
+(docs/method.md#server-numbers-are-evidence).
 
 slotbench.crosscheck flags each request whose server-reported output tokens or generation time
 cannot be right given the chunks the client received and when (an 800-token count for 8 chunks,

@@ -1,4 +1,5 @@
-"""Trap: the machine throttling, or reporting thermal pressure, during the reps (method rule 8).
+"""Trap: the machine throttling, or reporting thermal pressure, during the reps
+(docs/method.md#thermal-state-and-drift).
 
 The background sampler (slotbench.thermal) recorded every source the machine exposes. A reading
 with throttled set, or a pressure other than nominal, is an event. A machine whose sources can

@@ -46,7 +46,7 @@ def render(verdict: dict, ctx) -> list:
         f"Warning: {count(k, 'measured request')} of {n_req} had a prompt length different from "
         f"{'its' if k == 1 else 'their'} run's modal {modal_text}, as the server counted them. "
         "Their prefill did different work, so an arm holding more of them is not measured on "
-        "the same requests (method rule 2). The plan must hold prompt length in tokens equal; "
+        "equivalent requests. The plan must hold prompt length in tokens equal; "
         f"replan with the server's tokenizer. {tokenizer}"
     )
     columns = ["cell", "position", "request", "prompt tokens", "run's modal", "difference"]
