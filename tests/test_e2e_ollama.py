@@ -77,7 +77,8 @@ def test_one_slot_ollama_is_flagged_as_serialised(tmp_path, cache):
 
 def test_a_target_added_to_a_finished_run_is_measured_alone_and_gets_its_own_section(
         tmp_path, smoke_template):  # fmt: skip
-    """README, "what reruns": adding a target measures only its fingerprint, plan and reps."""
+    """docs/reproducibility.md#what-reruns-what: adding a target measures only its fingerprint,
+    plan and reps."""
     work = copy_work(smoke_template.work, tmp_path / "two")
     embedded_raw = sorted((work / "results/raw/embedded").rglob("rep*.json*"))
     kept = file_states(embedded_raw)
