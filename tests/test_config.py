@@ -1,5 +1,7 @@
 """The config is validated, with defaults filled, before anything is sent."""
 
+import re
+
 import pytest
 import yaml
 
@@ -171,3 +173,64 @@ def test_a_managed_servers_slots_follow_the_largest_arm_unless_set():
     fewer = resolve({"targets": [target | {"server": {"parallel": 2}}], "arms": [1, 2, 4]})
     assert fewer["targets"][0]["server"]["parallel"] == 2
     assert fewer["targets"][0]["server"]["ctx_size"] == 4096
+
+
+def test_every_default_comes_from_the_schema():
+    """The backend's defaults and the derived ones' constants are read from the schema: change
+    them there and the resolved targets follow; drop them and nothing is filled in."""
+    from slotbench.config import load_schema
+
+    schema = load_schema()
+    item = schema["properties"]["targets"]["items"]
+    server = item["properties"]["server"]["properties"]
+    server["ctx_size"]["x-default"] |= {"per_slot": 2000, "at_least": 5000}
+    other = {"model": "other", "num_ctx": 512, "keep_alive": "1m", "endpoint": "chat",
+             "threads": 7, "flash_attention": True, "kv_cache_type": "q8_0"}
+    for branch in item["allOf"]:
+        then = branch["then"]["properties"]
+        for key, sub in then.items():
+            if "default" in sub:
+                sub["default"] = other[key]
+        for key, sub in then.get("server", {}).get("properties", {}).items():
+            sub["default"] = "2m" if key == "keep_alive" else other[key]
+    targets = [{"name": "l", "backend": "llamacpp", "managed": True},
+               {"name": "o", "backend": "ollama", "managed": True, "model": "m"},
+               {"name": "a", "backend": "openai", "url": "http://h", "model": "m"}]
+    l, o, a = resolve({"targets": targets}, schema)["targets"]
+    assert (l["model"], l["server"]["threads"], l["server"]["ctx_size"]) == ("other", 7, 8000)
+    assert (o["num_ctx"], o["keep_alive"]) == (512, "1m")
+    assert {k: o["server"][k] for k in ("flash_attention", "kv_cache_type", "keep_alive")} == {
+        "flash_attention": True, "kv_cache_type": "q8_0", "keep_alive": "2m"}
+    assert a["endpoint"] == "chat"
+    two = resolve({"targets": targets[:1], "arms": [1, 2], "requests_per_cell": 2}, schema)
+    assert two["targets"][0]["server"]["ctx_size"] == 5000  # more than 2 slots of 2000
+    del item["allOf"]
+    bare = resolve({"targets": targets[1:]}, schema)["targets"]
+    assert not {"num_ctx", "keep_alive", "endpoint"} & {k for t in bare for k in t}
+    assert not {"flash_attention", "kv_cache_type", "keep_alive"} & set(bare[0]["server"])
+
+
+def test_the_schema_says_every_backend_and_derived_default_in_words():
+    """config/README.md shows a key's description; where a default depends on the backend or
+    on other keys, the description states the schema's value, so the two cannot drift."""
+    from slotbench.config import load_schema
+
+    item = load_schema()["properties"]["targets"]["items"]
+    props, server = item["properties"], item["properties"]["server"]["properties"]
+    said = []
+    for branch in item["allOf"]:
+        then = branch["then"]["properties"]
+        said += [(props[k], v["default"]) for k, v in then.items() if "default" in v]
+        managed = then.get("server", {}).get("properties", {})
+        said += [(server[k], v["default"]) for k, v in managed.items()]
+    ctx = server["ctx_size"]["x-default"]
+    said += [(server["ctx_size"], ctx["per_slot"]), (server["ctx_size"], ctx["at_least"])]
+    assert len(said) == 10
+    for key, value in said:
+        words = " ".join(key["description"].split())
+        shown = str(value).lower() if isinstance(value, bool) else str(value)
+        assert re.search(rf"\b{re.escape(shown)}\b", words), (shown, words)
+    for key in ("parallel", "ctx_size", "threads"):  # a rule in words, then its constants
+        rule = server[key]["x-default"]
+        assert isinstance(rule["rule"], str) and rule["rule"]
+        assert all(isinstance(v, int) for k, v in rule.items() if k != "rule"), rule

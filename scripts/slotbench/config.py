@@ -160,20 +160,25 @@ def _describe(error: jsonschema.ValidationError) -> str:
     return f"config key `{key}`: {msg}" + (f" ({hint})" if hint else "")
 
 
-# Defaults that only make sense for one backend, so that a target records only what applies to it.
-BACKEND_DEFAULTS = {
-    "llamacpp": {"target": {"model": "gemma-3-270m-q4_k_m"}, "managed_server": {"threads": 2}},
-    "ollama": {
-        "target": {"num_ctx": 4096, "keep_alive": "30m"},
-        "managed_server": {"flash_attention": False, "kv_cache_type": "f16", "keep_alive": "30m"},
-    },
-    "openai": {"target": {"endpoint": "completions"}},
-}
-SERVER_DEFAULTS = {"startup_timeout_s": 120}
-# A managed server's slots follow the largest arm unless set, and its context gives each slot
-# at least this many tokens (never less than 4096 in all).
-CTX_PER_SLOT = 1024
-MIN_CTX = 4096
+# Every default sits in the schema; these read the ones that depend on a target's backend or
+# are derived from other keys (see the schema's `allOf` under `targets` and its `x-default`s).
+def _target_schema(schema: dict) -> dict:
+    return schema["properties"]["targets"]["items"]
+
+
+def backend_defaults(schema: dict, backend: Any) -> dict:
+    """The schema that adds ``backend``'s defaults to a target: the ``then`` of its ``if``."""
+    for branch in _target_schema(schema).get("allOf", []):
+        if branch["if"]["properties"]["backend"].get("const") == backend:
+            return branch["then"]
+    return {}
+
+
+def derived_default(schema: dict, key: str) -> dict:
+    """The rule and constants of a managed server's default derived from other keys."""
+    return _target_schema(schema)["properties"]["server"]["properties"][key]["x-default"]
+
+
 # Keys a backend does not understand: a clear error beats a silently ignored setting.
 BACKEND_ONLY = {
     "num_ctx": {"ollama"}, "keep_alive": {"ollama"}, "ollama_env": {"ollama"},
@@ -184,19 +189,25 @@ SERVER_ONLY = {"threads": {"llamacpp"}, "flash_attention": {"ollama"},
 MANAGEABLE = {"llamacpp", "ollama"}
 
 
-def _apply_backend_defaults(target: dict, arms: list) -> dict:
-    defaults = BACKEND_DEFAULTS.get(target.get("backend"), {})
-    out = defaults.get("target", {}) | target
-    if out.get("managed"):
-        given = out.get("server", {})
-        server = SERVER_DEFAULTS | defaults.get("managed_server", {}) | given
-        if isinstance(given.get("cpus"), list) and "threads" in server and "threads" not in given:
-            server["threads"] = max(1, len(given["cpus"]))  # its share of the cores
-        biggest = max((a for a in arms if isinstance(a, int)), default=1)
-        server.setdefault("parallel", biggest)
-        if isinstance(server["parallel"], int):
-            server.setdefault("ctx_size", max(MIN_CTX, CTX_PER_SLOT * server["parallel"]))
-        out["server"] = server
+def _apply_backend_defaults(target: dict, arms: list, schema: dict) -> dict:
+    """A target with its backend's defaults and, when managed, its server's: the schema's, the
+    backend's, then those derived from the arms and the server's CPUs."""
+    backend = backend_defaults(schema, target.get("backend"))
+    given = target.get("server", {})
+    out = _fill_defaults({k: v for k, v in target.items() if k != "server"}, backend)
+    if "server" in target:
+        out["server"] = given
+    if not (out.get("managed") and isinstance(given, dict)):
+        return out
+    server = _fill_defaults(given, _target_schema(schema)["properties"]["server"])
+    server = _fill_defaults(server, backend.get("properties", {}).get("server", {}))
+    if isinstance(given.get("cpus"), list) and "threads" in server and "threads" not in given:
+        server["threads"] = max(1, len(given["cpus"]))  # its share of the cores
+    server.setdefault("parallel", max((a for a in arms if isinstance(a, int)), default=1))
+    if isinstance(server["parallel"], int):
+        ctx = derived_default(schema, "ctx_size")
+        server.setdefault("ctx_size", max(ctx["at_least"], ctx["per_slot"] * server["parallel"]))
+    out["server"] = server
     return out
 
 
@@ -275,7 +286,8 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
     arms = cfg["arms"] if isinstance(cfg.get("arms"), list) else []
     if isinstance(cfg.get("targets"), list):
         cfg["targets"] = [
-            _apply_backend_defaults(t, arms) if isinstance(t, dict) else t for t in cfg["targets"]
+            _apply_backend_defaults(t, arms, schema) if isinstance(t, dict) else t
+            for t in cfg["targets"]
         ]
     validator = VALIDATOR(schema)
     errors = sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path)))
@@ -317,13 +329,31 @@ def canonical(cfg: dict) -> dict:
 
 
 def _semantic_problems(cfg: dict) -> list[str]:
+    """What the schema cannot say: the template's fields, the targets' names, URLs and
+    backends, the arms' requests, and the reps a nonce can number."""
     problems = template_problems(cfg["prompt"]["template"])
-    names = [t["name"] for t in cfg["targets"]]
+    problems += _target_problems(cfg["targets"])
+    problems += _arm_problems(cfg["arms"], cfg["requests_per_cell"])
+    from .plan import max_reps  # the nonce holds the rep number
+
+    most = max_reps(cfg["prompt"]["nonce_digits"])
+    if cfg["reps"] > most:
+        problems.append(
+            f"config key `reps`: {cfg['reps']} reps do not fit a {cfg['prompt']['nonce_digits']}-"
+            f"digit nonce, whose leading digits hold the rep number (at most {most}); raise "
+            "prompt.nonce_digits"
+        )
+    return problems
+
+
+def _target_problems(targets: list[dict]) -> list[str]:
+    problems = []
+    names = [t["name"] for t in targets]
     for dup in sorted({n for n in names if names.count(n) > 1}):
         problems.append(
             f"config key `targets`: the name {dup!r} is used twice; names must be unique"
         )
-    for i, target in enumerate(cfg["targets"]):
+    for i, target in enumerate(targets):
         if not target["managed"] and "url" not in target:
             problems.append(
                 f"config key `targets[{i}].url`: target {target['name']!r} is not managed, "
@@ -334,41 +364,53 @@ def _semantic_problems(cfg: dict) -> list[str]:
                 f"config key `targets[{i}].url`: target {target['name']!r} is managed (the "
                 "pipeline starts the server on a free port); drop url or set managed: false"
             )
-    for i, target in enumerate(cfg["targets"]):
-        backend = target["backend"]
-        if "model" not in target:
+    for i, target in enumerate(targets):
+        problems += _backend_problems(i, target)
+    return problems
+
+
+def _backend_problems(i: int, target: dict) -> list[str]:
+    """Target ``i``'s keys that its backend lacks or does not understand."""
+    problems = []
+    backend = target["backend"]
+    if "model" not in target:
+        problems.append(
+            f"config key `targets[{i}].model`: target {target['name']!r} needs the model "
+            f"name the {backend} server knows (e.g. "
+            + ("gemma3:270m)" if backend == "ollama" else "the id GET /v1/models lists)")
+        )
+    for key, allowed in BACKEND_ONLY.items():
+        if key in target and backend not in allowed:
             problems.append(
-                f"config key `targets[{i}].model`: target {target['name']!r} needs the model "
-                f"name the {backend} server knows (e.g. "
-                + ("gemma3:270m)" if backend == "ollama" else "the id GET /v1/models lists)")
+                f"config key `targets[{i}].{key}`: applies only to backend "
+                f"{' or '.join(sorted(allowed))}, not {backend}"
+                + ("; Ollama does not honour ignore_eos" if key == "ignore_eos" else "")
             )
-        for key, allowed in BACKEND_ONLY.items():
-            if key in target and backend not in allowed:
-                problems.append(
-                    f"config key `targets[{i}].{key}`: applies only to backend "
-                    f"{' or '.join(sorted(allowed))}, not {backend}"
-                    + ("; Ollama does not honour ignore_eos" if key == "ignore_eos" else "")
-                )
-        for key, allowed in SERVER_ONLY.items():
-            if key in target.get("server", {}) and backend not in allowed:
-                problems.append(
-                    f"config key `targets[{i}].server.{key}`: applies only to a managed "
-                    f"{' or '.join(sorted(allowed))} server, not {backend}"
-                )
-        if target["managed"] and backend not in MANAGEABLE:
+    for key, allowed in SERVER_ONLY.items():
+        if key in target.get("server", {}) and backend not in allowed:
             problems.append(
-                f"config key `targets[{i}].managed`: the pipeline can manage llamacpp and ollama "
-                f"servers, not {backend}; set managed: false and give the url"
+                f"config key `targets[{i}].server.{key}`: applies only to a managed "
+                f"{' or '.join(sorted(allowed))} server, not {backend}"
             )
-        if "server" in target and not target["managed"]:
-            problems.append(
-                f"config key `targets[{i}].server`: server settings apply only to a managed "
-                "server; an external server keeps its own (state Ollama's in ollama_env)"
-            )
-    closed = [a for a in cfg["arms"] if isinstance(a, int)]
-    rates = [a for a in cfg["arms"] if isinstance(a, dict)]
+    if target["managed"] and backend not in MANAGEABLE:
+        problems.append(
+            f"config key `targets[{i}].managed`: the pipeline can manage llamacpp and ollama "
+            f"servers, not {backend}; set managed: false and give the url"
+        )
+    if "server" in target and not target["managed"]:
+        problems.append(
+            f"config key `targets[{i}].server`: server settings apply only to a managed "
+            "server; an external server keeps its own (state Ollama's in ollama_env)"
+        )
+    return problems
+
+
+def _arm_problems(arms: list, per_cell) -> list[str]:
+    """Rate arms' rates and requests, and requests_per_cell against the arms."""
+    problems = []
+    closed = [a for a in arms if isinstance(a, int)]
+    rates = [a for a in arms if isinstance(a, dict)]
     biggest = max(closed)
-    per_cell = cfg["requests_per_cell"]
     ids = [arm_id(a) for a in rates]
     for i, rate in enumerate(rates):
         if ids.count(arm_id(rate)) > 1 and ids.index(arm_id(rate)) == i:
@@ -395,15 +437,6 @@ def _semantic_problems(cfg: dict) -> list[str]:
             f"config key `requests_per_cell`: {per_cell} is fewer than the largest arm "
             f"({biggest}); every arm sends the same number of requests, so it needs at least "
             f"{biggest}"
-        )
-    from .plan import max_reps  # the nonce holds the rep number
-
-    most = max_reps(cfg["prompt"]["nonce_digits"])
-    if cfg["reps"] > most:
-        problems.append(
-            f"config key `reps`: {cfg['reps']} reps do not fit a {cfg['prompt']['nonce_digits']}-"
-            f"digit nonce, whose leading digits hold the rep number (at most {most}); raise "
-            "prompt.nonce_digits"
         )
     return problems
 
