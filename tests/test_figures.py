@@ -10,12 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from slotbench import figures, thermal
+from slotbench import captions, figures, figures_open, figures_thermal, thermal
 from slotbench.cells import cell_label
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ARMS = [1, 2, 4]
-SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+REPO = Path(__file__).resolve().parents[1]
+SCRIPTS = REPO / "scripts"
 
 
 def synthetic_cells(targets=("embedded",), runs=("run1", "run2"), reps=3) -> pd.DataFrame:
@@ -222,14 +223,15 @@ def draw_on_axes(rows, origin=0.0):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots()
-    handles = figures.draw_thermal(ax, rows, origin, 1.0)
+    handles = figures_thermal.draw_thermal(ax, rows, origin, 1.0)
     return fig, ax, handles
 
 
 def test_timeline_without_thermal_source_says_so():
     import matplotlib.pyplot as plt
 
-    fig, ax, handles = draw_on_axes(figures._thermal_of(thermal.thermal_frame([]), "embedded"))
+    no_samples = figures_thermal.samples_of(thermal.thermal_frame([]), "embedded")
+    fig, ax, handles = draw_on_axes(no_samples)
     assert handles == [] and [t.get_text() for t in ax.texts] == ["no thermal source"]
     assert len(fig.axes) == 1
     plt.close(fig)
@@ -241,7 +243,7 @@ def test_timeline_draws_clock_temperature_and_events():
     cells = synthetic_cells(("embedded",), runs=("run1",), reps=2)
     samples = thermal_samples(cells, throttle_at=(("embedded", "run1", 1),))
     origin = float(cells["t_start_unix"].min())
-    fig, ax, handles = draw_on_axes(figures._thermal_of(samples, "embedded"), origin)
+    fig, ax, handles = draw_on_axes(figures_thermal.samples_of(samples, "embedded"), origin)
     labels = [h.get_label() for h in handles]
     assert labels[0].startswith("CPU clock") and labels[1].startswith("CPU temperature")
     events = samples[samples["throttled"].map(lambda v: v is True)]["t_unix"].drop_duplicates()
@@ -288,7 +290,43 @@ def test_timeline_with_pressure_only_says_nothing_was_reported():
         [{"target": "embedded", "run": "run1", "rep": 1, "t_s": 0.0, "t_unix": 10.0}
          | thermal.reading("macos", "pmset", pressure="nominal")]
     )  # fmt: skip
-    fig, ax, handles = draw_on_axes(figures._thermal_of(rows, "embedded"))
+    fig, ax, handles = draw_on_axes(figures_thermal.samples_of(rows, "embedded"))
     assert handles == [] and len(fig.axes) == 1
     assert [t.get_text() for t in ax.texts] == ["thermal: no throttling or pressure reported"]
     plt.close(fig)
+
+
+# --- captions: written once (slotbench/captions.py), report/<figure>.rst made from them ---------
+
+
+def test_every_figure_has_one_title_and_caption():
+    assert set(captions.TITLES) == set(captions.CAPTIONS) == set(figures.FIGURE_IDS)
+    assert set(captions.OPEN_TITLES) == set(captions.OPEN_CAPTIONS) == set(figures_open.FIGURE_IDS)
+    assert "rotation bias" not in captions.CAPTIONS["positions"].lower()
+
+
+@pytest.mark.parametrize("fig_id", figures.FIGURE_IDS)
+def test_the_report_captions_are_made_from_the_figures_captions(fig_id):
+    rst = REPO / "report" / f"{fig_id}.rst"
+    assert rst.read_text(encoding="utf-8") == captions.caption_rst(fig_id), (
+        f"{rst.relative_to(REPO)} is out of date with slotbench/captions.py: run "
+        "`.venv/bin/python tests/test_figures.py` to rewrite it"
+    )
+
+
+def test_a_caption_reads_as_plain_text_in_restructuredtext():
+    docutils = pytest.importorskip("docutils.core")
+    for fig_id in figures.FIGURE_IDS:
+        quiet = {"report_level": 5}
+        tree = docutils.publish_doctree(captions.caption_rst(fig_id), settings_overrides=quiet)
+        text = " ".join(tree.astext().split())
+        assert text.startswith(f"{captions.TITLES[fig_id]}. {captions.CAPTIONS[fig_id]}"), text
+    odd = "a *b* `c` d_ e|f g_h"
+    assert docutils.publish_doctree(captions.rst_text(odd)).astext() == odd
+
+
+if __name__ == "__main__":
+    for fig_id in figures.FIGURE_IDS:
+        rst = REPO / "report" / f"{fig_id}.rst"
+        rst.write_text(captions.caption_rst(fig_id), encoding="utf-8")
+        print(f"wrote report/{fig_id}.rst")

@@ -20,9 +20,10 @@ import seaborn as sns  # noqa: E402
 
 from slotbench import stats  # noqa: E402
 from slotbench.across import common_arm, ordered  # noqa: E402
+from slotbench.captions import CAPTIONS, TITLES  # noqa: E402
 from slotbench.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes  # noqa: E402
 from slotbench.analyse import position_medians  # noqa: E402
-from slotbench.thermal import is_event  # noqa: E402
+from slotbench.figures_thermal import draw_thermal, samples_of  # noqa: E402
 
 DPI = 110
 FACET_W, FACET_H = 4.4, 3.4
@@ -33,67 +34,7 @@ PNG_METADATA = {"Software": None}
 FIGURE_IDS = ("throughput", "ttft", "decomposition", "positions", "timeline", "capacity",
               "across")
 
-TITLES = {
-    "throughput": "Operator throughput vs per-user generation rate",
-    "ttft": "Time to first token by arm",
-    "decomposition": "Speedup split into batching (gen_gain) and pipelining",
-    "positions": "Median operator throughput at each rotation position",
-    "timeline": "Operator throughput over the course of the runs",
-    "capacity": "Capacity curve: aggregate and per-user rate against concurrency",
-    "across": "Targets side by side at the widest arm they share",
-}
-
-CAPTIONS = {
-    "throughput": (
-        "Per target and arm: aggregate tok/s across the server (tokens produced over the cell's "
-        "wall clock, what the operator buys) and per-user tok/s (median per-request generation "
-        "rate, what each user gets). Small points are cells; large markers joined by lines are "
-        "medians across reps, runs pooled."
-    ),
-    "ttft": (
-        "Client-side time from sending a request to its first streamed token (median of the "
-        "cell's requests; includes queueing). Small points are cells; large markers are medians."
-    ),
-    "decomposition": (
-        "Within-rep ratios against serial-1 of the same rep. speedup = aggregate gain; "
-        "gen_gain = per-user rate × concurrency / serial rate (what batching in the generation "
-        "stage delivered); pipelining = speedup / gen_gain (overlap of one request's prefill "
-        "with another's decode). Below the dashed line at 1 a stage loses rather than gains."
-    ),
-    "positions": (
-        "Each arm's median aggregate tok/s at each position it occupied in the rotated order "
-        "(runs pooled). Flat lines mean the order did not bias the arm; the position effect "
-        "(best position over worst, reps and arms accounted for) is what the report checks "
-        "against its threshold."
-    ),
-    "timeline": (
-        "Aggregate tok/s of every cell against its start time, relative to the target's first "
-        "cell. A downward drift within a run is thermal or other decay that rotation must absorb. "
-        "Where the machine exposed a thermal source, the clock (mean over the CPUs, or each "
-        "GPU's) and the hottest temperature sampled during the reps are drawn on extra axes "
-        "against the same time, and every sample that reported throttling or thermal pressure is "
-        'a dotted red vertical line; a panel without samples says "no thermal source".'
-    ),
-    "capacity": (
-        "Per target: median aggregate tok/s and per-user tok/s of each arm against its "
-        "concurrency (log scale), with bootstrap intervals over the arm's cells (one per rep), "
-        "and the judged TTFT percentile on the right-hand axis. Dashed lines are the service "
-        "levels (slo.user_tps_min, slo.ttft_s_max) where set; the shaded band starts at the "
-        "saturation point, after which the next arm adds less than slo.saturation_gain."
-    ),
-    "across": (
-        "Every target at the widest parallel arm all of them ran, in the order of the Across "
-        "targets table (speedup, highest first): median speedup, per-user change and TTFT ratio "
-        "with their bootstrap intervals over the reps. Intervals that do not overlap are the "
-        "differences the table names."
-    ),
-}
 MULTI_TARGET = {"across"}  # shown in the report with two targets or more; always written
-EVENT_COLOUR = "#c62828"
-CLOCK_COLOUR = "0.35"
-TEMP_COLOUR = "#b35806"
-# Samples further apart than this (seconds) belong to different reps: the line breaks there.
-THERMAL_GAP_S = 5.0
 
 
 def arm_palette(arms) -> dict[int, tuple]:
@@ -103,9 +44,9 @@ def arm_palette(arms) -> dict[int, tuple]:
     return {arm: colours[i] for i, arm in enumerate(arms)}
 
 
-def _facets(targets: list[str]):
-    """A grid with one axes per target (at least one), extra axes hidden."""
-    n = max(len(targets), 1)
+def facets(n: int):
+    """A grid of ``n`` axes (at least one), one per target, extra axes hidden."""
+    n = max(n, 1)
     ncols = min(n, MAX_COLS)
     nrows = int(np.ceil(n / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(FACET_W * ncols, FACET_H * nrows),
@@ -116,7 +57,8 @@ def _facets(targets: list[str]):
     return fig, flat[:n]
 
 
-def _no_data(ax, what: str) -> None:
+def no_data(ax, what: str) -> None:
+    """A panel that says what it has none of."""
     ax.text(0.5, 0.5, f"no {what}", ha="center", va="center", transform=ax.transAxes)
     ax.set_xticks([])
     ax.set_yticks([])
@@ -140,7 +82,8 @@ def _strip_with_median(ax, frame, value, arms, *, offset, colour, label, marker=
     ax.set_xlim(-0.6, len(arms) - 0.4)
 
 
-def _save(fig, path: Path) -> None:
+def save(fig, path: Path) -> None:
+    """The figure as PNG, the same bytes for the same data."""
     fig.tight_layout()
     fig.savefig(path, dpi=DPI, metadata=PNG_METADATA)
     plt.close(fig)
@@ -163,15 +106,15 @@ def _strips(ax, frame, arms, series, colours, spacing, rng) -> None:
 def _per_target(df: pd.DataFrame, path: Path, empty_what: str, draw) -> None:
     """One panel per target; ``draw(ax, frame, arms)`` fills a panel with that target's rows."""
     targets = _targets(df)
-    fig, axes = _facets(targets)
+    fig, axes = facets(len(targets))
     for ax, target in zip(axes, targets or [None]):
         if target is None:
-            _no_data(ax, empty_what)
+            no_data(ax, empty_what)
             continue
         frame = df[df["target"] == target]
         draw(ax, frame, sorted(frame["arm"].astype(int).unique()))
         ax.set_title(target)
-    _save(fig, path)
+    save(fig, path)
 
 
 def plot_throughput(cells: pd.DataFrame, path: Path) -> None:
@@ -249,98 +192,6 @@ def _time_unit(seconds: pd.Series) -> tuple[float, str]:
     return 1.0, "s"
 
 
-def _thermal_of(thermal: pd.DataFrame | None, target) -> pd.DataFrame:
-    """A target's thermal samples that have a time (empty when there are none)."""
-    if thermal is None or thermal.empty or "target" not in thermal or "t_unix" not in thermal:
-        return pd.DataFrame()
-    rows = thermal[(thermal["target"].astype(str) == str(target)) & thermal["t_unix"].notna()]
-    rows = rows.copy()
-    for col in ("source", "sensor", "temp_c", "freq_mhz", "throttled", "pressure"):
-        if col not in rows:
-            rows[col] = None
-    rows["temp_c"] = pd.to_numeric(rows["temp_c"], errors="coerce")
-    rows["freq_mhz"] = pd.to_numeric(rows["freq_mhz"], errors="coerce")
-    return rows
-
-
-def _segments(x: np.ndarray, y: np.ndarray, gap: float):
-    """Runs of consecutive samples, split where samples are more than ``gap`` apart."""
-    if x.size == 0:
-        return
-    breaks = np.flatnonzero(np.diff(x) > gap) + 1
-    for xs, ys in zip(np.split(x, breaks), np.split(y, breaks)):
-        yield xs, ys
-
-
-def _series(rows: pd.DataFrame, value: str, how: str) -> list[tuple[str, pd.Series]]:
-    """Per kind of source (CPU clock vs GPU clock): one value per sampling time."""
-    found = rows[rows[value].notna()]
-    if found.empty:
-        return []
-    kind = np.where(found["source"].astype(str) == "nvidia", "GPU", "CPU")
-    out = []
-    for name in ("CPU", "GPU"):
-        sel = found[kind == name]
-        if not sel.empty:
-            out.append((name, sel.groupby("t_unix", sort=True)[value].agg(how)))
-    return out
-
-
-def draw_thermal(ax, rows: pd.DataFrame, origin: float, divisor: float) -> list:
-    """Clock and temperature on twin axes against the cells' time, events as vertical lines (a
-    note when there is nothing to draw); returns legend handles for the extra lines."""
-    from matplotlib.lines import Line2D
-
-    usable = (
-        not rows.empty
-        and (rows["freq_mhz"].notna().any() or rows["temp_c"].notna().any()
-             or rows["throttled"].notna().any() or rows["pressure"].notna().any())
-    )  # fmt: skip
-    if not usable:
-        ax.text(0.99, 0.02, "no thermal source", transform=ax.transAxes, ha="right",
-                va="bottom", fontsize=7, color="0.4")  # fmt: skip
-        return []
-    handles = []
-    gap = THERMAL_GAP_S / divisor
-    twins = []
-    for value, how, colour, label, unit in (
-        ("freq_mhz", "mean", CLOCK_COLOUR, "clock", "MHz"),
-        ("temp_c", "max", TEMP_COLOUR, "temperature", "°C"),
-    ):
-        series = _series(rows, value, how)
-        if not series:
-            continue
-        twin = ax.twinx()
-        if twins:  # a second extra axis: move its spine outwards so the scales do not overlap
-            twin.spines["right"].set_position(("axes", 1.22))
-        twins.append(twin)
-        for (name, values), style in zip(series, ("-", "--")):
-            x = (values.index.to_numpy(dtype=float) - origin) / divisor
-            for xs, ys in _segments(x, values.to_numpy(dtype=float), gap):
-                twin.plot(xs, ys, color=colour, linewidth=0.9, alpha=0.75, linestyle=style)
-            what = f"{name} {label} ({'mean' if how == 'mean' else 'max'}, {unit})"
-            handles.append(Line2D([], [], color=colour, linewidth=0.9, linestyle=style,
-                                  label=what))  # fmt: skip
-        twin.set_ylabel(f"{label} ({unit})", fontsize=7, color=colour)
-        twin.tick_params(axis="y", labelsize=7, colors=colour)
-        twin.grid(False)
-    if twins:  # cells above the thermal lines
-        ax.set_zorder(max(t.get_zorder() for t in twins) + 1)
-        ax.patch.set_visible(False)
-    events = rows.loc[is_event(rows), "t_unix"].drop_duplicates().sort_values()
-    for t in events:
-        ax.axvline((float(t) - origin) / divisor, color=EVENT_COLOUR, linestyle=":",
-                   linewidth=0.6, alpha=0.5, zorder=0.8)  # below the cells' points; fmt: skip
-    if not twins and not len(events):  # e.g. pmset: pressure levels only, all nominal
-        ax.text(0.99, 0.02, "thermal: no throttling or pressure reported",
-                transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
-                color="0.4")  # fmt: skip
-    if len(events):
-        handles.append(Line2D([], [], color=EVENT_COLOUR, linestyle=":", linewidth=0.8,
-                              label=f"throttle/pressure ({len(events)})"))  # fmt: skip
-    return handles
-
-
 def plot_timeline(cells: pd.DataFrame, path: Path, thermal: pd.DataFrame | None = None) -> None:
     """Aggregate tok/s of every cell over time, annotated with the machine's thermal state."""
     palette = arm_palette(cells["arm"]) if not cells.empty else {}
@@ -356,7 +207,7 @@ def plot_timeline(cells: pd.DataFrame, path: Path, thermal: pd.DataFrame | None 
                         hue_order=[arm_name(a) for a in arms], palette=names, style="run",
                         ax=ax, s=28)  # fmt: skip
         target = frame["target"].iloc[0]
-        extra = draw_thermal(ax, _thermal_of(thermal, target), origin, divisor)
+        extra = draw_thermal(ax, samples_of(thermal, target), origin, divisor)
         ax.set_xlabel(f"time since first cell ({unit})")
         ax.set_ylabel("aggregate tok/s")
         ax.set_ylim(bottom=0)
@@ -376,7 +227,7 @@ def plot_capacity(ratios: pd.DataFrame, path: Path, assessed: dict | None = None
         record = (assessed.get("targets") or {}).get(str(frame["target"].iloc[0])) or {}
         rows = record.get("arms") or []
         if not rows:
-            _no_data(ax, "capacity record")
+            no_data(ax, "capacity record")
             return
         x = [r["arm"] for r in rows]
         for name, label, colour, marker in (("agg_tps", "aggregate", colours[0], "o"),
@@ -425,7 +276,7 @@ def plot_across(summary: pd.DataFrame, path: Path) -> pd.DataFrame:
     rows = ordered(summary, arm) if arm is not None else summary.iloc[0:0]
     for ax, (metric, label) in zip(axes[0], metrics.items()):
         if rows.empty:
-            _no_data(ax, "parallel arm shared by the targets")
+            no_data(ax, "parallel arm shared by the targets")
             continue
         y = np.arange(len(rows))[::-1]
         value, lo, hi = (rows[c].to_numpy(float) for c in (metric, f"{metric}_lo", f"{metric}_hi"))
@@ -434,7 +285,7 @@ def plot_across(summary: pd.DataFrame, path: Path) -> pd.DataFrame:
         ax.axvline(1.0, color="0.5", linestyle="--", linewidth=1)
         ax.set_yticks(y, rows["target"].tolist())
         ax.set_xlabel(f"{label} at {arm}-way")
-    _save(fig, path)
+    save(fig, path)
     return rows
 
 

@@ -16,52 +16,20 @@ from pathlib import Path
 
 import matplotlib
 
-matplotlib.use("Agg")  # no display; must precede the pyplot import
+matplotlib.use("Agg")  # no display; must precede seaborn's import of pyplot
 
-import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from slotbench.captions import OPEN_CAPTIONS, OPEN_TITLES  # noqa: E402
 from slotbench.cells import label_key  # noqa: E402
-from slotbench.figures import DPI, FACET_H, FACET_W, MAX_COLS, PNG_METADATA  # noqa: E402
+from slotbench.figures import facets, no_data, save  # noqa: E402
 from slotbench.ratearms import has_rate_arms, overloaded  # noqa: E402
 
 FIGURE_IDS = ("latency_load", "achieved_offered", "concurrency_axis")
 # The report section that shows them (slotbench.report.openloop), not the Figures section.
 SECTION = "openloop"
 
-TITLES = {
-    "latency_load": "Open loop: TTFT and per-user rate against the offered rate",
-    "achieved_offered": "Open loop: achieved against offered rate",
-    "concurrency_axis": "Both loops on one axis: effective concurrency",
-}
-
-OVERLOAD_NOTE = (
-    " Arms the overload check marked (their queue grew all cell long) are red crosses (X, +), "
-    "not joined to the curve: their numbers say how long the cell ran, not what the server does "
-    "at that rate."
-)
-CAPTIONS = {
-    "latency_load": (
-        "Per target with rate arms: TTFT p50 and p95 (counted from each request's planned "
-        "arrival; left axis) and per-user tok/s (right axis) of each rate arm against its offered "
-        "rate, medians over the arm's cells (one per rep) with bootstrap intervals. Dotted lines "
-        "are slo.ttft_s_max and slo.user_tps_min where set." + OVERLOAD_NOTE
-    ),
-    "achieved_offered": (
-        "Per target with rate arms: the rate achieved (completions per second from the first "
-        "completion to the last) against the rate offered, medians with "
-        "bootstrap intervals over the arm's cells. On the dashed line y = x the server keeps up; "
-        "where the points fall below it, the server saturates (the knee)." + OVERLOAD_NOTE
-    ),
-    "concurrency_axis": (
-        "Per target with rate arms: every arm, closed loop (concurrency levels) and open loop "
-        "(rate arms), at its effective concurrency (requests in flight, time-weighted): aggregate "
-        "tok/s on the left axis and TTFT p95 on the right, medians with bootstrap intervals over "
-        "the arm's cells. A closed arm's TTFT counts from the send, a rate arm's from the planned "
-        "arrival." + OVERLOAD_NOTE
-    ),
-}
 CLOSED_COLOUR, OPEN_COLOUR, USER_COLOUR = "#1b4f9c", "#b35806", "#2e7d32"
 OVERLOAD_COLOUR = "#c62828"
 
@@ -78,29 +46,10 @@ def _series(rows: list[dict], name: str) -> tuple[np.ndarray, list[np.ndarray]]:
     return y, [np.nan_to_num(y - lo).clip(0), np.nan_to_num(hi - y).clip(0)]
 
 
-def _facets(n: int):
-    ncols = min(max(n, 1), MAX_COLS)
-    nrows = int(np.ceil(max(n, 1) / ncols))
-    fig, axes = plt.subplots(nrows, ncols, figsize=(FACET_W * ncols, FACET_H * nrows),
-                             squeeze=False)  # fmt: skip
-    flat = list(axes.ravel())
-    for ax in flat[n:]:
-        ax.set_visible(False)
-    return fig, flat[: max(n, 1)]
-
-
-def _save(fig, path: Path) -> None:
-    fig.tight_layout()
-    fig.savefig(path, dpi=DPI, metadata=PNG_METADATA)
-    plt.close(fig)
-
-
 def _placeholder(path: Path) -> None:
-    fig, (ax,) = _facets(1)
-    ax.text(0.5, 0.5, "no rate arms", ha="center", va="center", transform=ax.transAxes)
-    ax.set_xticks([])
-    ax.set_yticks([])
-    _save(fig, path)
+    fig, (ax,) = facets(1)
+    no_data(ax, "rate arms")
+    save(fig, path)
 
 
 def _log_if_wide(ax, values, ticks: bool = False) -> None:
@@ -247,13 +196,13 @@ def make_open(openloop: dict, outdir: str | Path, files: dict[str, str] | None =
         if not shown:
             _placeholder(path)
         else:
-            fig, axes = _facets(len(targets))
+            fig, axes = facets(len(targets))
             for ax, (target, record) in zip(axes, targets.items()):
                 draw(ax, record, slo, marked.get(target, set()))
                 ax.set_title(target)
-            _save(fig, path)
+            save(fig, path)
         cells, hashes = _sources(targets, key)
-        sources[fig_id] = {"title": TITLES[fig_id], "file": path.name,
-                           "caption": CAPTIONS[fig_id], "cells": cells, "raw_sha256": hashes,
+        sources[fig_id] = {"title": OPEN_TITLES[fig_id], "file": path.name,
+                           "caption": OPEN_CAPTIONS[fig_id], "cells": cells, "raw_sha256": hashes,
                            "shown": shown, "section": SECTION}  # fmt: skip
     return sources

@@ -178,34 +178,60 @@ def self_check(
     lags, lag_cells = send_lag(requests)
     lag_values = lags["lag_s"].to_numpy(dtype=float)
     lag_p95 = stats.quantile(lag_values, 0.95)
-    lag_max = float(lag_values.max()) if len(lag_values) else float("nan")
     lag_fired = bool(lag_p95 > lag_threshold_s)
-    over_lag = lag_cells.loc[lag_cells["lag_p95_s"] > lag_threshold_s, "cell"].tolist()
-    early = lag_cells.loc[lag_cells["n_early"] > 0, "cell"].tolist()
+    worst, over_cpu = _worst_cpu(requests, cell_cpu, cpu_share_threshold)
+    cpu_fired = worst is not None and bool(worst["cpu_share"] > cpu_share_threshold)
+    info = {
+        "distorted": lag_fired or cpu_fired,
+        "lag_fired": lag_fired,
+        "lag_p95_s": lag_p95,
+        "lag_max_s": float(lag_values.max()) if len(lag_values) else float("nan"),
+        "lag_threshold_s": float(lag_threshold_s),
+        "cells_over_lag": lag_cells.loc[lag_cells["lag_p95_s"] > lag_threshold_s, "cell"].tolist(),
+        "early_cells": lag_cells.loc[lag_cells["n_early"] > 0, "cell"].tolist(),
+        "cpu_fired": cpu_fired,
+        "cpu_assessed": worst is not None,
+        "cpu_per_token_s": None if worst is None else float(worst["cpu_per_token_s"]),
+        "inter_token_s": None if worst is None else float(worst["inter_token_s"]),
+        "cpu_share": None if worst is None else float(worst["cpu_share"]),
+        "worst_cpu_cell": None if worst is None else str(worst["cell"]),
+        "cpu_share_threshold": float(cpu_share_threshold),
+        "cells_over_cpu": over_cpu,
+    }
+    return info | {"sentence": _sentence(info)}
 
+
+def _worst_cpu(requests, cell_cpu, threshold: float) -> tuple[pd.Series | None, list[str]]:
+    """The cell whose client CPU per token was the largest share of its inter-token interval,
+    and the cells over ``threshold``; (None, []) when no cell's share could be assessed."""
     cpu = None if cell_cpu is None or cell_cpu.empty else cpu_shares(requests, cell_cpu)
-    cpu = None if cpu is None or cpu["cpu_share"].notna().sum() == 0 else cpu
-    if cpu is None:
-        cpu_fired, worst, over_cpu = False, None, []
-    else:
-        worst = cpu.loc[cpu["cpu_share"].idxmax()]
-        over_cpu = cpu.loc[cpu["cpu_share"] > cpu_share_threshold, "cell"].tolist()
-        cpu_fired = bool(worst["cpu_share"] > cpu_share_threshold)
+    if cpu is None or cpu["cpu_share"].notna().sum() == 0:
+        return None, []
+    over = cpu.loc[cpu["cpu_share"] > threshold, "cell"].tolist()
+    return cpu.loc[cpu["cpu_share"].idxmax()], over
 
+
+def _sentence(info: dict) -> str:
+    """The self-check's finding in words, from its evidence."""
     parts = []
-    if lag_fired:
+    lag_p95, lag_threshold_s = info["lag_p95_s"], info["lag_threshold_s"]
+    over_lag, early = info["cells_over_lag"], info["early_cells"]
+    cpu_share_threshold = info["cpu_share_threshold"]
+    if info["lag_fired"]:
         parts.append(
-            f"requests went out late: p95 send lag {fmt_ms(lag_p95)} (max {fmt_ms(lag_max)}) exceeds "
+            f"requests went out late: p95 send lag {fmt_ms(lag_p95)} (max "
+            f"{fmt_ms(info['lag_max_s'])}) exceeds "
             f"{fmt_ms(lag_threshold_s)}, so the server had fewer requests in flight than the "
             f"arm meant (idle, unless it was queueing others anyway) in {len(over_lag)} cell(s) "
             f"(e.g. {over_lag[0] if over_lag else 'pooled'})"
         )
-    if cpu_fired:
+    if info["cpu_fired"]:
         parts.append(
-            f"the client used {fmt_ms(worst['cpu_per_token_s'])} of CPU per streamed token in "
-            f"{worst['cell']}, {worst['cpu_share']:.0%} of its {fmt_ms(worst['inter_token_s'])} "
-            f"inter-token interval (threshold {cpu_share_threshold:.0%}), so it may have taken "
-            f"CPU from the server in {len(over_cpu)} cell(s)"
+            f"the client used {fmt_ms(info['cpu_per_token_s'])} of CPU per streamed token in "
+            f"{info['worst_cpu_cell']}, {info['cpu_share']:.0%} of its "
+            f"{fmt_ms(info['inter_token_s'])} inter-token interval (threshold "
+            f"{cpu_share_threshold:.0%}), so it may have taken CPU from the server in "
+            f"{len(info['cells_over_cpu'])} cell(s)"
         )
     if parts:
         sentence = (
@@ -216,9 +242,9 @@ def self_check(
         sentence = (
             f"The client kept up: p95 send lag {fmt_ms(lag_p95)} (threshold {fmt_ms(lag_threshold_s)})"
             + (
-                f", client CPU at most {worst['cpu_share']:.1%} of an inter-token interval "
+                f", client CPU at most {info['cpu_share']:.1%} of an inter-token interval "
                 f"(threshold {cpu_share_threshold:.0%})."
-                if cpu is not None
+                if info["cpu_assessed"]
                 else "; client CPU per token was not assessed (no per-cell CPU times or no "
                 "server generation times)."
             )
@@ -228,24 +254,7 @@ def self_check(
             f" In {len(early)} cell(s) (e.g. {early[0]}) a request went out before any slot "
             "was free: more requests were in flight than the arm's concurrency."
         )
-    return {
-        "distorted": lag_fired or cpu_fired,
-        "lag_fired": lag_fired,
-        "lag_p95_s": lag_p95,
-        "lag_max_s": lag_max,
-        "lag_threshold_s": float(lag_threshold_s),
-        "cells_over_lag": over_lag,
-        "early_cells": early,
-        "cpu_fired": cpu_fired,
-        "cpu_assessed": cpu is not None,
-        "cpu_per_token_s": None if worst is None else float(worst["cpu_per_token_s"]),
-        "inter_token_s": None if worst is None else float(worst["inter_token_s"]),
-        "cpu_share": None if worst is None else float(worst["cpu_share"]),
-        "worst_cpu_cell": None if worst is None else str(worst["cell"]),
-        "cpu_share_threshold": float(cpu_share_threshold),
-        "cells_over_cpu": over_cpu,
-        "sentence": sentence,
-    }
+    return sentence
 
 
 LEAD = "The client may have distorted these numbers: "
