@@ -423,8 +423,9 @@ CONFIG_README_HEAD = """# Config keys
 Every key `config/schema.yaml` accepts, with its default and what it does, generated from the
 schema (`.venv/bin/python tests/test_docs.py` rewrites this file; a test fails when it is out of
 date). `config/config.yaml` states the article's experiment; files given with `--configfile` are
-merged over it, later files winning. A key marked — has no default in the schema: it is
-required where it applies, or its default depends on the target's backend (see
+merged over it, later files winning. A target's default that depends on its backend is given
+per backend; one derived from other keys gives its rule and constants. A key marked — has no
+default: it is required where it applies, or optional (see
 [docs/configuration.md](../docs/configuration.md) and [docs/targets.md](../docs/targets.md)).
 `targets[].` is a key of each target, `arms[].` of a rate arm, `matrix[].` of a matrix entry.
 """
@@ -444,11 +445,28 @@ def schema_keys(node: dict, path: str = "") -> list[tuple[str, dict]]:
     return out
 
 
+def backend_defaults(schema: dict) -> dict[str, list[str]]:
+    """dotted key -> "backend: value" for each default in a backend's `then` under targets."""
+    out: dict[str, list[str]] = {}
+    for branch in schema["properties"]["targets"]["items"].get("allOf", []):
+        backend = branch["if"]["properties"]["backend"]["const"]
+        for key, sub in schema_keys(branch["then"], "targets[]"):
+            if "default" in sub:
+                out.setdefault(key, []).append(f"{backend}: {json.dumps(sub['default'])}")
+    return out
+
+
+def derived_default(rule: dict) -> str:
+    constants = ", ".join(f"{k} {v}" for k, v in rule.items() if k != "rule")
+    return f"{rule['rule']}" + (f" ({constants})" if constants else "")
+
+
 def config_readme() -> str:
     import yaml
 
     schema = yaml.safe_load((REPO / "config/schema.yaml").read_text(encoding="utf-8"))
     lines = [CONFIG_README_HEAD.rstrip("\n")]
+    by_backend = backend_defaults(schema)
     seen = set()
     for key, sub in schema_keys(schema):
         if key in seen:
@@ -462,6 +480,10 @@ def config_readme() -> str:
             if len(default) > 40:
                 default = "(see config/schema.yaml)"
             default = f"`{default}`" if default[0] != "(" else default
+        elif key in by_backend or "x-default" in sub:
+            default = "; ".join([f"`{d}`" for d in by_backend.get(key, [])]
+                                + ([derived_default(sub["x-default"])] if "x-default" in sub else []))
+            default = default.replace("|", "\\|")
         what = " ".join(str(sub.get("description", "")).split()).replace("|", "\\|")
         lines.append(f"| `{key}` | {default} | {what} |")
     return "\n".join(lines) + "\n"
