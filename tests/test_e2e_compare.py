@@ -3,12 +3,15 @@ detectable change in the within-rep ratios (their absolute rates, if the machine
 the runs, are "confounded with time"); a one-slot llama-server is found slower at 4-way, with
 the slots named.
 
-Eight reps a side: with the exact rank-sum test and Holm over a target's 16 rows, 5 reps
-against 5 can never claim a change (p ≥ 0.0079, above 0.05 / 16), so compare says "too few reps
-to decide" there; 6 against 6 can, but one rep of each side out of order (p = 0.0043, measured
-here at 4-way with 32 tokens on 2 cores) already hides a real one. The reps are the smoke
-config's with 16-token outputs: half the time, and a one-slot server still queues three of
-every four requests at 4-way, so the change to detect stays large."""
+The reps are cheap, where the statistics still allow a claim. With the exact rank-sum test and
+Holm over a target's 16 rows, 5 reps against 5 can never claim a change (p >= 0.0079, above
+0.05 / 16), so compare says "too few reps to decide" there. The first run has 8 reps, the
+others 6: 8 against 6 can reach p = 0.00067, and 6 against 6 with one rep out of order (p =
+0.0043, measured at 4-way on 2 cores) could already hide the one-slot server's change, so the
+side both comparisons share keeps 8. Each rep sends a short prompt (about 20 tokens, not the
+smoke config's 160) for 16 tokens with ignore_eos, so every request is the same length and a
+rep is mostly generation: a one-slot server still queues three of every four requests at
+4-way, and the change to detect stays large."""
 
 from __future__ import annotations
 
@@ -24,13 +27,20 @@ from e2e_helpers import SMOKE, copy_repo, snakemake
 
 pytestmark = pytest.mark.e2e
 
-EIGHT = {"reps": 8, "num_predict": 16}
+CHEAP = {"num_predict": 16,
+         "prompt": {"template": "Request {nonce}. Tell the story of a harbour town that lost its "
+                                "fishing fleet and found new work."}}  # fmt: skip
 
 
-def archived(work, cache, *override: dict):
-    """Run the smoke config (plus overrides) to the end and archive it: the archive's path."""
+def target(parallel: int) -> dict:
+    return {"targets": [{"name": "embedded", "backend": "llamacpp", "managed": True,
+                         "ignore_eos": True, "server": {"parallel": parallel, "threads": 2}}]}
+
+
+def archived(work, cache, reps: int, parallel: int):
+    """Run the smoke config with cheap reps to the end and archive it: the archive's path."""
     files = []
-    for i, extra in enumerate((EIGHT, *override)):
+    for i, extra in enumerate((CHEAP, {"reps": reps}, target(parallel))):
         (work / f"override{i}.yaml").write_text(yaml.safe_dump(extra))
         files.append(f"override{i}.yaml")
     proc = snakemake(work, "archive", *SMOKE, *files, cache=cache)
@@ -42,11 +52,10 @@ def archived(work, cache, *override: dict):
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory):
     cache = tmp_path_factory.mktemp("compare-cache")
-    a = archived(copy_repo(tmp_path_factory.mktemp("a")), cache)
-    again = archived(copy_repo(tmp_path_factory.mktemp("a-again")), cache)
-    one_slot = archived(copy_repo(tmp_path_factory.mktemp("one-slot")), cache,
-                        {"targets": [{"name": "embedded", "backend": "llamacpp", "managed": True,
-                                      "server": {"parallel": 1, "threads": 2}}]})
+    a = archived(copy_repo(tmp_path_factory.mktemp("a")), cache, reps=8, parallel=4)
+    again = archived(copy_repo(tmp_path_factory.mktemp("a-again")), cache, reps=6, parallel=4)
+    one_slot = archived(copy_repo(tmp_path_factory.mktemp("one-slot")), cache, reps=6,
+                        parallel=1)
     return a, again, one_slot
 
 
@@ -65,7 +74,8 @@ def test_two_runs_of_one_config_show_no_detectable_change(archives, tmp_path):
     out, rec, md = compare(tmp_path, a, again)
     assert rec["refusal"] is None and rec["guarded"] == [], rec["refusal"]
     rows = rec["rows"]
-    assert len(rows) == 16 and all(len(r["cells_a"]) == len(r["cells_b"]) == 8 for r in rows)
+    assert len(rows) == 16
+    assert all(len(r["cells_a"]) == 8 and len(r["cells_b"]) == 6 for r in rows)
     # the within-rep ratios always compare, and find nothing. The absolute rates compare only
     # when neither side's host check saw other processes take the CPU, and the machine itself
     # ran at one speed for both: a serial rate that moved beyond both sides' spread over their
@@ -92,6 +102,6 @@ def test_a_one_slot_server_is_slower_at_four_way_and_its_slots_are_named(archive
     assert row["verdict"] == "B slower", row
     assert row["diff_hi"] < 0 and row["b"] < row["a"], row
     # every number is traced to the cells of both sides, and their raw files by hash
-    assert len(row["cells_a"]) == len(row["cells_b"]) == 8
-    assert row["cells_b"][0].startswith("embedded/run1/rep") and len(row["raw_b"]) == 8
+    assert len(row["cells_a"]) == 8 and len(row["cells_b"]) == 6
+    assert row["cells_b"][0].startswith("embedded/run1/rep") and len(row["raw_b"]) == 6
     assert "server.slots: A 4; B 1" in md

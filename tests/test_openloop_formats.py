@@ -4,14 +4,14 @@ archive's offline re-render.
 - The four wire formats (backends llamacpp, ollama, openai completions, openai chat) send an
   open-loop cell through slotbench.loadgen.run_cell with ``arrivals``, against the pacer with
   two slots so that requests queue: every request goes out within 3 ms of its planned moment
-  (while other jobs take the machine's cores, 95 in 100 within 10 ms: see SKEW_S), keeps that
-  moment, and its TTFT from that moment holds the server's queue wait; the client reads each
-  first token within 5 ms of the pacer's write (the same clock; 95 in 100 within 10 ms on a
-  shared machine); the TTFT consolidation counts from the raw records is the server's first write
-  from the planned moments; the server saw every request once and wrote every token. Library
-  level, a second or so a format: the rest of the pipeline does not depend on the format
-  (consolidate reads the raw records every backend writes alike), so one whole-pipeline run per
-  format is not needed.
+  (while other jobs, or the hypervisor's steal, take the machine's cores, 95 in 100 within
+  10 ms: see SKEW_S), keeps that moment, and its TTFT from that moment holds the server's queue
+  wait; the client reads each first token within 5 ms of the pacer's write (the same clock; 95
+  in 100 within 10 ms on a shared machine); the TTFT consolidation counts from the raw records
+  is the server's first write from the planned moments; the server saw every request once and
+  wrote every token. Library level, a second or so a format: the rest of the pipeline does not
+  depend on the format (consolidate reads the raw records every backend writes alike), so one
+  whole-pipeline run per format is not needed.
 - A config with a ``matrix`` and rate arms resolves (slotbench.config.resolve) with the rate
   arms, every key filled, in what every expanded target measures: the rep rule's settings, each
   target's run plan and rep plans (a cell per rate arm with its own seeded arrivals), and the
@@ -85,6 +85,10 @@ SHARED_S = 0.010
 RECEIVE_S = 0.005
 EARLY_S = 0.003
 SHARED_CORES = 0.2  # other processes' CPU over the cell, in cores (10% of 2: the host check's)
+# or the hypervisor's steal: with 0.06 cores stolen over a cell (no other process), one request
+# of 48 went out 17 ms late, the vCPU descheduled when its timer fired. Steal comes in slices of
+# milliseconds, so any measurable share of it makes the cell a shared one
+STEAL_CORES = 0.02
 TTFT_MS = 10
 TOKENS = 8
 WARM = 16  # warm-up requests at once: the connections a cell's requests in flight reuse
@@ -136,8 +140,8 @@ def test_a_rate_arm_goes_out_on_time_and_counts_ttft_from_the_plan_on_every_form
     host.sample()
     recs, stats = runner.run(run_cell(backend, runner.client, requests, n, TOKENS, 0.0,
                                       arrivals=offsets))  # fmt: skip
-    (load,) = host.sample() or [{"other_cores": 0.0, "top": ""}]
-    shared = load["other_cores"] > SHARED_CORES
+    (load,) = host.sample() or [{"other_cores": 0.0, "steal_cores": 0.0, "top": ""}]
+    shared = load["other_cores"] > SHARED_CORES or (load["steal_cores"] or 0) > STEAL_CORES
     time.sleep(0.1)  # the pacer logs a request right after its last write
     served = truth(log)
     assert stats["requests"] == n and len(recs) == n
@@ -173,8 +177,8 @@ def test_a_rate_arm_goes_out_on_time_and_counts_ttft_from_the_plan_on_every_form
           f"{lag.min() * 1e3:+.3f}..{lag.max() * 1e3:+.3f} ms; TTFT error {err.min() * 1e3:+.3f}"
           f"..{err.max() * 1e3:+.3f} ms; TTFT from the plan {metrics['ttft_s'] * 1e3:.2f} ms "
           f"(truth {np.median(from_plan) * 1e3:.2f}), p99 {metrics['ttft_p99_s'] * 1e3:.2f} ms; "
-          f"{queued} of {n} queued; other processes {load['other_cores']:.2f} cores "
-          f"({load['top']})")  # fmt: skip
+          f"{queued} of {n} queued; other processes {load['other_cores']:.2f} cores, steal "
+          f"{load['steal_cores'] or 0:.2f} ({load['top']})")  # fmt: skip
     assert np.median(skew) < 0.0005 and np.median(lag) < 0.0005, (load, skews, received)
     if shared:
         assert np.quantile(skew, 0.95) < SHARED_S, (load, skews)
