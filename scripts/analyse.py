@@ -5,7 +5,7 @@ capacity in requests/s (slotbench.ratearms)."""
 import pandas as pd
 
 from slotbench import capacity, ratearms
-from slotbench.analyse import cell_ratios, headline_cells, summarise
+from slotbench.analyse import headline_ratios, summarise
 from slotbench.entry import fail, progress_log
 from slotbench.rawfiles import json_bytes
 
@@ -13,7 +13,7 @@ from slotbench.rawfiles import json_bytes
 def main(sm) -> None:
     with progress_log(sm.log[0]) as log:
         try:
-            ratios = cell_ratios(headline_cells(pd.read_parquet(sm.input.cells)))
+            ratios = headline_ratios(pd.read_parquet(sm.input.cells))
         except ValueError as exc:
             fail(f"analyse: {exc}", log)
         summary = summarise(ratios, int(sm.params.n_boot), float(sm.params.ci), int(sm.params.seed))

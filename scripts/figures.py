@@ -1,6 +1,7 @@
 """Rule figures: draw the report's figures and record the cells behind each one (logic in
 slotbench.figures and, for the open loop, slotbench.figures_open); only cells whose server
-numbers held up against the client are drawn."""
+numbers held up against the client, in reps whose serial cell held up too, are drawn (the
+cells behind the headline: slotbench.consolidate.headline_cells)."""
 
 import json
 from pathlib import Path
@@ -9,7 +10,6 @@ import pandas as pd
 
 from slotbench import figures, figures_open
 from slotbench.checks import read_verdicts
-from slotbench.consolidate import trusted
 from slotbench.entry import fail, progress_log
 
 
@@ -18,25 +18,25 @@ def main(sm) -> None:
         paths = {fid: Path(getattr(sm.output, fid)) for fid in figures.FIGURE_IDS}
         # the open loop's figures, where the rule declares them
         open_paths = {fid: Path(getattr(sm.output, fid)) for fid in figures_open.FIGURE_IDS
-                      if hasattr(sm.output, fid)}  # fmt: skip
+                      if hasattr(sm.output, fid)}
         outdirs = {p.parent for p in (paths | open_paths).values()}
         if len(outdirs) != 1:
             fail(f"figures: all figure outputs must share one directory, got "
-                 f"{sorted(map(str, outdirs))}", log)  # fmt: skip
+                 f"{sorted(map(str, outdirs))}", log)
         outdir = outdirs.pop()
         sources = figures.make_all(
-            trusted(pd.read_parquet(sm.input.cells)), pd.read_parquet(sm.input.ratios),
+            pd.read_parquet(sm.input.cells), pd.read_parquet(sm.input.ratios),
             outdir, files={fid: p.name for fid, p in paths.items()},
             thermal=pd.read_parquet(sm.input.thermal),
             capacity=json.loads(Path(sm.input.capacity).read_text()),
             summary=pd.read_csv(sm.input.summary),
-        )  # fmt: skip
+        )
         if open_paths:
             sources |= figures_open.make_open(
                 json.loads(Path(sm.input.openloop).read_text()), outdir,
                 files={fid: p.name for fid, p in open_paths.items()},
                 verdicts=read_verdicts(sm.input.checks) if hasattr(sm.input, "checks") else None,
-            )  # fmt: skip
+            )
         Path(sm.output.sources).write_text(json.dumps(sources, indent=2) + "\n")
         print(f"figures: {len(sources)} figures", file=log)
 

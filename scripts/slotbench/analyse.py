@@ -11,9 +11,8 @@ import pandas as pd
 
 from slotbench import stats
 from slotbench.cells import SERIAL_ARM, arm_order, cell_labels, raw_hashes
-from slotbench.consolidate import trusted
+from slotbench.consolidate import REP_KEYS, headline_cells
 
-REP_KEYS = ["target", "run", "rep"]
 # |pipelining - 1| within this: the generation stage's gain explains the whole aggregate gain.
 PIPELINING_TOLERANCE = 0.05
 # How each parallel arm's gain splits, for the report's batching-or-pipelining reading.
@@ -40,7 +39,7 @@ SUMMARY_COLUMNS = [
     "streams", "queued_cells",
     "speedup_includes_one", "decomposition", "ci", "n_requests", "n_client_timed",
     "cells", "raw_sha256",
-]  # fmt: skip
+]
 
 
 def _serial_cells(cells: pd.DataFrame) -> pd.DataFrame:
@@ -64,16 +63,10 @@ def _serial_cells(cells: pd.DataFrame) -> pd.DataFrame:
     return serial
 
 
-def headline_cells(cells: pd.DataFrame) -> pd.DataFrame:
-    """The cells the headline may use: those whose server numbers held up against the client
-    (consolidate.trusted), in reps whose serial cell (the ratios' denominator) held up too."""
-    kept = trusted(cells)
-    dropped = cells.merge(kept[REP_KEYS + ["arm"]], how="left", indicator=True)
-    dropped = dropped[(dropped["_merge"] == "left_only") & (dropped["arm"] == SERIAL_ARM)]
-    if dropped.empty:
-        return kept
-    lost = kept.merge(dropped[REP_KEYS].drop_duplicates(), how="left", indicator=True)
-    return kept[(lost["_merge"] == "left_only").to_numpy()].reset_index(drop=True)
+def headline_ratios(cells: pd.DataFrame) -> pd.DataFrame:
+    """The ratios the analysis summarises: those of the cells behind the headline
+    (consolidate.headline_cells, which the checks and the figures read as well)."""
+    return cell_ratios(headline_cells(cells))
 
 
 def cell_ratios(cells: pd.DataFrame) -> pd.DataFrame:
@@ -123,7 +116,7 @@ def cells_queued(cells: pd.DataFrame) -> pd.Series:
     if "gen_streams_max" not in cells:
         return pd.Series(False, index=cells.index)
     return ((cells["gen_streams_max"] < cells["arm"]) & cells["gen_streams"].notna()
-            & (cells["arm"] > 0))  # fmt: skip
+            & (cells["arm"] > 0))
 
 
 def decomposition(speedup: float, gen_gain: float, pipelining: float) -> str | None:
@@ -195,5 +188,5 @@ def position_medians(cells: pd.DataFrame) -> pd.DataFrame:
             "target": target, "arm": int(arm), "position": int(position),
             "median_agg_tps": stats.median(grp["agg_tps"]), "n_cells": int(len(grp)),
             "cells": ";".join(cell_labels(grp)),
-        })  # fmt: skip
+        })
     return pd.DataFrame(rows, columns=POSITION_COLUMNS)

@@ -16,13 +16,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .cells import mean_at_once, most_at_once
+from .cells import SERIAL_ARM, mean_at_once, most_at_once
 from .crosscheck import crosscheck
 from .openloop import open_metrics
 from .rawfiles import RAW_SCHEMA, RawFileChanged, read_json, sha256_file, verify_raw_file
 from .stats import cell_median, cell_quantile
 
 SCHEMA_VERSION = "3"  # 3: the client process columns of cells and requests
+REP_KEYS = ["target", "run", "rep"]  # one rep of one run of one target
 
 KEYS = [
     pa.field("target", pa.string(), nullable=False),
@@ -40,8 +41,8 @@ REQUESTS_SCHEMA = pa.schema(
         pa.field("prompt_tokens", pa.int64()),
         pa.field("output_tokens", pa.int64()),
         # the client's clock, seconds from the rep's start: sent, first token, last token, done
-        pa.field("t_sent_s", pa.float64()), pa.field("t_first_s", pa.float64()),  # fmt: skip
-        pa.field("t_last_s", pa.float64()), pa.field("t_done_s", pa.float64()),  # fmt: skip
+        pa.field("t_sent_s", pa.float64()), pa.field("t_first_s", pa.float64()),
+        pa.field("t_last_s", pa.float64()), pa.field("t_done_s", pa.float64()),
         # a rate arm's request: its planned arrival, from which its TTFT counts (open loop)
         pa.field("t_planned_s", pa.float64()),
         pa.field("t_ready_s", pa.float64()),  # when the client got round to it (launch skew)
@@ -119,7 +120,7 @@ SAMPLE_KEY = [
     pa.field("target", pa.string()), pa.field("run", pa.string()), pa.field("rep", pa.int64()),
     pa.field("t_s", pa.float64()), pa.field("t_unix", pa.float64()),
     pa.field("source", pa.string()),
-]  # fmt: skip
+]
 
 THERMAL_SCHEMA = pa.schema(
     [
@@ -128,7 +129,7 @@ THERMAL_SCHEMA = pa.schema(
         pa.field("throttled", pa.bool_()), pa.field("pressure", pa.string()),
         pa.field("detail", pa.string()),
     ]
-)  # fmt: skip
+)
 
 HOST_SCHEMA = pa.schema(
     [
@@ -139,13 +140,13 @@ HOST_SCHEMA = pa.schema(
         pa.field("other_cores", pa.float64()), pa.field("top", pa.string()),
         pa.field("detail", pa.string()),
     ]
-)  # fmt: skip
+)
 
 SERVER_FIELDS = [
     "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "stop_type",
     "eval_count", "eval_duration_ns", "prompt_eval_count", "prompt_eval_duration_ns",
     "load_duration_ns", "total_duration_ns", "finish_reason",
-]  # fmt: skip
+]
 
 
 class RawFileError(ValueError):
@@ -174,7 +175,7 @@ def request_rows(raw: dict, raw_file: str) -> list[dict]:
                     "suspect_reason": crosscheck(req, num_predict),
                     "client_process": req.get("client_process"), "raw_file": raw_file,
                 }
-            )  # fmt: skip
+            )
     return rows
 
 
@@ -193,7 +194,7 @@ def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
     tokens_out = int(sum(num(r, "output_tokens") or 0 for r in rows))
     # a rate arm's request counts from its planned arrival (open loop), any other from its send
     sent = [num(r, "t_sent_s") if num(r, "t_planned_s") is None else num(r, "t_planned_s")
-            for r in rows]  # fmt: skip
+            for r in rows]
     done = [num(r, "t_done_s") for r in rows]
     t_start = min((v for v in sent if v is not None), default=np.nan)
     wall_s = float(max((v for v in done if v is not None), default=np.nan) - t_start)
@@ -211,7 +212,7 @@ def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
         "n_client_timed": sum(1 for r in rows if r.get("timing_source") == "client"),
         "suspect_requests": sum(1 for r in rows if r.get("suspect_reason") is not None
                                 and not (isinstance(r["suspect_reason"], float)
-                                         and math.isnan(r["suspect_reason"]))),  # fmt: skip
+                                         and math.isnan(r["suspect_reason"]))),
         "tokens_out": tokens_out,
         "wall_s": wall_s,
         "agg_tps": tokens_out / wall_s if wall_s > 0 else np.nan,
@@ -228,7 +229,7 @@ def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
 
 
 CLIENT_NONE = dict.fromkeys(["client_processes", "client_busy", "client_busy_process",
-                             "client_lag_p95_s", "client_lag_process"])  # fmt: skip
+                             "client_lag_p95_s", "client_lag_process"])
 
 
 def client_columns(cell: dict) -> dict:
@@ -262,7 +263,7 @@ def _differences(a, b, prefix="") -> list[str]:
     """Dotted keys where two settings records differ."""
     if isinstance(a, dict) and isinstance(b, dict):
         return [d for k in sorted(set(a) | set(b), key=str)
-                for d in _differences(a.get(k), b.get(k), f"{prefix}{k}.")]  # fmt: skip
+                for d in _differences(a.get(k), b.get(k), f"{prefix}{k}.")]
     return [] if a == b else [prefix.rstrip(".")]
 
 
@@ -351,7 +352,7 @@ def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None
                     **client.get((arm, position), CLIENT_NONE),
                     "control": any(r["control"] for r in grp),
                 }
-            )  # fmt: skip
+            )
         for kind, into in samples.items():
             into.extend(_samples_of(raw, kind))
         states.append(_state_of(raw, path))
@@ -363,7 +364,7 @@ def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None
         "host": pd.DataFrame(samples["host"], columns=HOST_SCHEMA.names),
         "servers": states,
         "experiments": experiments,
-    })  # fmt: skip
+    })
 
 
 def _ordered(tables: dict) -> dict:
@@ -382,7 +383,7 @@ def _ordered(tables: dict) -> dict:
 # A block: the tables of some reps of one target and run, as consolidate_all made them, in
 # files named <prefix>.<kind>; the merge pools the blocks into the pipeline's tables.
 BLOCK_TABLES = {"requests": REQUESTS_SCHEMA, "cells": CELLS_SCHEMA, "thermal": THERMAL_SCHEMA,
-                "host": HOST_SCHEMA}  # fmt: skip
+                "host": HOST_SCHEMA}
 
 
 def write_block(tables: dict, prefix: str) -> None:
@@ -427,11 +428,23 @@ def consolidate(
 
 
 def trusted(cells: pd.DataFrame) -> pd.DataFrame:
-    """The cells whose every request passed the cross-check with the client (crosscheck.py):
-    the only ones the headline, the checks and the figures use."""
+    """The cells whose every request passed the cross-check with the client (crosscheck.py)."""
     if "suspect_requests" not in cells:
         return cells
     return cells[cells["suspect_requests"].fillna(0) == 0].reset_index(drop=True)
+
+
+def headline_cells(cells: pd.DataFrame) -> pd.DataFrame:
+    """The cells behind the headline, and the only ones the analysis, the checks and the
+    figures use: the trusted cells, in reps whose serial cell (the ratios' denominator) is
+    trusted too. A rep whose serial cell failed the cross-check leaves with all its cells."""
+    kept = trusted(cells)
+    dropped = cells.merge(kept[REP_KEYS + ["arm"]], how="left", indicator=True)
+    dropped = dropped[(dropped["_merge"] == "left_only") & (dropped["arm"] == SERIAL_ARM)]
+    if dropped.empty:
+        return kept
+    lost = kept.merge(dropped[REP_KEYS].drop_duplicates(), how="left", indicator=True)
+    return kept[(lost["_merge"] == "left_only").to_numpy()].reset_index(drop=True)
 
 
 def split_control(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -443,7 +456,7 @@ def split_control(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 def _samples_of(raw: dict, kind: str) -> list[dict]:
     return [{**row, "target": raw["target"], "run": raw["run"], "rep": raw["rep"],
              "t_s": row["t_unix"] - raw["origin_unix"]}
-            for row in (raw.get(kind) or {}).get("rows", [])]  # fmt: skip
+            for row in (raw.get(kind) or {}).get("rows", [])]
 
 
 SAMPLE_ORDER = ["target", "run", "rep", "t_s"]
@@ -451,7 +464,7 @@ SAMPLE_ORDER = ["target", "run", "rep", "t_s"]
 
 def _state_of(raw: dict, path) -> dict:
     return {"target": raw["target"], "run": raw["run"], "rep": raw["rep"],
-            "raw_file": str(path), "server": raw.get("server", {})}  # fmt: skip
+            "raw_file": str(path), "server": raw.get("server", {})}
 
 
 def write_table(df: pd.DataFrame, schema: pa.Schema, path: str | Path, kind: str) -> None:

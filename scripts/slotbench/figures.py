@@ -22,6 +22,7 @@ from slotbench import stats  # noqa: E402
 from slotbench.across import common_arm, ordered  # noqa: E402
 from slotbench.captions import CAPTIONS, TITLES  # noqa: E402
 from slotbench.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes  # noqa: E402
+from slotbench.consolidate import headline_cells  # noqa: E402
 from slotbench.analyse import position_medians  # noqa: E402
 from slotbench.figures_thermal import draw_thermal, samples_of  # noqa: E402
 
@@ -50,7 +51,7 @@ def facets(n: int):
     ncols = min(n, MAX_COLS)
     nrows = int(np.ceil(n / ncols))
     fig, axes = plt.subplots(nrows, ncols, figsize=(FACET_W * ncols, FACET_H * nrows),
-                             squeeze=False)  # fmt: skip
+                             squeeze=False)
     flat = list(axes.ravel())
     for ax in flat[n:]:
         ax.set_visible(False)
@@ -100,7 +101,7 @@ def _strips(ax, frame, arms, series, colours, spacing, rng) -> None:
         _strip_with_median(
             ax, frame, col, arms, offset=(k - centre) * spacing, colour=colour, label=label,
             marker=marker, rng=rng,
-        )  # fmt: skip
+        )
 
 
 def _per_target(df: pd.DataFrame, path: Path, empty_what: str, draw) -> None:
@@ -172,7 +173,7 @@ def plot_positions(cells: pd.DataFrame, path: Path) -> None:
         for arm, grp in frame.groupby("arm", sort=True):
             grp = grp.sort_values("position")
             ax.plot(grp["position"], grp["median_agg_tps"], marker="o",
-                    color=palette[int(arm)], label=arm_name(arm))  # fmt: skip
+                    color=palette[int(arm)], label=arm_name(arm))
         ax.set_xticks(sorted(frame["position"].unique()))
         ax.set_xlabel("position in rep order")
         ax.set_ylabel("median aggregate tok/s")
@@ -205,7 +206,7 @@ def plot_timeline(cells: pd.DataFrame, path: Path, thermal: pd.DataFrame | None 
         frame["arm"] = frame["arm"].map(arm_name)  # legend reads "arm", values serial-1 …
         sns.scatterplot(data=frame, x="elapsed", y="agg_tps", hue="arm",
                         hue_order=[arm_name(a) for a in arms], palette=names, style="run",
-                        ax=ax, s=28)  # fmt: skip
+                        ax=ax, s=28)
         target = frame["target"].iloc[0]
         extra = draw_thermal(ax, samples_of(thermal, target), origin, divisor)
         ax.set_xlabel(f"time since first cell ({unit})")
@@ -213,7 +214,7 @@ def plot_timeline(cells: pd.DataFrame, path: Path, thermal: pd.DataFrame | None 
         ax.set_ylim(bottom=0)
         handles, labels = ax.get_legend_handles_labels()
         ax.legend(handles + extra, labels + [h.get_label() for h in extra], fontsize=6,
-                  loc="best")  # fmt: skip
+                  loc="best")
 
     _per_target(cells, path, "cells", draw)
 
@@ -231,17 +232,17 @@ def plot_capacity(ratios: pd.DataFrame, path: Path, assessed: dict | None = None
             return
         x = [r["arm"] for r in rows]
         for name, label, colour, marker in (("agg_tps", "aggregate", colours[0], "o"),
-                                            ("user_tps", "per user", colours[3], "s")):  # fmt: skip
+                                            ("user_tps", "per user", colours[3], "s")):
             y = np.array([r[name] if r[name] is not None else np.nan for r in rows], dtype=float)
             lo = np.array([r[f"{name}_lo"] if r[f"{name}_lo"] is not None else np.nan
-                           for r in rows], dtype=float)  # fmt: skip
+                           for r in rows], dtype=float)
             hi = np.array([r[f"{name}_hi"] if r[f"{name}_hi"] is not None else np.nan
-                           for r in rows], dtype=float)  # fmt: skip
+                           for r in rows], dtype=float)
             ax.errorbar(x, y, yerr=[np.nan_to_num(y - lo), np.nan_to_num(hi - y)], color=colour,
-                        marker=marker, capsize=3, label=label)  # fmt: skip
+                        marker=marker, capsize=3, label=label)
         if slo.get("user_tps_min") is not None:
             ax.axhline(slo["user_tps_min"], color=colours[3], linestyle="--", linewidth=1,
-                       label=f"slo.user_tps_min {slo['user_tps_min']:g}")  # fmt: skip
+                       label=f"slo.user_tps_min {slo['user_tps_min']:g}")
         sat = (record.get("saturation") or {}).get("arm")
         if sat is not None:
             ax.axvspan(sat, max(x), color="0.9", zorder=0, label=f"saturated after {sat}")
@@ -256,7 +257,7 @@ def plot_capacity(ratios: pd.DataFrame, path: Path, assessed: dict | None = None
         twin.plot(x, ttft, color=colours[1], marker="^", linewidth=1, label=f"TTFT {pct}")
         if slo.get("ttft_s_max") is not None:
             twin.axhline(slo["ttft_s_max"], color=colours[1], linestyle="--", linewidth=1,
-                         label=f"slo.ttft_s_max {slo['ttft_s_max']:g} s")  # fmt: skip
+                         label=f"slo.ttft_s_max {slo['ttft_s_max']:g} s")
         twin.set_ylabel(f"TTFT {pct} (s)")
         twin.set_ylim(bottom=0)
         twin.grid(False)
@@ -281,7 +282,7 @@ def plot_across(summary: pd.DataFrame, path: Path) -> pd.DataFrame:
         y = np.arange(len(rows))[::-1]
         value, lo, hi = (rows[c].to_numpy(float) for c in (metric, f"{metric}_lo", f"{metric}_hi"))
         ax.errorbar(value, y, xerr=[np.nan_to_num(value - lo), np.nan_to_num(hi - value)],
-                    fmt="o", capsize=3, color="#1b4f9c")  # fmt: skip
+                    fmt="o", capsize=3, color="#1b4f9c")
         ax.axvline(1.0, color="0.5", linestyle="--", linewidth=1)
         ax.set_yticks(y, rows["target"].tolist())
         ax.set_xlabel(f"{label} at {arm}-way")
@@ -309,7 +310,8 @@ def make_all(
     capacity: dict | None = None,
     summary: pd.DataFrame | None = None,
 ) -> dict[str, dict]:
-    """Write every figure as PNG into outdir and return fig_id -> provenance.
+    """Write every figure as PNG into outdir and return fig_id -> provenance. Of ``cells``, only
+    the cells behind the headline are drawn (consolidate.headline_cells).
 
     `files` optionally overrides a figure's basename (default "<fig_id>.png"). The decomposition
     figure's sources include the serial cells (its ratios' denominators). `thermal` (samples from
@@ -318,6 +320,7 @@ def make_all(
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     files = files or {}
+    cells = headline_cells(cells)  # the cells the analysis and the checks read
     summary = summary if summary is not None else pd.DataFrame(columns=["target", "arm"])
     # these figures put the concurrency levels on their axes; rate arms (negative) are drawn
     # on the open loop's own axes
@@ -336,7 +339,7 @@ def make_all(
             drawn = plot(frame, outdir / basename)
             arms = {SERIAL_ARM, *drawn["arm"].astype(int)} if len(drawn) else set()
             frame = ratios[ratios["target"].astype(str).isin(set(drawn["target"].astype(str)))
-                           & ratios["arm"].astype(int).isin(arms)]  # fmt: skip
+                           & ratios["arm"].astype(int).isin(arms)]
         else:
             plot(frame, outdir / basename)
         sources[fig_id] = {

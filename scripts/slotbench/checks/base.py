@@ -20,7 +20,7 @@ import pandas as pd
 
 from slotbench import rawfiles
 from slotbench.cells import cell_labels
-from slotbench.consolidate import trusted
+from slotbench.consolidate import headline_cells
 
 EFFECTS = ("none", "warn", "exclude", "provisional", "refuse")
 VERDICT_SCHEMA = "slotbench.verdict/1"
@@ -77,7 +77,7 @@ class Tables:
     servers: list[dict] = field(default_factory=list)
     host: pd.DataFrame | None = None  # what the rest of the machine did (hostload samples)
     # every cell, those whose server numbers failed the cross-check included (``cells`` holds
-    # only the trusted ones); None when there are no others
+    # only the cells behind the headline, consolidate.headline_cells); None when not given
     all_cells: pd.DataFrame | None = None
 
     @property
@@ -114,7 +114,7 @@ def load_tables(inputs: dict) -> Tables:
     (CSV), servers (JSON) and fingerprints (a list of JSON paths)."""
     cells = pd.read_parquet(inputs["cells"])
     return Tables(
-        cells=trusted(cells),
+        cells=headline_cells(cells),
         all_cells=cells,
         requests=pd.read_parquet(inputs["requests"]),
         control=pd.read_parquet(inputs["control"]),
@@ -141,7 +141,7 @@ def judged(
     is what it does to the headline when it fired; a quiet verdict does nothing."""
     return Verdict(trap, title, target, assessable=True, fired=bool(fired),
                    verdict=verdict or ("yes" if fired else "no"), summary=summary,
-                   sentence=sentence, effect=effect if fired else "none", **fields)  # fmt: skip
+                   sentence=sentence, effect=effect if fired else "none", **fields)
 
 
 def not_assessable(
@@ -150,4 +150,4 @@ def not_assessable(
     """A verdict of a check that lacked what it needs: never a pass
     (docs/method.md#not-assessable-is-not-a-pass)."""
     return Verdict(trap, title, target, assessable=False, fired=False, verdict="not assessable",
-                   summary=summary, sentence=sentence, **fields)  # fmt: skip
+                   summary=summary, sentence=sentence, **fields)
