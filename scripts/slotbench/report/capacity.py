@@ -21,13 +21,17 @@ def _interval(row: dict, name: str, digits: int = 1) -> str:
     return f"{fmt_num(value, digits)} [{fmt_num(lo, digits)}, {fmt_num(hi, digits)}]"
 
 
-def _levels(slo: dict) -> str:
+def levels_text(slo: dict, open_loop: bool = False) -> str:
+    """The service levels in words: the per-user rate floor and the TTFT ceiling, at the
+    configured percentile (closed loop) or from each request's planned arrival (open loop)."""
     parts = []
     if slo.get("user_tps_min") is not None:
         parts.append(f"≥ {fmt_num(slo['user_tps_min'])} tok/s each")
     if slo.get("ttft_s_max") is not None:
-        parts.append(f"TTFT {slo.get('ttft_percentile', 'p95')} ≤ {fmt_num(slo['ttft_s_max'], 2)} s")
-    return " with ".join(parts)
+        where = (("", " from the planned arrival") if open_loop
+                 else (f" {slo.get('ttft_percentile', 'p95')}", ""))
+        parts.append(f"TTFT{where[0]} ≤ {fmt_num(slo['ttft_s_max'], 2)} s{where[1]}")
+    return (" and " if open_loop else " with ").join(parts)
 
 
 def statement(record: dict, slo: dict, ci: str) -> str | None:
@@ -36,7 +40,7 @@ def statement(record: dict, slo: dict, ci: str) -> str | None:
     if not cap:
         return None
     arms = {r["arm"]: r for r in record["arms"]}
-    levels = _levels(slo)
+    levels = levels_text(slo)
     nxt = arms.get(cap.get("next_arm"))
     if cap["arm"] is None:
         text = f"No measured concurrency meets {levels}: even serial-1 "
@@ -45,13 +49,13 @@ def statement(record: dict, slo: dict, ci: str) -> str | None:
     text = f"Serves {users} at {levels}"
     if nxt is None:
         return text + (f", at every measured arm: the limit lies beyond {arm_name(cap['arm'])}, "
-                       "the largest arm measured.")  # fmt: skip
+                       "the largest arm measured.")
     if cap.get("between"):
         text += f"; at {nxt['arm']} users {_why(nxt, slo, ci)}"
         return text + (f". The limit lies between {cap['arm']} and {nxt['arm']} users; nothing "
-                       "between them was measured.")  # fmt: skip
+                       "between them was measured.")
     return text + (f"; at {nxt['arm']} users the reps cannot tell whether the levels are met "
-                   f"({_why(nxt, slo, ci)}).")  # fmt: skip
+                   f"({_why(nxt, slo, ci)}).")
 
 
 def _why(row: dict | None, slo: dict, ci: str) -> str:
@@ -71,11 +75,11 @@ def saturation_sentence(record: dict) -> str:
     gain = sat.get("gain", 0.05)
     if sat.get("arm") is None:
         return (f"Aggregate tok/s grew by more than {gain:.0%} at every step: not saturated by "
-                "the largest arm.")  # fmt: skip
+                "the largest arm.")
     step = f"{abs(sat['step']):.1%}"
     change = f"adds {step}" if sat["step"] >= 0 else f"loses {step}"
     return (f"The aggregate saturates at {arm_name(sat['arm'])}: {arm_name(sat['next_arm'])} "
-            f"{change} (a gain of less than {gain:.0%}, slo.saturation_gain).")  # fmt: skip
+            f"{change} (a gain of less than {gain:.0%}, slo.saturation_gain).")
 
 
 def blocks(record: dict | None, slo: dict, ctx: TargetContext) -> list:
@@ -85,24 +89,24 @@ def blocks(record: dict | None, slo: dict, ctx: TargetContext) -> list:
     sentence = statement(record, slo, ctx.ci)
     if not sentence:  # no level set: the saturation point alone, the curve is the figure
         return [Paragraph(saturation_sentence(record) + " (Set slo.* for a capacity "
-                          "statement.)")]  # fmt: skip
+                          "statement.)")]
     out: list = [Heading(3, "Capacity"), Paragraph(sentence, "headline"),
-                 Paragraph(saturation_sentence(record))]  # fmt: skip
+                 Paragraph(saturation_sentence(record))]
     pct = slo.get("ttft_percentile", "p95")
     columns = ["arm", "cells", f"per-user tok/s [{ctx.ci}]", f"TTFT {pct} s [{ctx.ci}]",
-               f"aggregate tok/s [{ctx.ci}]", "service levels"]  # fmt: skip
+               f"aggregate tok/s [{ctx.ci}]", "service levels"]
     rows = [[arm_name(r["arm"]), str(r["cells"]), _interval(r, "user_tps"), _interval(r, "ttft", 2),
              _interval(r, "agg_tps"),
              ", ".join(f"{LEVEL_NAMES[k]} {v}" for k, v in sorted(r["judged"].items(),
                                                                     key=lambda kv: kv[0] != "user_tps"))
-             or DASH] for r in record["arms"]]  # fmt: skip
+             or DASH] for r in record["arms"]]
     table_id = prov.capacity_id(ctx.target)
     out.append(Table(f"Capacity curve of {ctx.target}", columns, rows,
                      "Medians over each arm's cells (one per rep) with bootstrap intervals over "
                      "them; an arm meets a level only when its whole interval does.",
-                     anchor=table_id))  # fmt: skip
+                     anchor=table_id))
     labels = ctx.index.labels(ctx.target)
     ref = prov.Ref(table_id, "table", f"Capacity curve of {ctx.target}",
-                   prov.with_roles((labels, "source")), table_id)  # fmt: skip
+                   prov.with_roles((labels, "source")), table_id)
     out.append(ctx.sources(labels, table_id, (ref,)))
     return out

@@ -13,6 +13,7 @@ from slotbench.capacity import MISSES
 from slotbench.fmt import DASH, fmt_change, fmt_num, fmt_pct, fmt_times, missing
 from slotbench.ratearms import NO_GOODPUT_LEVEL, NO_SERVICE_LEVEL, has_rate_arms, overloaded
 from slotbench.report.blocks import Heading, Paragraph, Table
+from slotbench.report.capacity import levels_text
 from slotbench.report.sections import figure_blocks
 from slotbench.report.traps import TargetContext
 
@@ -47,15 +48,6 @@ def _goodput(row: dict) -> str:
     return f"{text} ({row['requests_good']}/{row['requests']})"
 
 
-def levels_text(slo: dict) -> str:
-    parts = []
-    if slo.get("user_tps_min") is not None:
-        parts.append(f"≥ {fmt_num(slo['user_tps_min'])} tok/s each")
-    if slo.get("ttft_s_max") is not None:
-        parts.append(f"TTFT ≤ {fmt_num(slo['ttft_s_max'], 2)} s from the planned arrival")
-    return " and ".join(parts)
-
-
 def _goodput_of(row: dict, ci: str) -> str:
     return f"goodput {_ci(row, 'goodput', lambda x: fmt_pct(x, 1))}, {ci} interval over reps"
 
@@ -66,37 +58,37 @@ def capacity_sentence(record: dict, slo: dict, ci: str, marked: set[int]) -> str
     reason, cap = record.get("capacity_reason"), record.get("capacity")
     if reason == NO_GOODPUT_LEVEL or (cap is None and reason != NO_SERVICE_LEVEL):
         return ("No capacity in requests/s: slo.goodput is not set (e.g. 0.95, the share of a "
-                "rate arm's requests that must meet every service level).")  # fmt: skip
+                "rate arm's requests that must meet every service level).")
     level = f"{round(float(slo['goodput']) * 100, 6):g}%"
     if reason == NO_SERVICE_LEVEL:
         return (f"No capacity in requests/s: slo.goodput is {level}, but no service level "
-                "(slo.user_tps_min, slo.ttft_s_max) says what a request must meet.")  # fmt: skip
+                "(slo.user_tps_min, slo.ttft_s_max) says what a request must meet.")
     rows = {r["arm"]: r for r in record["arms"]}
     nxt = rows.get(cap.get("next_arm"))
-    within = f"at least {level} of requests meeting {levels_text(slo)}"
+    within = f"at least {level} of requests meeting {levels_text(slo, open_loop=True)}"
     if cap["rate"] is None:
         if nxt["verdict"] == MISSES:
             return (f"No measured rate keeps {within}: even {nxt['name']}, the lowest rate "
-                    f"measured, misses it ({_goodput_of(nxt, ci)}).")  # fmt: skip
+                    f"measured, misses it ({_goodput_of(nxt, ci)}).")
         return (f"No measured rate is shown to keep {within}: at {nxt['name']}, the lowest rate "
-                f"measured, the reps cannot tell ({_goodput_of(nxt, ci)}).")  # fmt: skip
+                f"measured, the reps cannot tell ({_goodput_of(nxt, ci)}).")
     best = rows[cap["arm"]]
     achieved = _ci(best, "achieved_rate", lambda x: fmt_num(x, 2))
     text = (f"Serves {_rate(cap['rate'])} requests/s offered ({best['name']}, achieved "
-            f"{achieved} req/s) with {within}")  # fmt: skip
+            f"{achieved} req/s) with {within}")
     if nxt is None:
         text += (f"; every measured rate meets it, so the limit lies beyond "
-                 f"{_rate(cap['rate'])} requests/s, the largest rate measured.")  # fmt: skip
+                 f"{_rate(cap['rate'])} requests/s, the largest rate measured.")
     elif cap.get("between"):
         low, high = (_rate(r) for r in cap["between"])
         text += (f"; at {high} requests/s it misses ({_goodput_of(nxt, ci)}). The limit lies "
                  f"between {low} and {high} requests/s; nothing between them was measured.")
     else:
         text += (f"; at {_rate(cap['next_rate'])} requests/s the reps cannot tell whether it is "
-                 f"met ({_goodput_of(nxt, ci)}).")  # fmt: skip
+                 f"met ({_goodput_of(nxt, ci)}).")
     if cap["arm"] in marked:
         text += (f" The overload check marked {best['name']} overloaded (its queue grew all cell "
-                 "long): a longer cell at that rate would have queued more.")  # fmt: skip
+                 "long): a longer cell at that rate would have queued more.")
     return text
 
 
@@ -104,7 +96,7 @@ def columns(ci: str) -> list[str]:
     return ["rate arm", "offered req/s", f"achieved req/s [{ci}]",
             *(f"TTFT {p[5:]} ms [{ci}]" for p in PERCENTILES), "per-user tok/s",
             f"per-user change [{ci}]", "aggregate tok/s", f"speedup [{ci}]",
-            f"in flight [{ci}]", f"goodput [{ci}] (met/sent)"]  # fmt: skip
+            f"in flight [{ci}]", f"goodput [{ci}] (met/sent)"]
 
 
 def arm_cells(row: dict, over: bool) -> list[str]:
@@ -114,11 +106,11 @@ def arm_cells(row: dict, over: bool) -> list[str]:
                                                           lambda x: fmt_num(x, 2)),
             *ttft, fmt_num(row.get("user_tps"), 1), _ci(row, "user_ratio", fmt_change),
             fmt_num(row.get("agg_tps"), 1), _ci(row, "speedup", fmt_times),
-            _ci(row, "in_flight", lambda x: fmt_num(x, 1)), _goodput(row)]  # fmt: skip
+            _ci(row, "in_flight", lambda x: fmt_num(x, 1)), _goodput(row)]
 
 
 def _note(slo: dict, ci: str, over_names: list[str]) -> str:
-    levels = levels_text(slo)
+    levels = levels_text(slo, open_loop=True)
     note = (
         "Medians over each rate arm's cells (one per rep, runs pooled) with "
         f"{ci} bootstrap intervals. TTFT counts from each request's planned arrival; per-user "
@@ -131,12 +123,12 @@ def _note(slo: dict, ci: str, over_names: list[str]) -> str:
     if over_names:
         note += (f" Overloaded (the overload check: its queue grew all cell long): "
                  f"{', '.join(over_names)}; no TTFT percentile is quoted for it, since it would "
-                 "measure how long the cell ran.")  # fmt: skip
+                 "measure how long the cell ran.")
     return note
 
 
 def target_blocks(target: str, record: dict, slo: dict, ctx: TargetContext,
-                  marked: set[int]) -> list:  # fmt: skip
+                  marked: set[int]) -> list:
     """A target's capacity sentence, its rate arms' table and their sources."""
     table_id, cap_id = prov.openloop_id(target), prov.openloop_id(target, what="capacity")
     rows = record["arms"]
@@ -146,17 +138,17 @@ def target_blocks(target: str, record: dict, slo: dict, ctx: TargetContext,
 
     def cells_of(labels):  # per-user change and speedup divide by the serial cells
         return prov.with_roles((labels, "arm"), (ctx.index.serial_baseline(labels),
-                                                 "serial-baseline"))  # fmt: skip
+                                                 "serial-baseline"))
 
     title = f"Rate arms of {target}"
     refs = [prov.Ref(table_id, "table", title, cells_of(arm_labels), table_id),
             prov.Ref(cap_id, "table", f"Capacity in requests/s of {target}",
-                     prov.with_roles((arm_labels, "arm")), cap_id)]  # fmt: skip
+                     prov.with_roles((arm_labels, "arm")), cap_id)]
     for r, text in zip(rows, printed):
         row_id = prov.openloop_id(target, r["arm"])
         refs.append(prov.Ref(row_id, "table-row", f"{title}, {r['name']}",
                              cells_of(ctx.index.labels(target, r["arm"])), row_id,
-                             parent=table_id, row=dict(zip(heads, text))))  # fmt: skip
+                             parent=table_id, row=dict(zip(heads, text))))
     over_names = [r["name"] for r in rows if r["arm"] in marked]
     sources = arm_labels + ctx.index.serial_baseline(arm_labels)
     return [
@@ -169,7 +161,7 @@ def target_blocks(target: str, record: dict, slo: dict, ctx: TargetContext,
 
 
 def blocks(record: dict | None, verdicts: list[dict], figures_sources: dict,
-           figure_paths: dict, index: prov.CellIndex, ci: str) -> list:  # fmt: skip
+           figure_paths: dict, index: prov.CellIndex, ci: str) -> list:
     """The section, or nothing when no target has rate arms."""
     if not has_rate_arms(record):
         return []
@@ -190,7 +182,7 @@ def blocks(record: dict | None, verdicts: list[dict], figures_sources: dict,
             ctx = TargetContext(target, index.labels(target), index, ci=ci)
             out += target_blocks(target, rec, slo, ctx, marked.get(target, set()))
     shown = {fid: src for fid, src in figures_sources.items()
-             if src.get("section") == FIGURE_SECTION}  # fmt: skip
+             if src.get("section") == FIGURE_SECTION}
     sources = TargetContext("", [], index).sources
     return out + figure_blocks(shown, figure_paths, sources)[1:]  # without its "Figures" heading
 
@@ -198,4 +190,4 @@ def blocks(record: dict | None, verdicts: list[dict], figures_sources: dict,
 def general_figures(figures_sources: dict) -> dict:
     """The figures the report's Figures section shows: all but this section's."""
     return {fid: src for fid, src in figures_sources.items()
-            if src.get("section") != FIGURE_SECTION}  # fmt: skip
+            if src.get("section") != FIGURE_SECTION}
