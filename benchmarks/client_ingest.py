@@ -35,7 +35,7 @@ def measure(gap_ms: float, processes: int, streams: int, pacer_cpu: int, client_
         cmd = [sys.executable, str(HERE / "fidelity.py"), "--levels", str(streams), "--formats",
                "llamacpp", "--tokens", "64", "--ttft-ms", "20", "--gap-ms", str(gap_ms),
                "--processes", str(processes), f"--pacer-arg=--cpu={pacer_cpu}",
-               "--client-cpus", str(client_cpu), "--json", str(out)]  # fmt: skip
+               "--client-cpus", str(client_cpu), "--json", str(out)]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
         res = json.loads(out.read_text())["results"][str(streams)]["llamacpp"]
     res["gap_ms"], res["offered_tps"] = gap_ms, streams * 1000.0 / gap_ms
@@ -51,7 +51,7 @@ def plan(cpu1_us: float, cpu2_us: float, cores: list[int]) -> list[dict]:
         per_token = cpu1_us + added * (p - 1)
         rows.append({"processes": p, "streams_for_auto": p * STREAMS_PER_PROCESS,
                      "us_per_token": per_token,
-                     "ingest_tps": p * BUSY_BOUND * 1e6 / per_token})  # fmt: skip
+                     "ingest_tps": p * BUSY_BOUND * 1e6 / per_token})
     return rows
 
 
@@ -63,7 +63,7 @@ def figure(rows: list[dict], measured: list[dict], path: Path) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4.2))
     ax.plot([r["processes"] for r in rows], [r["ingest_tps"] / 1e3 for r in rows], "o-",
-            label=f"projected: each process ≤ {BUSY_BOUND:.0%} busy")  # fmt: skip
+            label=f"projected: each process ≤ {BUSY_BOUND:.0%} busy")
     for m in measured:
         ax.plot([m["processes"]], [m["ceiling_tps"] / 1e3], "s", color="C1")
     ax.plot([], [], "s", color="C1", label="from the CPU per token measured here")
@@ -83,7 +83,7 @@ def figure(rows: list[dict], measured: list[dict], path: Path) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
+                                 epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--gaps", type=float, nargs="+", default=[10, 5, 2.5, 2],
                     help="token gaps in ms (default 10 5 2.5 2)")
     ap.add_argument("--streams", type=int, default=256)
@@ -109,12 +109,12 @@ def main(argv=None) -> int:
                   f"{r['recv_lag_p50'] * 1e3:.3f} p99 {r['recv_lag_p99'] * 1e3:.3f} ms, busy "
                   f"max {r['busy_max']:.0%}, TTFT err p50 {r['ttft_err_p50'] * 1e3:.3f} ms "
                   f"p99 {r['ttft_err_p99'] * 1e3:.3f} ms, lost {r['lost']} dup "
-                  f"{r['duplicated']}", flush=True)  # fmt: skip
+                  f"{r['duplicated']}", flush=True)
     by_p = {p: [r for r in results if r["processes"] == p] for p in (1, 2)}
     # the one-process cost where the load is highest (fixed costs spread thinnest)
     cpu = {p: min(r["cpu_us_per_token"] for r in rs) for p, rs in by_p.items()}
     measured = [{"processes": p, "us_per_token": cpu[p],
-                 "ceiling_tps": p * BUSY_BOUND * 1e6 / cpu[p]} for p in (1, 2)]  # fmt: skip
+                 "ceiling_tps": p * BUSY_BOUND * 1e6 / cpu[p]} for p in (1, 2)]
     rows = plan(cpu[1], cpu[2], [1, 2, 4, 8, 16])
     print("\n| client processes (cores) | streams for which auto picks them | µs per token | "
           "projected ingest tok/s |")
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
               f"{r['ingest_tps']:,.0f} |")
     if args.json:
         args.json.write_text(json.dumps({"results": results, "measured": measured,
-                                         "plan": rows}, indent=1))  # fmt: skip
+                                         "plan": rows}, indent=1))
     if args.figure:
         figure(rows, measured, args.figure)
     return 0

@@ -88,10 +88,10 @@ def run_level(clients, concurrency: int, n: int, num_predict: int, words: int,
     from slotbench.plan import split_streams
 
     requests = [{"request": gid, "prompt": prompt_for(gid, words), "seed": 1}
-                for gid in range(first_gid, first_gid + n)]  # fmt: skip
+                for gid in range(first_gid, first_gid + n)]
     by_id = {r["request"]: r for r in requests}
     shares = [s | {"requests": [by_id[i] for i in s["requests"]]}
-              for s in split_streams(concurrency, list(by_id), processes)]  # fmt: skip
+              for s in split_streams(concurrency, list(by_id), processes)]
     errors, records, stats = [], [], []
     try:
         records, stats = clients.cell(shares, num_predict, 0.0)
@@ -112,7 +112,7 @@ def send_lags(level: dict) -> list[float]:
     out = []
     for share in level["shares"]:
         recs = [level["records"][r["request"]] for r in share["requests"]
-                if r["request"] in level["records"]]  # fmt: skip
+                if r["request"] in level["records"]]
         recs.sort(key=lambda rec: rec["t_sent_s"])
         if not recs:
             continue
@@ -128,7 +128,7 @@ def analyse(level: dict, truth_rows: list[dict]) -> dict:
     for row in truth_rows:
         by_id[row["id"]].append(row)
     sent = {f"{gid:06d}": level["records"].get(gid)
-            for gid in range(level["first_gid"], level["first_gid"] + level["n"])}  # fmt: skip
+            for gid in range(level["first_gid"], level["first_gid"] + level["n"])}
     lost = [i for i in sent if i not in by_id]
     dup = [i for i in sent if len(by_id.get(i, [])) > 1]
     unexpected = [i for i in by_id if i not in sent]
@@ -161,7 +161,7 @@ def analyse(level: dict, truth_rows: list[dict]) -> dict:
         if len(chunk_times) == len(tok):
             arr_lag += [c - t for c, t in zip(chunk_times, tok)]
             itl_err += [(chunk_times[i] - chunk_times[i - 1]) - (tok[i] - tok[i - 1])
-                        for i in range(1, len(tok))]  # fmt: skip
+                        for i in range(1, len(tok))]
         if rec["gen_s"] and len(tok) > 1:
             # the per-user rate each backend reports vs the rate the truth log implies; a
             # server-timed backend uses the pacer's true gen_s (first → last write), a
@@ -176,7 +176,7 @@ def analyse(level: dict, truth_rows: list[dict]) -> dict:
     agg_err = truth_tps = None
     if ok and t_sent:
         truth_wall = (max(r["t_tok"][-1] for r in ok)
-                      - min(r.get("t_arrive", r["t_body"]) for r in ok))  # fmt: skip
+                      - min(r.get("t_arrive", r["t_body"]) for r in ok))
         client_wall = max(t_done) - min(t_sent)
         agg_err = (tokens_client / client_wall) / (tokens_truth / truth_wall) - 1
         truth_tps = tokens_truth / truth_wall
@@ -214,7 +214,7 @@ COLUMNS = [  # (header, key, scale, format)
     ("send lag p50 ms", "send_lag_p50", 1e3, ".3f"), ("p99", "send_lag_p99", 1e3, ".3f"), ("CPU µs/tok", "cpu_us_per_token", 1, ".1f"),
     ("procs", "processes", 1, "d"), ("busy max", "busy_max", 100, ".0f%"),
     ("true gap p99 ms", "true_gap_p99", 1e3, ".2f"),
-]  # fmt: skip
+]
 
 
 def _cell(res: dict, key, scale, fmt) -> str:
@@ -231,7 +231,7 @@ def _cell(res: dict, key, scale, fmt) -> str:
 def table(concurrency: int, rows: dict[str, dict]) -> str:
     out = [f"### concurrency {concurrency}", "",
            "| format | " + " | ".join(h for h, *_ in COLUMNS) + " |",
-           "| --- | " + " | ".join("---" for _ in COLUMNS) + " |"]  # fmt: skip
+           "| --- | " + " | ".join("---" for _ in COLUMNS) + " |"]
     for name, res in rows.items():
         out.append(f"| {name} | " + " | ".join(_cell(res, *c[1:]) for c in COLUMNS) + " |")
     for name, res in rows.items():
@@ -243,7 +243,7 @@ def table(concurrency: int, rows: dict[str, dict]) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
+                                 epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 4, 16, 64, 256],
                     help="concurrency levels (default 1 4 16 64 256)")
     ap.add_argument("--quick", action="store_true", help="concurrency 1 and 4 only")
@@ -259,7 +259,7 @@ def main(argv=None) -> int:
                     help="extra argument for pacer.py (repeatable), e.g. --pacer-arg=--no-nodelay")
     ap.add_argument("--scripts", type=Path, default=REPO / "scripts",
                     help="directory holding the slotbench package to measure (default: this "
-                         "worktree's scripts/)")  # fmt: skip
+                         "worktree's scripts/)")
     ap.add_argument("--processes", default="1",
                     help="client processes per level: a number, or auto (one per 128 streams, "
                          "at most one per client CPU), as client.processes (default 1)")
@@ -279,13 +279,13 @@ def main(argv=None) -> int:
         os.sched_setaffinity(0, args.client_cpus)
     cpus = len(os.sched_getaffinity(0))
     procs = {c: (auto_processes(c, cpus) if args.processes == "auto" else int(args.processes))
-             for c in levels}  # fmt: skip
+             for c in levels}
 
     tmp = tempfile.TemporaryDirectory()
     truth = args.truth_log or Path(tmp.name) / "truth.jsonl"
     truth.write_text("")
     proc, url = start_subprocess(["--ttft-ms", str(args.ttft_ms), "--gap-ms", str(args.gap_ms),
-                                  "--truth-log", str(truth), *args.pacer_arg])  # fmt: skip
+                                  "--truth-log", str(truth), *args.pacer_arg])
     print(f"pacer at {url} (ttft {args.ttft_ms} ms, gap {args.gap_ms} ms, "
           f"{args.tokens} tokens); backends from {args.scripts}; pid {os.getpid()}", flush=True)
     all_results = {}
@@ -296,15 +296,15 @@ def main(argv=None) -> int:
         for name in args.formats:
             target = {"name": "pacer", "backend": FORMATS[name]["backend"], "managed": False,
                       "url": url, "model": "pacer", "keep_arrivals": True,
-                      **FORMATS[name]}  # fmt: skip
+                      **FORMATS[name]}
             backend = make_backend(target, url, 60)
             with Clients(backend, target, url, 60, max(procs.values()),
-                         args.client_cpus) as clients:  # fmt: skip
+                         args.client_cpus) as clients:
                 # warm-up, as a rep's: a connection for every stream of the widest level (and
                 # the openai backend's server probe); not measured
                 wide = max(levels)
                 warm = run_level(clients, wide, wide, 4, args.prompt_words, 900000 + gid,
-                                 max(procs.values()))  # fmt: skip
+                                 max(procs.values()))
                 gid += wide
                 if warm["errors"]:
                     raise SystemExit(f"{name} warm-up failed: {warm['errors'][0]}")
@@ -341,7 +341,7 @@ def _report(args, levels, all_results, load0) -> None:
         print(table(c, all_results.get(c, {})))
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
-                                         "results": all_results}, indent=1))  # fmt: skip
+                                         "results": all_results}, indent=1))
 
 
 if __name__ == "__main__":

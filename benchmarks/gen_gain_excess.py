@@ -37,7 +37,7 @@ def one_run(root: Path, i: int, burner: bool) -> dict[int, float]:
     try:
         proc = subprocess.run([str(REPO / ".venv/bin/snakemake"), "--cores", "1", "--configfile",
                                "sweep.yaml"], cwd=work, capture_output=True, text=True,
-                              env=os.environ | {"SLOTBENCH_CACHE": str(root / "cache")})  # fmt: skip
+                              env=os.environ | {"SLOTBENCH_CACHE": str(root / "cache")})
     finally:
         if burn:
             burn.kill()
@@ -60,7 +60,7 @@ def main() -> None:
             relative = {arm: round(excess[arm] / excess[2], 4) for arm in excess if arm > 2}
             runs.append({"excess": excess, "relative_to_2way": relative})
             print(f"run {i + 1}: gen_gain / speedup {excess}; queued arms over 2-way {relative}",
-                  flush=True)  # fmt: skip
+                  flush=True)
     for arm in sorted(runs[0]["excess"]):
         values = [r["excess"][arm] for r in runs]
         rel = [r["relative_to_2way"][arm] for r in runs if arm in r["relative_to_2way"]]
@@ -68,7 +68,7 @@ def main() -> None:
         print(line + (f", over the 2-way arm's {min(rel):.2f}-{max(rel):.2f}" if rel else ""))
     if args.json:
         args.json.write_text(json.dumps({"burner": args.burner, "sweep": SWEEP, "runs": runs},
-                                        indent=1, default=str) + "\n")  # fmt: skip
+                                        indent=1, default=str) + "\n")
 
 
 if __name__ == "__main__":

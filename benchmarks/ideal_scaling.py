@@ -32,7 +32,7 @@ from pacer import start_subprocess  # noqa: E402
 
 def copy_checkout(dest: Path) -> Path:
     files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others",
-                            "--exclude-standard"], capture_output=True, check=True).stdout  # fmt: skip
+                            "--exclude-standard"], capture_output=True, check=True).stdout
     for rel in filter(None, files.decode().split("\0")):
         if (REPO / rel).is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -43,7 +43,7 @@ def copy_checkout(dest: Path) -> Path:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
+                                 epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("--arms", type=int, nargs="+", default=[1, 16, 64, 256])
     ap.add_argument("--reps", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=64)
@@ -67,14 +67,14 @@ def main(argv=None) -> int:
         )
         pacer, url = start_subprocess(["--cpu", str(args.pacer_cpu), "--ttft-ms",
                                        str(args.ttft_ms), "--gap-ms", str(args.gap_ms),
-                                       "--truth-log", str(truth)])  # fmt: skip
+                                       "--truth-log", str(truth)])
         cfg = work / "ideal.yaml"
         cfg.write_text(cfg.read_text().replace("URL", url))
         t0 = time.monotonic()
         try:
             proc = subprocess.run(["taskset", "-c", args.pipeline_cpus, str(REPO / ".venv/bin/python"),
                                    "-m", "snakemake", "--cores", "1", "--configfile", "ideal.yaml"],
-                                  cwd=work, capture_output=True, text=True)  # fmt: skip
+                                  cwd=work, capture_output=True, text=True)
         finally:
             pacer.terminate()  # its summary line goes to stderr
             pacer.wait(10)
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
                          "agg_tps": float(s["agg_tps"]), "ttft_s": float(s["ttft_s"]),
                          "processes": int(c["client_processes"].max()),
                          "busy_max": float(c["client_busy"].max()),
-                         "lag_p95_max_s": float(c["client_lag_p95_s"].max())})  # fmt: skip
+                         "lag_p95_max_s": float(c["client_lag_p95_s"].max())})
     out = {"args": {k: str(v) for k, v in vars(args).items()}, "wall_s": wall, "rows": rows,
            "client": {t: verdicts[t]["sentence"] for t in ("client", "client_saturation")}}
     print("| arm | speedup | vs N | per-user change | agg tok/s | TTFT s | client processes | "

@@ -53,11 +53,11 @@ def run(jobs: int, root: Path, override: dict) -> dict:
     work = copy_repo(root / f"jobs{jobs}")
     (work / "override.yaml").write_text(json.dumps(override))  # JSON is YAML
     cmd = [str(REPO / ".venv/bin/snakemake"), "--cores", str(jobs), "--jobs", str(jobs),
-           "--configfile", "config/matrix.yaml", "override.yaml"]  # fmt: skip
+           "--configfile", "config/matrix.yaml", "override.yaml"]
     print(f"matrix_fanout: {' '.join(cmd[1:])} in {work}", file=sys.stderr, flush=True)
     started = time.monotonic()
     proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True,
-                          env=os.environ | {"SLOTBENCH_CACHE": str(root / "cache")})  # fmt: skip
+                          env=os.environ | {"SLOTBENCH_CACHE": str(root / "cache")})
     elapsed = time.monotonic() - started
     if proc.returncode != 0:
         sys.exit(f"matrix_fanout: --jobs {jobs} failed:\n{proc.stderr[-3000:]}")
@@ -66,7 +66,7 @@ def run(jobs: int, root: Path, override: dict) -> dict:
     return {"jobs": jobs, "wall_s": round(elapsed, 1), "reps": len(spans),
             "targets": sorted({t for t, _, _ in spans}),
             "overlapping_pairs_across_endpoints": overlaps(spans, same=False),
-            "overlapping_pairs_within_an_endpoint": overlaps(spans, same=True)}  # fmt: skip
+            "overlapping_pairs_within_an_endpoint": overlaps(spans, same=True)}
 
 
 def main() -> None:
@@ -81,7 +81,7 @@ def main() -> None:
         serial, fanned = run(1, Path(tmp), override), run(2, Path(tmp), override)
     result = {"command": " ".join(["benchmarks/matrix_fanout.py", *sys.argv[1:]]),
               "date": today, "config": ["config/matrix.yaml", override], "serial": serial,
-              "jobs2": fanned, "ratio": round(fanned["wall_s"] / serial["wall_s"], 3)}  # fmt: skip
+              "jobs2": fanned, "ratio": round(fanned["wall_s"] / serial["wall_s"], 3)}
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 

@@ -72,7 +72,7 @@ def rep_phases(raw: dict) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
+                                 epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("workdir", type=Path, help="a workflow directory after a finished run")
     ap.add_argument("--log", type=Path, help="the Snakemake log (default: the newest one)")
     args = ap.parse_args(argv)
@@ -87,7 +87,7 @@ def main(argv=None) -> int:
             by_rule[j["rule"]] += j["end"] - j["start"]
     phases = collections.defaultdict(float)
     reps = [json.loads(Path(p).read_text())
-            for p in sorted(glob.glob(str(args.workdir / "results/raw/*/*/rep*.json")))]  # fmt: skip
+            for p in sorted(glob.glob(str(args.workdir / "results/raw/*/*/rep*.json")))]
     rep_starts = sorted(j["start"] for j in jobs.values() if j["rule"] == "rep")
     for raw in reps:
         for k, v in rep_phases(raw).items():
@@ -95,11 +95,11 @@ def main(argv=None) -> int:
     # the rep job's start (log, 1 s) to the rep's started_unix: interpreter, imports, server
     before = sum(max(0.0, raw["started_unix"] - max([s for s in rep_starts
                                                      if s <= raw["started_unix"] + 1] or [0]))
-                 for raw in reps)  # fmt: skip
+                 for raw in reps)
     in_jobs = sum(by_rule.values())
     rows = [("measured cells", phases["measured cells"])]
     rows += [(f"rep: {k}", phases[k]) for k in ("warm-up (and cooldown)", "between cells",
-                                                "after the last cell (to finished_unix)")]  # fmt: skip
+                                                "after the last cell (to finished_unix)")]
     rows.append(("rep: job start to the rep's start (Python, imports, server start)", before))
     rep_rest = by_rule.get("rep", 0.0) - sum(v for k, v in phases.items() if not k.startswith("_"))
     rows.append(("rep: the rest of the job (1 s log resolution)", rep_rest - before))

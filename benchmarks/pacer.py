@@ -114,7 +114,7 @@ class PacerConfig:
         out = ["--host", self.host, "--port", str(self.port), "--ttft-ms", repr(self.ttft_ms),
                "--gap-ms", repr(self.gap_ms), "--default-tokens", str(self.default_tokens),
                "--slots", str(self.slots), "--alpha", repr(self.alpha), "--model", self.model,
-               "--n-ctx", str(self.n_ctx)]  # fmt: skip
+               "--n-ctx", str(self.n_ctx)]
         if self.tokens is not None:
             out += ["--tokens", str(self.tokens)]
         if self.truth_log is not None:

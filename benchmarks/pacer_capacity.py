@@ -53,7 +53,7 @@ def pct(values: list[float], q: float) -> float | None:
 def run_gap(pacer: Path, drain: Path, gap_ms: float, args, tmp: Path) -> dict:
     truth = tmp / f"truth-{gap_ms:g}.jsonl"
     cmd = (["chrt", "-f", "1"] if args.rt else []) + [str(pacer), "--port", "0", "--ttft-ms", str(args.ttft_ms), "--gap-ms", str(gap_ms),
-           "--tokens", str(args.tokens), "--truth-log", str(truth), "--cpu", str(args.pacer_cpu)]  # fmt: skip
+           "--tokens", str(args.tokens), "--truth-log", str(truth), "--cpu", str(args.pacer_cpu)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().strip()
@@ -66,7 +66,7 @@ def run_gap(pacer: Path, drain: Path, gap_ms: float, args, tmp: Path) -> dict:
                 [str(drain), "--url", url, "--conns", str(args.streams), "--seconds",
                  str(args.seconds), "--tokens", str(args.tokens), "--cpu", str(args.drain_cpu),
                  "--stagger-ms", str(per_request_s * 1000)], stdout=out, text=True,
-            )  # fmt: skip
+            )
             _, status, usage = os.wait4(client_proc.pid, 0)
             client_proc.returncode = os.waitstatus_to_exitcode(status)
             cpu1, wall1 = proc_cpu_s(proc.pid), time.monotonic()
@@ -82,7 +82,7 @@ def run_gap(pacer: Path, drain: Path, gap_ms: float, args, tmp: Path) -> dict:
     start = client["t_start"] + min(args.seconds / 2, per_request_s + 0.2)
     stop = client["t_stop"]
     late = sorted(t - due for r in rows for t, due in zip(r["t_tok"], r["due"])
-                  if start <= t < stop)  # fmt: skip
+                  if start <= t < stop)
     ms = lambda v: None if v is None else round(v * 1000, 3)  # noqa: E731
     return {
         "gap_ms": gap_ms,
@@ -107,17 +107,17 @@ def run_gap(pacer: Path, drain: Path, gap_ms: float, args, tmp: Path) -> dict:
 
 def markdown(results: list[dict]) -> str:
     head = ("| gap ms | streams | offered tok/s | achieved tok/s (truth) | lateness p50 / p99 / "
-            "max ms | pacer CPU s/s | client CPU s/s |\n|---:|---:|---:|---:|---|---:|---:|\n")  # fmt: skip
+            "max ms | pacer CPU s/s | client CPU s/s |\n|---:|---:|---:|---:|---|---:|---:|\n")
     lines = [f"| {r['gap_ms']:g} | {r['streams']} | {r['offered_tok_s']:,} | "
              f"{r['achieved_tok_s']:,} | {r['late_p50_ms']} / {r['late_p99_ms']} / "
              f"{r['late_max_ms']} | {r['pacer_cpu_s_per_s']:.2f} | {r['client_cpu_s_per_s']:.2f} |"
-             for r in results]  # fmt: skip
+             for r in results]
     return head + "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
         "--gaps",
         type=float,
@@ -133,7 +133,7 @@ def main(argv=None) -> int:
     ap.add_argument("--drain-cpu", type=int, default=1, help="CPU the client is pinned to (1)")
     ap.add_argument("--rt", action="store_true",
                     help="run the pacer under SCHED_FIFO priority 1 (chrt, root): separates its "
-                         "own lateness from CPU time other processes take on its core")  # fmt: skip
+                         "own lateness from CPU time other processes take on its core")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--markdown", type=Path, help="write the table here")
     args = ap.parse_args(argv)
@@ -149,21 +149,21 @@ def main(argv=None) -> int:
             print(f"gap {gap:g} ms: offered {res['offered_tok_s']:,} achieved "
                   f"{res['achieved_tok_s']:,} tok/s, late p50/p99/max {res['late_p50_ms']}/"
                   f"{res['late_p99_ms']}/{res['late_max_ms']} ms, cpu "
-                  f"{res['pacer_cpu_s_per_s']:.2f} s/s", file=sys.stderr, flush=True)  # fmt: skip
+                  f"{res['pacer_cpu_s_per_s']:.2f} s/s", file=sys.stderr, flush=True)
     load1 = os.getloadavg()
     table = markdown(results)
     note = (f"\npacer{' under SCHED_FIFO 1' if args.rt else ''} on CPU {args.pacer_cpu}, client on "
             f"CPU {args.drain_cpu}; {args.tokens} tokens per request, TTFT {args.ttft_ms:g} ms, "
             f"{args.seconds:g} s per gap\n"
             f"load average before / after: {tuple(round(x, 2) for x in load0)} / "
-            f"{tuple(round(x, 2) for x in load1)} ({os.cpu_count()} CPUs)\n")  # fmt: skip
+            f"{tuple(round(x, 2) for x in load1)} ({os.cpu_count()} CPUs)\n")
     print(table + note)
     if args.markdown:
         args.markdown.write_text(table + note)
     if args.json:
         args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()},
                                          "load_before": load0, "load_after": load1,
-                                         "results": results}, indent=1) + "\n")  # fmt: skip
+                                         "results": results}, indent=1) + "\n")
     return 0
 
 

@@ -59,7 +59,7 @@ def build(out: Path, corpora: list[Path]) -> Path:
         "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1 << 20,
         "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>",
         "clean_up_tokenization_spaces": False, "add_bos_token": False, "add_eos_token": False,
-    }, indent=1))  # fmt: skip
+    }, indent=1))
     (out / "special_tokens_map.json").write_text(json.dumps(
         {"bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}, indent=1))
     (out / "config.json").write_text(json.dumps({
@@ -67,7 +67,7 @@ def build(out: Path, corpora: list[Path]) -> Path:
         "vocab_size": len(vocab), "max_position_embeddings": 1 << 20,
         "bos_token_id": vocab["<s>"], "eos_token_id": vocab["</s>"],
         "pad_token_id": vocab["<pad>"],
-    }, indent=1))  # fmt: skip
+    }, indent=1))
     return out
 
 
@@ -81,7 +81,7 @@ def check(out: Path) -> dict:
         "tok_x8": len(t.encode(" tok" * 8, add_special_tokens=False)),
         "sentence": len(t.encode("Request 000123 the quick zebra-unknown word", add_special_tokens=False)),
         "roundtrip": t.decode(t.encode("the tok tok zzqx", add_special_tokens=False)),
-    }  # fmt: skip
+    }
     assert facts["tok_x8"] == 8 and facts["sentence"] == 6, facts
     return facts
 

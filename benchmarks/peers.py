@@ -85,7 +85,7 @@ PEERS = {
         [["torch==2.13.0"], ["guidellm==0.8.1"]], "guidellm",
     ),
     "inference-perf": Peer("inference-perf", "3.12", [["inference-perf==0.7.0"]],
-                           "inference-perf", notes="needs Python >= 3.12"),  # fmt: skip
+                           "inference-perf", notes="needs Python >= 3.12"),
     "genai-perf": Peer(
         "genai-perf", "3.11",
         # perf_analyzer (C++) ships in the tritonclient wheel; 2.50.0's needs glibc this OS
@@ -94,7 +94,7 @@ PEERS = {
         [["genai-perf==0.0.16", "tritonclient[all]==2.50.0"],
          ["nvidia-cuda-runtime-cu12==12.9.79"]], "genai-perf",
     ),
-}  # fmt: skip
+}
 
 
 # --- installing ---------------------------------------------------------------------------
@@ -162,9 +162,9 @@ def build_tokenizer(force: bool = False) -> Path:
     if venv_py is None:
         raise SystemExit("install a peer first: the tokenizer is built with its `tokenizers`")
     corpora = sorted(glob.glob(str(CACHE / "*/venv/lib/python*/site-packages/**/shakespeare.txt"),
-                               recursive=True))[:1]  # fmt: skip
+                               recursive=True))[:1]
     subprocess.run([str(venv_py), str(HERE / "peer_tokenizer.py"), str(TOKENIZER), *corpora],
-                   check=True)  # fmt: skip
+                   check=True)
     return TOKENIZER
 
 
@@ -182,7 +182,7 @@ def command(peer: Peer, url: str, c: int, n: int, out: Path) -> tuple[list[str],
                 "--isl", str(ISL), "--isl-stddev", "0", "--osl", str(OSL),
                 "--concurrency", str(c), "--request-count", str(n), "--random-seed", "1",
                 "--ui", "none", "--no-server-metrics", "--no-gpu-telemetry",
-                "--artifact-dir", str(out)], env  # fmt: skip
+                "--artifact-dir", str(out)], env
     if peer.name == "guidellm":
         return [str(peer.bin()), "run",
                 "--backend", f"kind=openai_http,target={url},model=pacer,"
@@ -192,7 +192,7 @@ def command(peer: Peer, url: str, c: int, n: int, out: Path) -> tuple[list[str],
                 "--data", f"kind=synthetic_text,prompt_tokens={ISL},output_tokens={OSL}",
                 "--tokenizer", f"kind=huggingface_auto,model={tok}",
                 "--output", f"kind=json,path={out / 'benchmarks.json'}",
-                "--disable-console-interactive"], env  # fmt: skip
+                "--disable-console-interactive"], env
     if peer.name == "inference-perf":
         dist = {"min": ISL, "max": ISL, "mean": ISL, "std_dev": 0, "total_count": max(n, 64)}
         cfg = {
@@ -206,7 +206,7 @@ def command(peer: Peer, url: str, c: int, n: int, out: Path) -> tuple[list[str],
             "report": {"request_lifecycle": {"summary": True, "per_stage": True,
                                              "per_request": True}},
             "storage": {"local_storage": {"path": str(out)}},
-        }  # fmt: skip
+        }
         out.mkdir(parents=True, exist_ok=True)
         (out.parent / "inference-perf.yml").write_text(json.dumps(cfg, indent=1))  # JSON is YAML
         return [str(peer.bin()), "--config_file", str(out.parent / "inference-perf.yml")], env
@@ -217,7 +217,7 @@ def command(peer: Peer, url: str, c: int, n: int, out: Path) -> tuple[list[str],
                 "--synthetic-input-tokens-mean", str(ISL), "--synthetic-input-tokens-stddev", "0",
                 "--output-tokens-mean", str(OSL), "--output-tokens-stddev", "0",
                 "--concurrency", str(c), "--request-count", str(n), "--random-seed", "1",
-                "--artifact-dir", str(out)], env  # fmt: skip
+                "--artifact-dir", str(out)], env
     raise KeyError(peer.name)
 
 
@@ -241,24 +241,24 @@ def parse(peer: Peer, out: Path) -> dict:
             rows.append({"key": ("xrid", r["metadata"]["x_request_id"]),
                          "ttft_s": m["time_to_first_token"]["value"] / 1e3,
                          "gaps_s": [g / 1e3 for g in m.get("inter_chunk_latency", {}).get("value", [])],
-                         "tokens": m.get("output_token_count", {}).get("value")})  # fmt: skip
+                         "tokens": m.get("output_token_count", {}).get("value")})
         s = json.loads(next(out.rglob("profile_export_aiperf.json")).read_text())
         summary = {"ttft_p50": s["time_to_first_token"]["p50"] / 1e3,
                    "ttft_p99": s["time_to_first_token"]["p99"] / 1e3,
                    "itl_p50": s["inter_token_latency"]["p50"] / 1e3,
                    "itl_p99": s["inter_token_latency"]["p99"] / 1e3,
                    "requests": s["request_count"]["avg"],
-                   "tok_s": s["output_token_throughput"]["avg"]}  # fmt: skip
+                   "tok_s": s["output_token_throughput"]["avg"]}
     elif peer.name == "guidellm":
         b = json.loads((out / "benchmarks.json").read_text())["benchmarks"][0]
         for r in b["requests"]["successful"]:
             rows.append({"key": ("seq", _seq(f'"id":"{r.get("response_id")}"')),
                          "ttft_s": r["time_to_first_token_ms"] / 1e3,
                          "itl_mean_s": (r.get("inter_token_latency_ms") or 0) / 1e3,
-                         "tokens": r.get("output_tokens")})  # fmt: skip
+                         "tokens": r.get("output_tokens")})
         for kind in ("errored", "incomplete"):
             rows += [{"key": ("seq", _seq(f'"id":"{r.get("response_id")}"')), "error": True}
-                     for r in b["requests"][kind]]  # fmt: skip
+                     for r in b["requests"][kind]]
         m = b["metrics"]
         p = lambda k: m[k]["successful"]["percentiles"]  # noqa: E731
         summary = {"ttft_p50": p("time_to_first_token_ms")["p50"] / 1e3,
@@ -266,7 +266,7 @@ def parse(peer: Peer, out: Path) -> dict:
                    "itl_p50": p("inter_token_latency_ms")["p50"] / 1e3,
                    "itl_p99": p("inter_token_latency_ms")["p99"] / 1e3,
                    "requests": m["request_totals"]["successful"],
-                   "tok_s": m["output_tokens_per_second"]["successful"]["mean"]}  # fmt: skip
+                   "tok_s": m["output_tokens_per_second"]["successful"]["mean"]}
     elif peer.name == "inference-perf":
         for r in json.loads(next(out.rglob("per_request_lifecycle_metrics.json")).read_text()):
             info = r.get("info") or {}
@@ -279,14 +279,14 @@ def parse(peer: Peer, out: Path) -> dict:
                          "ttft_s": times[0] - r["start_time"],
                          "gaps_s": [b - a for a, b in zip(times, times[1:])],
                          "tokens": rm.get("output_tokens"),
-                         "t_start": r["start_time"], "t_tokens": times})  # fmt: skip
+                         "t_start": r["start_time"], "t_tokens": times})
         s = json.loads(next(out.rglob("summary_lifecycle_metrics.json")).read_text())
         lat = s["successes"]["latency"]
         summary = {"ttft_p50": lat["time_to_first_token"]["median"],
                    "ttft_p99": lat["time_to_first_token"]["p99"],
                    "itl_p50": lat["inter_token_latency"]["median"],
                    "itl_p99": lat["inter_token_latency"]["p99"],
-                   "requests": s["successes"]["count"]}  # fmt: skip
+                   "requests": s["successes"]["count"]}
     elif peer.name == "genai-perf":
         exp = json.loads(next(out.rglob("profile_export.json")).read_text())["experiments"][0]
         for r in exp["requests"]:
@@ -299,14 +299,14 @@ def parse(peer: Peer, out: Path) -> dict:
                 continue
             rows.append({"key": key, "ttft_s": (tok_t[0] - r["timestamp"]) / 1e9,
                          "gaps_s": [(b - a) / 1e9 for a, b in zip(tok_t, tok_t[1:])],
-                         "tokens": len(tok_t)})  # fmt: skip
+                         "tokens": len(tok_t)})
         s = json.loads(next(out.rglob("profile_export_genai_perf.json")).read_text())
         summary = {"ttft_p50": s["time_to_first_token"]["p50"] / 1e3,
                    "ttft_p99": s["time_to_first_token"]["p99"] / 1e3,
                    "itl_p50": s["inter_token_latency"]["p50"] / 1e3,
                    "itl_p99": s["inter_token_latency"]["p99"] / 1e3,
                    "requests": s["request_count"]["avg"],
-                   "tok_s": s["output_token_throughput"]["avg"]}  # fmt: skip
+                   "tok_s": s["output_token_throughput"]["avg"]}
     return {"rows": rows, "summary": summary}
 
 
@@ -344,7 +344,7 @@ def grade(parsed: dict, truth_rows: list[dict]) -> dict:
     tok_s = None
     if done:
         wall = max(r["t_tok"][-1] for r in done) - min(r.get("t_arrive", r["t_body"])
-                                                       for r in done)  # fmt: skip
+                                                       for r in done)
         tok_s = sum(r["n_written"] for r in done) / wall
     s = parsed["summary"]
     return {
@@ -375,12 +375,12 @@ def pacer_for(where: Path, ttft_ms: float, gap_ms: float):
     truth.write_text("")
     pin = ["--cpu", str(PINNING["pacer"])] if PINNING["pacer"] is not None else []
     proc, url = start_subprocess(["--ttft-ms", str(ttft_ms), "--gap-ms", str(gap_ms),
-                                  "--tokens", str(OSL), "--truth-log", str(truth), *pin])  # fmt: skip
+                                  "--tokens", str(OSL), "--truth-log", str(truth), *pin])
     return where, truth, proc, url
 
 
 def run_one(peer: Peer, c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: float,
-            timeout_s: float) -> dict:  # fmt: skip
+            timeout_s: float) -> dict:
     where, truth, proc, url = pacer_for(run_dir / f"{peer.name}-c{c}", ttft_ms, gap_ms)
     cmd, env = command(peer, url, c, n, where / "out")
     if PINNING["client"]:
@@ -389,7 +389,7 @@ def run_one(peer: Peer, c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: f
     try:
         with open(where / "peer.log", "w") as log:
             rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=where,
-                                timeout=timeout_s).returncode  # fmt: skip
+                                timeout=timeout_s).returncode
     except subprocess.TimeoutExpired:
         rc = "timeout"
     finally:
@@ -397,14 +397,14 @@ def run_one(peer: Peer, c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: f
         proc.terminate()
         proc.wait(10)
     result = {"peer": peer.name, "concurrency": c, "requests": n, "rc": rc,
-              "wall_s": time.monotonic() - t0, "command": " ".join(cmd), "dir": str(where)}  # fmt: skip
+              "wall_s": time.monotonic() - t0, "command": " ".join(cmd), "dir": str(where)}
     truth_rows = [json.loads(x) for x in truth.read_text().splitlines() if x.strip()]
     try:
         result |= grade(parse(peer, where / "out"), truth_rows)
     except (StopIteration, FileNotFoundError, KeyError, IndexError, ValueError) as exc:
         tail = (where / "peer.log").read_text(errors="replace").strip().splitlines()[-8:]
         result |= {"error": f"{type(exc).__name__}: {exc}", "log_tail": tail,
-                   "truth_requests": len(truth_rows)}  # fmt: skip
+                   "truth_requests": len(truth_rows)}
     return result
 
 
@@ -423,11 +423,11 @@ def run_slotbench(c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: float) 
     t0 = time.monotonic()
     try:
         target = {"name": "pacer", "managed": False, "url": url, "model": "pacer",
-                  "backend": "openai", "endpoint": "completions", "keep_arrivals": True}  # fmt: skip
+                  "backend": "openai", "endpoint": "completions", "keep_arrivals": True}
         if PINNING["client"]:
             os.sched_setaffinity(0, PINNING["client"])
         with Clients(make_backend(target, url, 60), target, url, 60, processes,
-                     PINNING["client"]) as clients:  # fmt: skip
+                     PINNING["client"]) as clients:
             # connections (as many as the level will use) and the server probe
             warm = run_level(clients, c, c, 4, ISL, 900000, processes)
             time.sleep(0.1)
@@ -452,7 +452,7 @@ def run_slotbench(c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: float) 
             "itl_err_p50": res["itl_err_p50"], "itl_err_p99": res["itl_err_p99"],
             "itl_err_per": "token", "agg_tps_err": res["agg_tps_err"],
             "peer_ttft_p50": None, "true_ttft_p50": None, "peer_itl_p50": None,
-            "true_itl_p50": res["true_gap_p50"], "peer_tok_s": None, "true_tok_s": None}  # fmt: skip
+            "true_itl_p50": res["true_gap_p50"], "peer_tok_s": None, "true_tok_s": None}
 
 
 def by_level(results: list[dict]) -> str:
@@ -461,15 +461,15 @@ def by_level(results: list[dict]) -> str:
     out = []
     for c in sorted({r["concurrency"] for r in results}):
         rows = sorted((r for r in results if r["concurrency"] == c),
-                      key=lambda r: (r["peer"] != "slotbench", r["peer"]))  # fmt: skip
+                      key=lambda r: (r["peer"] != "slotbench", r["peer"]))
         out += [f"### {c} in flight", "",
                 "| client | requests sent / in the truth log | lost / duplicated | "
                 "TTFT err p50 ms | TTFT err p99 ms | ITL err p50 ms | ITL err p99 ms |",
-                "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+                "| --- | --- | --- | --- | --- | --- | --- |"]
         for r in rows:
             if "error" in r:
                 out.append(f"| {r['peer']} | –/{r.get('truth_requests')} | – | {r['error']} "
-                           "| | | |")  # fmt: skip
+                           "| | | |")
                 continue
             per = "" if r["itl_err_per"] == "token" else f" ({r['itl_err_per']})"
             out.append(
@@ -489,14 +489,14 @@ def table(results: list[dict]) -> str:
     out = ["| peer | C | rc | requests peer/truth | matched | TTFT err p50 ms | p99 | "
            "ITL err p50 ms | p99 | ITL err per | peer TTFT p50 | true TTFT p50 | "
            "peer ITL p50 | true ITL p50 | tok/s peer/true |",
-           "| --- " * 15 + "|"]  # fmt: skip
+           "| --- " * 15 + "|"]
     for r in results:
         if "error" in r:
             out.append(f"| {r['peer']} | {r['concurrency']} | {r['rc']} | –/{r.get('truth_requests')}"
-                       f" | – | {r['error']} |" + " |" * 9)  # fmt: skip
+                       f" | – | {r['error']} |" + " |" * 9)
             continue
         tps = (f"{r['peer_tok_s']:.1f}/{r['true_tok_s']:.1f}" if r.get("peer_tok_s")
-               and r.get("true_tok_s") else "–")  # fmt: skip
+               and r.get("true_tok_s") else "–")
         out.append(
             f"| {r['peer']} | {r['concurrency']} | {r['rc']} | {r['peer_requests']}/"
             f"{r['truth_completed']} | {r['matched']} | {ms(r['ttft_err_p50'])} | "
@@ -514,7 +514,7 @@ def _progress(r: dict) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
+                                 epilog=__doc__.split("\n\n", 1)[1])
     sub = ap.add_subparsers(dest="cmd", required=True)
     ins = sub.add_parser("install", help="create each peer's venv and install it")
     ins.add_argument("--peers", nargs="+", default=list(PEERS), choices=list(PEERS),

@@ -41,7 +41,7 @@ def checkout_files(dest: Path) -> None:
     """This checkout's tracked and untracked-but-not-ignored files, as a test copy makes them."""
     names = subprocess.run(["git", "-C", str(REPO), "ls-files", "--cached", "--others",
                             "--exclude-standard", "-z"], capture_output=True, check=True
-                           ).stdout.decode().split("\0")  # fmt: skip
+                           ).stdout.decode().split("\0")
     for name in filter(None, names):
         src = REPO / name
         if src.is_file():
@@ -84,7 +84,7 @@ def reps_for(by_run: dict[tuple[str, str], list[dict]], requests: int) -> int:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])  # fmt: skip
+                                 epilog=__doc__.split("\n\n", 1)[1])
     ap.add_argument("source", type=Path, help="a workflow directory after a finished run")
     ap.add_argument("dest", type=Path, help="the new workflow directory (must not exist)")
     ap.add_argument("--requests", type=int, required=True, help="measured requests in all")

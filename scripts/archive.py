@@ -10,7 +10,7 @@ def main(sm) -> None:
             done = build_archive(
                 sm.output.archive, sm.params.name, inputs=list(sm.input),
                 secret_envs=list(sm.params.secret_envs), exclude=[sm.log[0]],
-            )  # fmt: skip
+            )
         except ArchiveError as exc:
             fail(f"archive: {exc}", log)
         print(f"archive: {done['path']}: {done['members']} members ({done['files']} result files, "

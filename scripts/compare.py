@@ -12,17 +12,17 @@ def main(sm) -> None:
     with progress_log(sm.log[0]) as log:
         if not sm.params.compare_with:
             fail("compare: name the result to compare with: snakemake --cores 1 compare "
-                 "--config compare_with=PATH (a results directory or an archive)", log)  # fmt: skip
+                 "--config compare_with=PATH (a results directory or an archive)", log)
         try:
             a = compare.load_side(sm.params.compare_with)
             b = compare.load_side(Path(sm.input.ratios).parents[1])  # this results/
         except (ArchiveError, FileNotFoundError, ValueError) as exc:
             fail(f"compare: {exc}", log)
         result = compare.compare(a, b, int(sm.params.n_boot), float(sm.params.ci),
-                                 int(sm.params.seed), declared=tuple(sm.params.declare))  # fmt: skip
+                                 int(sm.params.seed), declared=tuple(sm.params.declare))
         written = compare.write(result, (a, b), Path(sm.output.md).parent)
         print(f"compare: {a.name} (A) against {b.name} (B): " + ", ".join(map(str, written)),
-              file=log)  # fmt: skip
+              file=log)
 
 
 main(snakemake)  # noqa: F821 - provided by Snakemake

@@ -25,7 +25,7 @@ def main(sm) -> None:
         except RawFileError as exc:
             fail_and_withdraw(f"consolidate: {exc}", list(sm.params.withdraw), log)
         requests, cells, thermal, host = (tables[k] for k in ("requests", "cells", "thermal",
-                                                              "host"))  # fmt: skip
+                                                              "host"))
         write_table(requests, REQUESTS_SCHEMA, sm.output.requests, "requests")
         cells, control = split_control(cells)
         write_table(cells, CELLS_SCHEMA, sm.output.cells, "cells")

@@ -22,18 +22,18 @@ def main(sm) -> None:
     raw_dir = Path(sm.output.raw).parent
     kept = len(list(raw_dir.glob("rep*.json"))) if raw_dir.is_dir() else 0
     interrupted = (f"rep {rep} of {target}/{run} was discarded (no raw file written) and its "
-                   f"server stopped; the {kept} reps already measured are kept")  # fmt: skip
+                   f"server stopped; the {kept} reps already measured are kept")
     log_dir = Path(sm.log.progress).parent
     with progress_log(sm.log.progress, on_interrupt=interrupted) as log:
         # a rep measured by an earlier run whose raw file could not be written (disk full)
         expect = {"target": target, "run": run, "rep": rep,
-                  "experiment": dict(sm.params.experiment)}  # fmt: skip
+                  "experiment": dict(sm.params.experiment)}
         try:
             restored = restore_unsaved(sm.output.raw, log_dir, expect)
         except OSError as exc:
             fail(f"target {target}, run {run}, rep {rep}: the rep measured earlier and kept "
                  f"elsewhere still cannot be written to {sm.output.raw} ({exc.strerror or exc}); "
-                 "free some space and rerun", log)  # fmt: skip
+                 "free some space and rerun", log)
         if restored:
             digest, kept_at = restored
             print(f"[{target} {run} rep {rep}] put the rep kept in {kept_at} in place as "

@@ -26,7 +26,7 @@ def copy_repo(dest: Path, git: bool = True) -> Path:
     files = subprocess.run(
         ["git", "-C", str(REPO), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
         capture_output=True, check=True,
-    ).stdout.decode().split("\0")  # fmt: skip
+    ).stdout.decode().split("\0")
     for rel in filter(None, files):
         src = REPO / rel
         if src.is_file():
@@ -35,7 +35,7 @@ def copy_repo(dest: Path, git: bool = True) -> Path:
     if git:
         for args in (["init", "--quiet"], ["add", "-A"],
                      ["-c", "user.name=slotbench tests", "-c", "user.email=tests@slotbench",
-                      "commit", "--quiet", "--no-verify", "-m", "test copy"]):  # fmt: skip
+                      "commit", "--quiet", "--no-verify", "-m", "test copy"]):
             subprocess.run(["git", "-C", str(dest), *args], check=True, capture_output=True)
     return dest
 
@@ -121,7 +121,7 @@ def small_filesystem(directory: Path, size: str = "120m") -> Iterator[Path | Non
     kept); None where this machine cannot mount one."""
     held = {p.name: (p.read_bytes(), p.stat()) for p in directory.iterdir()}
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(directory)],
-                          capture_output=True, text=True)  # fmt: skip
+                          capture_output=True, text=True)
     if done.returncode != 0:
         yield None
         return

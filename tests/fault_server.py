@@ -55,19 +55,19 @@ from http.server import BaseHTTPRequestHandler
 from served import Served
 
 FAULTS = ("die", "silence", "trickle", "malformed", "error_event", "http404", "http500",
-          "http503", "counts", "negative_timings", "zero_timings", "nan_timings")  # fmt: skip
+          "http503", "counts", "negative_timings", "zero_timings", "nan_timings")
 HTTP_FAULTS = {
     "http404": (404, "File Not Found", "not_found_error"),
     "http500": (500, "llama_decode failed: out of memory", "server_error"),
     "http503": (503, "Loading model", "unavailable_error"),
 }
 WEB_PAGE = (b"<!DOCTYPE html>\n<html><head><title>Welcome to nginx!</title></head>"
-            b"<body><h1>Welcome to nginx!</h1></body></html>\n")  # fmt: skip
+            b"<body><h1>Welcome to nginx!</h1></body></html>\n")
 
 
 class FaultServer(Served):
     def __init__(self, slots: int = 4, token_s: float = 0.002, measured_predict: int = 8,
-                 hold_s: float = 30.0, trickle_s: float = 1.0, alpha: float = 0.0):  # fmt: skip
+                 hold_s: float = 30.0, trickle_s: float = 1.0, alpha: float = 0.0):
         self.slots = slots
         self.token_s = token_s
         self.alpha = alpha
@@ -187,12 +187,12 @@ class _Handler(BaseHTTPRequestHandler):
                 "model_ftype": "Q4_K - Medium",
                 "build_info": "b0-fault-double",
                 "modalities": {"vision": False, "audio": False},
-            })  # fmt: skip
+            })
         if path == "/slots":
             with d.lock:
                 busy = d.in_flight
             return self._json(200, [{"id": i, "n_ctx": 4096, "is_processing": i < busy}
-                                    for i in range(d.slots)])  # fmt: skip
+                                    for i in range(d.slots)])
         self._error(404, "File Not Found", "not_found_error")
 
     def do_POST(self) -> None:
@@ -278,12 +278,12 @@ class _Handler(BaseHTTPRequestHandler):
                 break
             if k == 2 and fault == "error_event":
                 self._event({"code": 500, "message": "slot 0 failed: llama_decode returned -3",
-                             "type": "server_error"}, field="error")  # fmt: skip
+                             "type": "server_error"}, field="error")
                 break
             t_first = t_first or time.monotonic()
             self._event({"index": 0, "content": " tok", "tokens": [], "stop": False,
                          "id_slot": -1, "tokens_predicted": k + 1,
-                         "tokens_evaluated": prompt_n})  # fmt: skip
+                         "tokens_evaluated": prompt_n})
         else:
             self._event(self._final(n, prompt_n, t0, t_first, fault))
         self.wfile.write(b"0\r\n\r\n")
@@ -297,7 +297,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     @staticmethod
     def _final(n: int, prompt_n: int, t0: float, t_first: float | None,
-               fault: str | None) -> dict:  # fmt: skip
+               fault: str | None) -> dict:
         now = time.monotonic()
         prompt_ms = ((t_first or now) - t0) * 1000
         predicted_ms = (now - (t_first or now)) * 1000 + 1e-3
@@ -324,7 +324,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "predicted_per_token_ms": per_token,
                 "predicted_per_second": 1000 / per_token if per_token else 0.0,
             },
-        }  # fmt: skip
+        }
 
     def _events_bytes(self, n: int, prompt_n: int, t0: float) -> bytes:
         events = [{"index": 0, "content": " tok", "stop": False} for _ in range(n)]

@@ -50,7 +50,7 @@ BUSY = "server busy, please try again.  maximum pending requests exceeded"  # se
 RUNNER_DIED = "llama runner process has terminated: exit status 2"
 MID_STREAM = "an error was encountered while running the model: unexpected EOF"
 METRICS = ("total_duration", "load_duration", "prompt_eval_count", "prompt_eval_duration",
-           "eval_count", "eval_duration")  # fmt: skip
+           "eval_count", "eval_duration")
 
 
 def go_time(t: datetime | None = None) -> str:
@@ -106,11 +106,11 @@ class OllamaDouble(Served):
         self.details = {
             "parent_model": "", "format": "gguf", "family": "gemma3", "families": ["gemma3"],
             "parameter_size": "268.10M", "quantization_level": "Q4_K_M",
-        }  # fmt: skip
+        }
         self.tag = {
             "name": model, "model": model, "modified_at": "2025-08-14T10:21:07.123456789Z",
             "size": 291554930, "digest": digest, "details": self.details,
-        }  # fmt: skip
+        }
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -149,7 +149,7 @@ class OllamaDouble(Served):
             "digest": self.tag["digest"], "details": self.details,
             "expires_at": go_time(self._expires), "size_vram": 0,  # CPU only
             "context_length": self.loaded_ctx,
-        }]}  # fmt: skip
+        }]}
 
     def show(self) -> dict:
         return {
@@ -166,7 +166,7 @@ class OllamaDouble(Served):
             },
             "capabilities": ["completion"],
             "modified_at": self.tag["modified_at"],
-        }  # fmt: skip
+        }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -324,7 +324,7 @@ class _Handler(BaseHTTPRequestHandler):
         due = time.monotonic()
         for i in range(n_tokens):
             if stream and i == d.fail_after and d.fail in ("error_mid_stream", "truncate",
-                                                          "disconnect"):  # fmt: skip
+                                                          "disconnect"):
                 self._fail_stream(d.fail)
                 return
             with d._lock:
@@ -345,7 +345,7 @@ class _Handler(BaseHTTPRequestHandler):
             "eval_duration": _ns(t_end - t_eval) if n_tokens else 0,
         }
         final = self._chunk(name, "" if stream else "".join(text), done=True,
-                            done_reason=done_reason, **metrics)  # fmt: skip
+                            done_reason=done_reason, **metrics)
         if stream:
             self._write_line(final)
             self._end_stream()
@@ -401,7 +401,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     double = OllamaDouble(args.slots, args.model, token_s=args.token_ms / 1000,
                           prompt_token_s=args.prompt_token_ms / 1000, load_s=args.load_ms / 1000,
-                          port=args.port, max_queue=args.max_queue)  # fmt: skip
+                          port=args.port, max_queue=args.max_queue)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     double.start()
     print(double.url, flush=True)

@@ -23,7 +23,7 @@ class Served:
         self._httpd = _Server(("127.0.0.1", self._port), handler)
         self._port = self._httpd.server_address[1]
         threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()  # short poll: stop() returns quickly  # fmt: skip
+                         daemon=True).start()  # short poll: stop() returns quickly
         return self
 
     def handler(self) -> type:

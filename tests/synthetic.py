@@ -102,7 +102,7 @@ def make_requests(
                     "timing_source": timing(arm) if callable(timing) else timing,
                     "cache_n": cache_n, "prompt_n": prompt_tokens - cache_n, "control": False,
                     "raw_file": raw_path(target, run, rep),
-                }  # fmt: skip
+                }
                 if ollama:
                     row |= {
                         "eval_count": n_tok, "eval_duration_ns": round(gen * 1e9),
@@ -110,7 +110,7 @@ def make_requests(
                         "prompt_eval_duration_ns": round(PREFILL_S * 1e9),
                         "load_duration_ns": None, "total_duration_ns": round((done - sent) * 1e9),
                         "cache_n": None, "prompt_n": None,
-                    }  # fmt: skip
+                    }
                 rows.append(row)
             t = max(client) + 0.01
     return pd.DataFrame(rows)
@@ -135,7 +135,7 @@ def make_cells(
             "raw_file": raw_path(target, run, rep), "raw_sha256": hashes(target, run, rep),
             "code_commit": code[0], "code_dirty": code[1], "server_build": build(run, rep),
             "client_cpu_s": cpu_s * metrics["tokens_out"], "control": False,
-        })  # fmt: skip
+        })
     return pd.DataFrame(rows)
 
 
@@ -149,7 +149,7 @@ def fingerprint(target=TARGET, run=RUN, backend="llamacpp", **extra) -> dict:
         "pipeline": {"commit": COMMIT, "dirty": False},
         "config": {"target": {"name": target, "backend": backend},
                    "measurement": {"num_predict": TOKENS, "cooldown_s": 0}},
-    }  # fmt: skip
+    }
     for key, value in extra.items():
         fp[key] = fp[key] | value if isinstance(value, dict) and key in fp else value
     return fp
@@ -197,7 +197,7 @@ def tables(
         summary=summary,
         fingerprints=[fingerprint(t) for t in targets] if fingerprints is None else fingerprints,
         servers=servers or [], host=host,
-    )  # fmt: skip
+    )
 
 
 def run(requests, *, cfg=None, summary_override=None, sources=None, paths=None, **kwargs):
@@ -215,7 +215,7 @@ def run(requests, *, cfg=None, summary_override=None, sources=None, paths=None, 
         verdicts=records, decision=headline_decision(records), cells=t.cells,
         fingerprints=copy.deepcopy(t.fingerprints), figures_sources=sources or {},
         figure_paths=paths or {}, config=cfg,
-    )  # fmt: skip
+    )
 
 
 def rendered(requests, **kwargs) -> tuple[str, str, dict, ReportData]:

@@ -11,14 +11,14 @@ from slotbench import cellsets
 
 def requests_of(**slots):
     return pd.concat([syn.make_requests(target=t, reps=6, slots=n) for t, n in slots.items()],
-                     ignore_index=True)  # fmt: skip
+                     ignore_index=True)
 
 
 def test_targets_are_ordered_by_speedup_and_separated_by_their_intervals():
     md, page, record, data = syn.rendered(requests_of(one=1, four=4, two=2))
     section = md[md.index("## Across targets"):md.index("## Figures")]
     rows = [line.split("|")[1].strip() for line in section.splitlines()
-            if line.startswith("| ") and not line.startswith(("| target", "| ---"))]  # fmt: skip
+            if line.startswith("| ") and not line.startswith(("| target", "| ---"))]
     assert rows == ["four", "two", "one"], rows
     summary = data.summary.set_index(["target", "arm"])
     assert summary.loc[("four", 4), "speedup"] > summary.loc[("one", 4), "speedup"]

@@ -21,7 +21,7 @@ ARTICLE = {1: (100.0, 100.0, 0.5), 2: (109.0, 47.0, 1.0), 4: (138.0, 34.75, 1.45
 
 
 def make_cell(target="t", run="run1", rep=0, arm=1, position=0, agg_tps=100.0, user_tps=100.0,
-              ttft_s=0.5, tokens_out=180):  # fmt: skip
+              ttft_s=0.5, tokens_out=180):
     return {
         "target": target, "run": run, "rep": rep, "arm": arm, "position": position,
         "n_requests": 4, "tokens_out": tokens_out, "wall_s": tokens_out / agg_tps,
@@ -29,7 +29,7 @@ def make_cell(target="t", run="run1", rep=0, arm=1, position=0, agg_tps=100.0, u
         "t_start_s": 10.0 * position, "t_start_unix": 1.7e9 + 10.0 * position,
         "raw_file": f"results/raw/{target}/{run}/rep{rep}.json",
         "raw_sha256": f"sha-{target}-{run}-{rep}",
-    }  # fmt: skip
+    }
 
 
 def article_cells(runs=("run1", "run2"), reps=5, noise=0.0, seed=123, target="t"):
@@ -42,7 +42,7 @@ def article_cells(runs=("run1", "run2"), reps=5, noise=0.0, seed=123, target="t"
             for i, arm in enumerate(arms):
                 agg, user, ttft = (v * rng.lognormal(0.0, noise) for v in ARTICLE[arm])
                 rows.append(make_cell(target, run, rep, arm, (i + rep) % len(arms), agg, user,
-                                      ttft))  # fmt: skip
+                                      ttft))
     return pd.DataFrame(rows)
 
 
@@ -54,7 +54,7 @@ def test_cell_ratios_hand_computed():
     cells = pd.DataFrame([
         make_cell(arm=1, position=1, agg_tps=40.0, user_tps=40.0, ttft_s=0.5),
         make_cell(arm=2, position=0, agg_tps=60.0, user_tps=25.0, ttft_s=1.2),
-    ])  # fmt: skip
+    ])
     ratios = analyse.cell_ratios(cells).set_index("arm")
     two = ratios.loc[2]
     assert two["speedup"] == pytest.approx(1.5)
@@ -82,7 +82,7 @@ def test_ratios_use_the_serial_cell_of_the_same_rep():
         make_cell(rep=1, arm=1, agg_tps=80.0), make_cell(rep=1, arm=2, agg_tps=100.0),
         make_cell(run="run2", rep=0, arm=1, agg_tps=50.0),
         make_cell(run="run2", rep=0, arm=2, agg_tps=55.0),
-    ])  # fmt: skip
+    ])
     ratios = analyse.cell_ratios(cells)
     two = ratios[ratios["arm"] == 2].set_index(["run", "rep"])["speedup"]
     assert two[("run1", 0)] == pytest.approx(1.5)
@@ -137,10 +137,10 @@ def test_summary_columns_and_provenance():
     four = summary.set_index("arm").loc[4]
     assert four["cells"].split(";") == [
         "t/run1/rep0/arm4", "t/run1/rep1/arm4", "t/run2/rep0/arm4", "t/run2/rep1/arm4",
-    ]  # fmt: skip
+    ]
     assert four["raw_sha256"].split(";") == [
         "sha-t-run1-0", "sha-t-run1-1", "sha-t-run2-0", "sha-t-run2-1",
-    ]  # fmt: skip
+    ]
 
 
 def test_summary_is_sorted_and_separate_per_target():
@@ -148,7 +148,7 @@ def test_summary_is_sorted_and_separate_per_target():
     summary = analyse.summarise(analyse.cell_ratios(cells))
     assert list(zip(summary["target"], summary["arm"])) == [
         ("a", 1), ("a", 2), ("a", 4), ("b", 1), ("b", 2), ("b", 4),
-    ]  # fmt: skip
+    ]
     assert list(summary["n_reps"]) == [6, 6, 6, 4, 4, 4]
 
 
@@ -156,7 +156,7 @@ def test_single_cell_interval_collapses_to_the_value():
     cells = pd.DataFrame([
         make_cell(arm=1, agg_tps=40.0, user_tps=40.0),
         make_cell(arm=2, agg_tps=60.0, user_tps=25.0),
-    ])  # fmt: skip
+    ])
     two = by_arm(analyse.summarise(analyse.cell_ratios(cells), n_boot=50)).loc[2]
     assert two["n_reps"] == 1
     for metric, value in [("speedup", 1.5), ("efficiency", 0.75), ("gen_gain", 1.25)]:
@@ -168,7 +168,7 @@ TRUTH = {
         "pipelining": 1.09 / 0.94},
     4: {"speedup": 1.38, "gen_gain": 1.39, "user_ratio": 0.3475, "efficiency": 0.345,
         "pipelining": 1.38 / 1.39},
-}  # fmt: skip
+}
 
 
 def test_noisy_reps_pooled_medians_are_close_to_the_truth():
@@ -226,7 +226,7 @@ def run_entry_point(tmp_path, cells):
         output=SimpleNamespace(ratios=str(tmp_path / "ratios.parquet"),
                                summary=str(tmp_path / "summary.csv"),
                                capacity=str(tmp_path / "capacity.json")),
-    )  # fmt: skip
+    )
     runpy.run_path(str(SCRIPTS / "analyse.py"), init_globals={"snakemake": smk})
 
 
@@ -252,7 +252,7 @@ def test_entry_point_fails_plainly_without_a_serial_cell(tmp_path):
 
 def _request(i, sent, first, done, out=40):
     return {"request": i, "output_tokens": out, "t_sent_s": sent, "t_first_s": first,
-            "t_done_s": done, "gen_s": done - first}  # fmt: skip
+            "t_done_s": done, "gen_s": done - first}
 
 
 def test_a_queued_arm_counts_only_the_streams_the_server_generated_for_at_once():
@@ -268,7 +268,7 @@ def test_a_queued_arm_counts_only_the_streams_the_server_generated_for_at_once()
         {"target": "t", "run": "run1", "rep": 0, "arm": arm, "position": pos, **cell_metrics(reqs)}
         for arm, pos, reqs in [(1, 0, serial), (4, 1, queued)]
     ] + [{"target": "u", "run": "run1", "rep": 0, "arm": arm, "position": pos,
-          **cell_metrics(reqs)} for arm, pos, reqs in [(1, 0, serial), (4, 1, full)]])  # fmt: skip
+          **cell_metrics(reqs)} for arm, pos, reqs in [(1, 0, serial), (4, 1, full)]])
     ratios = analyse.cell_ratios(cells).set_index(["target", "arm"])
     two_slots, four_slots = ratios.loc[("t", 4)], ratios.loc[("u", 4)]
     assert two_slots["queued"] and two_slots["gen_streams_max"] == 2

@@ -40,7 +40,7 @@ LAYERS = [
     ("report", {"slotbench.report", "slotbench.provenance", "slotbench.cellsets",
                 "slotbench.explain"}),
     ("archive", {"slotbench.archive", "slotbench.compare", "slotbench.__main__"}),
-]  # fmt: skip
+]
 
 
 def module_name(path: Path) -> str:
@@ -108,9 +108,19 @@ def test_no_module_takes_another_modules_private_names():
     assert not problems, "\n".join(problems)
 
 
+def test_no_python_file_carries_a_formatter_marker():
+    """No formatter runs on the Python files (snakefmt formats the workflow's), so a marker such
+    as "fmt: skip" would promise a formatting that nothing checks."""
+    files = [p for d in ("scripts", "tests", "benchmarks") for p in (REPO / d).rglob("*.py")]
+    marked = [f"{p.relative_to(REPO)}:{n}" for p in files
+              for n, line in enumerate(p.read_text().splitlines(), 1)
+              if re.search(r"#.*\bfmt: ?(skip|off|on)\b", line)]
+    assert not marked, marked
+
+
 def test_no_module_is_over_500_lines():
     long = {str(p.relative_to(REPO)): n for p in modules().values()
-            if (n := len(p.read_text().splitlines())) > 500}  # fmt: skip
+            if (n := len(p.read_text().splitlines())) > 500}
     assert not long, long
 
 
@@ -192,7 +202,7 @@ def rules() -> list[dict]:
             if script:
                 found.append({"rule": block.split(":")[0],
                               "script": (smk.parent / script.group(1)).resolve(),
-                              "env": env and (smk.parent / env.group(1)).resolve()})  # fmt: skip
+                              "env": env and (smk.parent / env.group(1)).resolve()})
     return found
 
 

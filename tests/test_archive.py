@@ -272,7 +272,7 @@ def test_adding_a_run_id_measures_only_the_new_run(smoke, cache, tmp_path):
     for run in ("run1", "2026-12-01"):
         fp = json.loads((work / f"results/fingerprint/embedded/{run}.json").read_text())
         raws = [json.loads(p.read_text()) for p in (work / f"results/raw/embedded/{run}").glob(
-            "rep*.json")]  # fmt: skip
+            "rep*.json")]
         assert len(raws) == 3 and fp["server"]["lifetime"].startswith("run")
         assert len({fp["server"]["pid"]} | {r["server"]["pid"] for r in raws}) == 1
         served = [fp["server"]["jobs_before"]] + [r["server"]["jobs_before"] for r in raws]
@@ -334,7 +334,7 @@ def test_archive_verifies_and_re_renders_offline_byte_identical(smoke, cache, tm
         archive.metadata_record("results/raw/embedded/run1/rep1.json"),
         archive.metadata_record("results/report.md"),
         "software/pip-freeze.txt", "code/git.json", "ARCHIVE.json", "MANIFEST.sha256",
-    ]  # fmt: skip
+    ]
     missing = [rel for rel in expected if rel not in data]
     assert not missing, missing
     if (smoke / "results/provenance.json").exists():

@@ -85,7 +85,7 @@ def test_abort_ends_the_streams_in_flight_at_once(server, pace):
     ("http404", r"POST /completion: HTTP 404: File Not Found"),
     ("http500", r"POST /completion: HTTP 500: llama_decode failed: out of memory"),
     ("http503", r"POST /completion: HTTP 503: Loading model"),
-])  # fmt: skip
+])
 def test_each_fault_is_a_backend_error_that_says_what_happened(server, fault, message):
     server.arm(fault)
     with pytest.raises(BackendError, match=message):

@@ -484,7 +484,7 @@ def test_short_requests_in_a_row_never_meet_a_closed_connection(server):
     Keep-Alive), so a request sent at once after another can meet a closed socket; none of
     these may fail, on either backend, with plain requests between them."""
     for backend in (LlamaCppBackend(server.url, {"model": MODEL}, 60),
-                    make_backend(openai_target(url=server.url), server.url, 60)):  # fmt: skip
+                    make_backend(openai_target(url=server.url), server.url, 60)):
         for i in range(16):
             rec = backend.generate(f"{PROMPT}Request {i}.", 2, 0.0, i)
             assert rec.chunks >= 1

@@ -254,14 +254,14 @@ CASES = {
 }
 
 VALID = {"arms": [1, 2], "requests_per_cell": 4, "reps": 1, "runs": 1, "num_predict": 8,
-         "warmup_predict": 2, "analysis": {"bootstrap": 100}} | target()  # fmt: skip
+         "warmup_predict": 2, "analysis": {"bootstrap": 100}} | target()
 
 
 def _merge(base: dict, over: dict) -> dict:
     out = copy.deepcopy(base)
     for key, value in over.items():
         out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(
-            out.get(key), dict) else value  # fmt: skip
+            out.get(key), dict) else value
     return out
 
 
@@ -276,7 +276,7 @@ def _with_url(value, url: str):
 # One case of each kind of mistake through the real command (module docstring); the rest in
 # this process, through the same code.
 THROUGH_SNAKEMAKE = ("reps is 2.0", "num_predict NaN", "openai endpoint", "managed parallel 0",
-                     "client processes 0", "not YAML", "a list, not keys", "no such file")  # fmt: skip
+                     "client processes 0", "not YAML", "a list, not keys", "no such file")
 
 
 def _in_process(root: Path, name: str) -> dict:
@@ -290,14 +290,14 @@ def _in_process(root: Path, name: str) -> dict:
     path = root / (re.sub(r"\W+", "_", name) + ".yaml")
     if isinstance(override, dict):
         path.write_text(yaml.safe_dump(_with_url(_merge(VALID, override), "http://127.0.0.1:9"),
-                                       sort_keys=False))  # fmt: skip
+                                       sort_keys=False))
     elif override is not None:
         path.write_text(override)
     problem = sbconfig.configfile_problem(str(path))
     if problem:  # the launcher: one line, and Snakemake never starts (the file named as given)
         problem = problem.replace(str(path), "bad.yaml")
         return {"returncode": 1, "output": f"Error: {problem}; nothing was run.\n",
-                "requests": 0, "results": []}  # fmt: skip
+                "requests": 0, "results": []}
     config = load_configfile(str(REPO / "config/config.yaml"))
     update_config(config, load_configfile(str(path)))
     try:
@@ -319,12 +319,12 @@ def _run_case(root: Path, name: str) -> dict:
         proc = subprocess.run(
             [str(SNAKEMAKE), "--cores", "1", "--configfile", "bad.yaml"], cwd=work,
             capture_output=True, text=True, timeout=300, env=os.environ | {"PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
+        )
         return {"returncode": proc.returncode, "output": proc.stdout + proc.stderr,
                 "requests": server.requests_received(),
                 "results": sorted(str(p.relative_to(work)) for p in (work / "results").rglob("*")
                                   if p.name != ".gitkeep")
-                if (work / "results").exists() else []}  # fmt: skip
+                if (work / "results").exists() else []}
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ def cells(known=KNOWN, reps=8, noise=0.02, seed=7):
             f = rng.lognormal(0, noise, 3)
             rows.append({"target": "t", "run": "run1", "rep": rep, "arm": arm,
                          "user_tps": user * f[0], "ttft_s": ttft * f[1] * 0.8,
-                         "ttft_p95_s": ttft * f[1], "agg_tps": agg * f[2]})  # fmt: skip
+                         "ttft_p95_s": ttft * f[1], "agg_tps": agg * f[2]})
     return pd.DataFrame(rows)
 
 
@@ -35,9 +35,9 @@ def assess(slo, frame=None):
     (12.0, 2, [2, 4]),
     (4.0, 8, None),       # every measured arm meets it: the limit is past the largest arm
     (25.0, None, None),   # not even one user gets 25 tok/s
-])  # fmt: skip
+])
 def test_the_capacity_is_the_largest_arm_meeting_the_level_and_never_interpolated(
-        user_min, arm, between):  # fmt: skip
+        user_min, arm, between):
     got = assess({"user_tps_min": user_min})["capacity"]
     assert got["arm"] == arm and got["between"] == between, got
     if arm == 8:
@@ -61,7 +61,7 @@ def test_an_interval_that_straddles_the_level_is_undetermined_not_met():
     got = assess({"user_tps_min": 10.0}, frame)
     assert got["arms"][2]["verdict"] == capacity.UNDETERMINED
     assert got["capacity"] == {"arm": 2, "next_arm": 4, "next_verdict": "undetermined",
-                               "between": None}  # fmt: skip
+                               "between": None}
     lo, hi = got["arms"][2]["user_tps_lo"], got["arms"][2]["user_tps_hi"]
     assert lo < 10.0 < hi
 

@@ -28,7 +28,7 @@ warmup_predict: 1
 
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True,
-                          check=True).stdout.strip()  # fmt: skip
+                          check=True).stdout.strip()
 
 
 def test_a_second_checkout_runs_and_records_its_own_code(tmp_path):
@@ -45,7 +45,7 @@ def test_a_second_checkout_runs_and_records_its_own_code(tmp_path):
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     found = subprocess.run([sys.executable, "-c", "import slotbench; print(slotbench.__file__)"],
-                           cwd=other, capture_output=True, text=True, env=env, check=True)  # fmt: skip
+                           cwd=other, capture_output=True, text=True, env=env, check=True)
     assert Path(found.stdout.strip()) == other / "scripts/slotbench/__init__.py"
 
     with FaultServer() as server:
@@ -54,7 +54,7 @@ def test_a_second_checkout_runs_and_records_its_own_code(tmp_path):
             [sys.executable, "-m", "snakemake", "results/fingerprint/fault/run1.json",
              "results/raw/fault/run1/rep1.json", "--cores", "1", "--configfile", "fault.yaml"],
             cwd=other, capture_output=True, text=True, env=env, timeout=300,
-        )  # fmt: skip
+        )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     fingerprint = json.loads((other / "results/fingerprint/fault/run1.json").read_text())
     raw = json.loads((other / "results/raw/fault/run1/rep1.json").read_text())

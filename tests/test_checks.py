@@ -29,7 +29,7 @@ def make_cell(target="t", run="run1", rep=0, arm=1, position=0, tokens_out=180, 
         "t_start_s": 10.0 * position, "t_start_unix": 1.7e9 + 10.0 * position,
         "raw_file": f"results/raw/{target}/{run}/rep{rep}.json",
         "raw_sha256": f"sha-{target}-{run}-{rep}",
-    }  # fmt: skip
+    }
 
 
 def rotated_cells(reps=6, target="t", run="run1", tps=None, tokens_out=180):
@@ -122,7 +122,7 @@ def test_modal_output_is_per_run_and_ties_go_to_the_smallest():
 # --- rotation bias ----------------------------------------------------------------------------
 
 ROTATION = {"checks": {"rotation_threshold": 0.10}, "analysis": {"bootstrap": 500, "ci": 0.95},
-            "seed": 1}  # fmt: skip
+            "seed": 1}
 
 
 def noisy_cells(reps=20, noise=0.10, effect=0.0, seed=0, arms=ARMS, runs=("run1",)):
@@ -136,7 +136,7 @@ def noisy_cells(reps=20, noise=0.10, effect=0.0, seed=0, arms=ARMS, runs=("run1"
             for i, arm in enumerate(arms):
                 position = (i + rep) % len(arms)
                 tps = (BASE_TPS[arm] * np.exp(drift + rng.normal(0, noise))
-                       * (1 + effect if position == 0 else 1))  # fmt: skip
+                       * (1 + effect if position == 0 else 1))
                 rows.append(make_cell("t", run, rep, arm, position, 180, 180 / tps))
     return pd.DataFrame(rows)
 
@@ -158,7 +158,7 @@ def test_a_real_position_effect_is_position_bias_and_refused():
 
 def test_noise_alone_is_almost_never_called_position_bias():
     called = [rotation_verdict(noisy_cells(noise=0.10, seed=seed))["verdict"]
-              for seed in range(100)]  # fmt: skip
+              for seed in range(100)]
     assert called.count("position bias") <= 5, called.count("position bias")
     assert set(called) <= {"no position bias", "inconclusive", "position bias"}
 
@@ -226,7 +226,7 @@ def plain_leaves(obj):
 def two_target_cells():
     odd = article_deviance_cells(233, target="a")
     clean = pd.concat([rotated_cells(reps=3, target="b", run=run, tokens_out=tokens)
-                       for run, tokens in [("run1", 200), ("run2", 190)]])  # fmt: skip
+                       for run, tokens in [("run1", 200), ("run2", 190)]])
     return pd.concat([odd, clean], ignore_index=True)
 
 
@@ -238,7 +238,7 @@ def tables_of(cells, requests=None, **more):
 
     empty = pd.DataFrame(columns=["target", "run", "rep", "arm"])
     return Tables(cells=cells, requests=empty if requests is None else requests,
-                  control=empty, thermal=empty, summary=empty, **more)  # fmt: skip
+                  control=empty, thermal=empty, summary=empty, **more)
 
 
 def test_verdicts_are_plain_json_of_one_shape_for_every_target():
@@ -285,7 +285,7 @@ def test_entry_point_writes_every_verdict_table_and_the_headline_decision(tmp_pa
     from slotbench.consolidate import THERMAL_SCHEMA
 
     paths = {name: tmp_path / f"in_{name}.parquet" for name in
-             ["cells", "requests", "control", "thermal"]}  # fmt: skip
+             ["cells", "requests", "control", "thermal"]}
     cells = two_target_cells().assign(client_cpu_s=0.01)
     cells.to_parquet(paths["cells"], index=False)
     requests = pd.concat([served(target="a", slots=1), served(target="b", slots=4)])
@@ -305,7 +305,7 @@ def test_entry_point_writes_every_verdict_table_and_the_headline_decision(tmp_pa
                "servers": str(servers), "fingerprints": []},
         params=SimpleNamespace(settings=settings), log=[str(tmp_path / "checks.log")],
         output=[str(out)],
-    )  # fmt: skip
+    )
     runpy.run_path(str(SCRIPTS / "checks.py"), init_globals={"snakemake": smk})
     assert list(pd.read_csv(out / "deviance.csv")["cell"]) == ["a/run1/rep3/arm2"]
     assert len(pd.read_csv(out / "positions.csv")) == 18
@@ -331,7 +331,7 @@ def test_entry_point_writes_every_verdict_table_and_the_headline_decision(tmp_pa
     assert list(ser.columns) == serialisation.SERIALISATION_COLUMNS
     assert ser.set_index(["target", "arm"])["serialised"].to_dict() == {
         ("a", 2): True, ("a", 4): True, ("b", 2): False, ("b", 4): False,
-    }  # fmt: skip
+    }
     decision = json.loads((out / "headline.json").read_text())
     assert set(decision) == {"a", "b"}
     assert any("OLLAMA_NUM_PARALLEL=1" in w["text"] for w in decision["a"]["warnings"])
@@ -372,7 +372,7 @@ def served(target="t", run="run1", reps=3, slots=1, n_requests=4, ollama=True, s
                     "target": target, "run": run, "rep": rep, "arm": arm, "position": position,
                     "request": request, "output_tokens": 50, "t_sent_s": t_sent,
                     "t_first_s": t_first, "t_done_s": t_done, "gen_s": GEN_S,
-                }  # fmt: skip
+                }
                 if ollama:
                     row |= {
                         "total_duration_ns": round((t_done - t_sent) * 1e9),
@@ -427,7 +427,7 @@ def test_serialisation_without_ollama_fields(drop_columns):
     requests = served(slots=1, ollama=False)
     if not drop_columns:  # llama.cpp rows: the Ollama columns exist but are all null
         for col in ["total_duration_ns", "load_duration_ns", "prompt_eval_duration_ns",
-                    "eval_duration_ns"]:  # fmt: skip
+                    "eval_duration_ns"]:
             requests[col] = None
     four = by_arm(serialisation.serialisation(requests))[4]
     assert four["serialised"]
@@ -505,7 +505,7 @@ def test_most_at_once_counts_as_its_definition_says():
         if n and rng.random() < 0.1:
             ends[0] = float("nan")  # a missing time never counts
         assert most_at_once(starts, ends) == _most_at_once_by_definition(starts, ends), (
-            starts, ends)  # fmt: skip
+            starts, ends)
 
 
 def test_counts_and_trends_per_cell_match_one_group_at_a_time():
@@ -514,7 +514,7 @@ def test_counts_and_trends_per_cell_match_one_group_at_a_time():
 
     rng = np.random.default_rng(11)
     df = pd.DataFrame({"target": "t", "run": rng.choice(["run1", "run2"], 400),
-                       "rep": rng.integers(1, 12, 400), "arm": rng.choice([2, 4, 16], 400)})  # fmt: skip
+                       "rep": rng.integers(1, 12, 400), "arm": rng.choice([2, 4, 16], 400)})
     df["t_sent_s"] = rng.random(400).round(2)
     df["t_done_s"] = df["t_sent_s"] + rng.choice([0.001, 0.2, 0.5], 400)
     df.loc[rng.random(400) < 0.05, "t_sent_s"] = np.nan

@@ -32,7 +32,7 @@ TWO_CPUS = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 
 
 
 def config(url: str, arms: list[int], per_cell: dict, reps: int, tokens: int,
-           client: str = "") -> str:  # fmt: skip
+           client: str = "") -> str:
     per = "{" + ", ".join(f"{a}: {n}" for a, n in per_cell.items()) + "}"
     return f"""\
 targets:
@@ -52,13 +52,13 @@ analysis:
 
 
 def run_pipeline(work: Path, cfg: str, cpus: list[int] | None = None,
-                 env: dict | None = None) -> subprocess.CompletedProcess:  # fmt: skip
+                 env: dict | None = None) -> subprocess.CompletedProcess:
     (work / "test.yaml").write_text(cfg)
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", "test.yaml"]
     if cpus:
         cmd = ["taskset", "-c", ",".join(map(str, cpus)), *cmd]
     proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=900,
-                          env=os.environ | {"PYTHONUNBUFFERED": "1"} | (env or {}))  # fmt: skip
+                          env=os.environ | {"PYTHONUNBUFFERED": "1"} | (env or {}))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert wait_for_no_processes(str(work)) == []
     return proc
@@ -79,7 +79,7 @@ def test_a_server_that_scales_perfectly_measures_as_one(tmp_path):
     work = copy_repo(tmp_path / "ideal")
     log = tmp_path / "truth.jsonl"
     pacer, url = start_subprocess(["--cpu", "0", "--ttft-ms", "20", "--gap-ms", "10",
-                                   "--truth-log", str(log)])  # fmt: skip
+                                   "--truth-log", str(log)])
     try:
         arms = [1, 16, 64, 256]
         run_pipeline(work, config(url, arms, {1: 4, 16: 16, 64: 64, 256: 256}, 4, 64), cpus=[1])
@@ -105,7 +105,7 @@ def test_256_streams_from_two_client_processes_lose_nothing_and_stamp_ttft_truly
     pacer, url = start_subprocess(["--ttft-ms", "20", "--gap-ms", "2", "--truth-log", str(log)])
     try:
         run_pipeline(work, config(url, [1, 256], {1: 2, 256: 256}, 2, 32,
-                                  "client:\n  processes: 2\n"))  # fmt: skip
+                                  "client:\n  processes: 2\n"))
     finally:
         pacer.terminate()
         pacer.wait(10)
@@ -144,14 +144,14 @@ def test_a_starved_client_is_named_and_its_arm_gets_no_headline(tmp_path):
     try:
         # 3 ms of CPU on every chunk: 30% of a core at one stream, 120% at four
         run_pipeline(work, config(url, [1, 4], {1: 4, 4: 8}, 2, 24),
-                     env={"SLOTBENCH_CLIENT_CHUNK_DELAY_S": "0.003"})  # fmt: skip
+                     env={"SLOTBENCH_CLIENT_CHUNK_DELAY_S": "0.003"})
     finally:
         pacer.terminate()
         pacer.wait(10)
     (verdict,) = json.loads((work / "results/checks/client_saturation.json").read_text())
     assert verdict["fired"] and verdict["arms"] == [4], verdict
     assert re.search(r"Client saturated: \d+% of a core in process 0( and loop lag [^,]+)? "
-                     r"at parallel-4", verdict["sentence"])  # fmt: skip
+                     r"at parallel-4", verdict["sentence"])
     report = (work / "results/report.md").read_text()
     assert "| parallel-4 (not a headline) |" in report
     assert "| serial-1 |" in report

@@ -11,7 +11,7 @@ import pytest
 from slotbench import compare
 
 FP = {"host.cpu_model": "AMD EPYC", "host.cores": 2, "model.sha256": "abc",
-      "config.measurement.num_predict": 32, "prompt_tokens": 120, "server.slots": 4}  # fmt: skip
+      "config.measurement.num_predict": 32, "prompt_tokens": 120, "server.slots": 4}
 
 
 def ratios(speedup4=1.5, reps=8, noise=0.03, seed=0, target="t", rate=1.0):
@@ -26,7 +26,7 @@ def ratios(speedup4=1.5, reps=8, noise=0.03, seed=0, target="t", rate=1.0):
                          "gen_gain": speedup * f[1], "agg_tps": rate * 40 * speedup * f[0],
                          "user_tps": rate * user * f[1],
                          "raw_file": f"results/raw/{target}/run1/rep{rep}.json",
-                         "raw_sha256": f"h{seed}-{rep}"})  # fmt: skip
+                         "raw_sha256": f"h{seed}-{rep}"})
     return pd.DataFrame(rows)
 
 
@@ -65,7 +65,7 @@ def test_a_slower_engine_is_called_slower_with_an_interval_that_excludes_zero_an
     ("the fingerprints differ in config.measurement.num_predict",
      {}, {"config.measurement.num_predict": 64}),
     ("the fingerprints differ in model.sha256", {}, {"model.sha256": "def"}),
-])  # fmt: skip
+])
 def test_a_verdict_refuses_when_a_headline_was_refused_or_the_measurement_differs(why, a, b):
     status = a.pop("status", "allowed")
     result = compare.compare(side("A", ratios(seed=1), status, **a),
@@ -78,7 +78,7 @@ def test_a_verdict_refuses_when_a_headline_was_refused_or_the_measurement_differ
 def test_a_declared_difference_is_named_and_does_not_refuse():
     result = compare.compare(side("A", ratios(seed=1)),
                              side("B", ratios(seed=2), **{"model.sha256": "q8"}), n_boot=200,
-                             declared=("model.sha256",))  # fmt: skip
+                             declared=("model.sha256",))
     rec = result["targets"]["t"]
     assert rec["refusal"] is None and rec["differences"] == {"model.sha256": ["abc", "q8"]}
 
@@ -127,7 +127,7 @@ def test_too_few_reps_can_never_claim_a_change_and_many_metrics_do_not_make_one_
         any(r["verdict"] != compare.NO_CHANGE for r in compare.compare(
             side("A", ratios(seed=2 * k)), side("B", ratios(seed=2 * k + 1)),
             n_boot=200)["targets"]["t"]["rows"])
-        for k in range(40))  # fmt: skip
+        for k in range(40))
     assert false_claims <= 4, false_claims
 
 
@@ -170,7 +170,7 @@ def test_the_compare_rule_passes_its_declared_fields_on(tmp_path, declare, refus
         output=SimpleNamespace(md=str(out / "compare.md")),
         params=SimpleNamespace(compare_with=str(a), declare=declare, n_boot=200, ci=0.95,
                                seed=0),
-        log=[str(tmp_path / "compare.log")])  # fmt: skip
+        log=[str(tmp_path / "compare.log")])
     script = Path(__file__).resolve().parents[1] / "scripts/compare.py"
     runpy.run_path(str(script), init_globals={"snakemake": sm})
     rec = json.loads((out / "compare.json").read_text())["targets"]["t"]
@@ -208,7 +208,7 @@ def test_absolute_rates_measured_at_another_speed_are_confounded_with_time_but_r
     slots = compare.compare(a, side("B", ratios(seed=2, rate=0.59), **{"server.slots": 1}), n_boot=300)
     assert slots["targets"]["t"]["drift"]["confounded"]
     model = compare.compare(a, side("B", ratios(seed=2, rate=0.59), **{"model.sha256": "q8"}),
-                            n_boot=300, declared=("model.sha256",))  # fmt: skip
+                            n_boot=300, declared=("model.sha256",))
     drift = model["targets"]["t"]["drift"]
     assert not drift["confounded"] and drift["explained_by"] == ["model.sha256"]
     assert verdicts(model)["agg_tps"] == compare.SLOWER
@@ -220,5 +220,5 @@ def test_absolute_rates_measured_at_another_speed_are_confounded_with_time_but_r
     busy.busy["t"] = "2 reps of 8 shared the machine"
     assert verdicts(compare.compare(a, busy, n_boot=200))["agg_tps"] == compare.BUSY
     two = compare.compare(side("A", ratios(reps=2, seed=1)), side("B", ratios(reps=2, seed=2)),
-                          n_boot=200)["targets"]["t"]["drift"]  # fmt: skip
+                          n_boot=200)["targets"]["t"]["drift"]
     assert two == {"assessable": False, "why": "fewer than 3 serial cells on a side"}

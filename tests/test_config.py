@@ -141,7 +141,7 @@ def test_configfile_args_are_found_in_every_spelling():
     from slotbench.config import configfile_args
 
     argv = ["--cores", "1", "--configfile", "a.yaml", "b.yaml", "-n", "--configfiles=c.yaml",
-            "--configfile", "d.yaml", "all"]  # fmt: skip
+            "--configfile", "d.yaml", "all"]
     # like Snakemake's own parser (nargs="+"), a target right after the files is taken for one:
     # the user is told "config file all does not exist" rather than have it silently dropped
     assert configfile_args(argv) == ["a.yaml", "b.yaml", "c.yaml", "d.yaml", "all"]

@@ -153,7 +153,7 @@ def test_blocks_merged_give_the_tables_of_one_pass_and_refuse_mixed_settings(tmp
     write_json_atomic(paths[2], raw_rep(3) | {"experiment": {"num_predict": 64}})
     write_block(consolidate_all(paths[2:]), str(tmp_path / "block2"))
     with pytest.raises(RawFileError, match=r"rep3\.json was measured under other settings: "
-                                           r"num_predict"):  # fmt: skip
+                                           r"num_predict"):
         merge_blocks([str(tmp_path / "block1"), str(tmp_path / "block2")])
 
 
@@ -180,12 +180,12 @@ def test_the_client_processes_of_a_cell_become_columns_and_older_raw_files_give_
     write_json_atomic(tmp_path / "rep2.json", raw_rep(2))  # older: no client record
     requests, cells = consolidate([str(tmp_path / "rep1.json"), str(tmp_path / "rep2.json")])
     for frame, schema, kind in ((cells, CELLS_SCHEMA, "cells"),
-                                (requests, REQUESTS_SCHEMA, "requests")):  # fmt: skip
+                                (requests, REQUESTS_SCHEMA, "requests")):
         write_table(frame, schema, tmp_path / f"{kind}.parquet", kind)
     cells = read_table(tmp_path / "cells.parquet").set_index(["rep", "arm"])
     requests = read_table(tmp_path / "requests.parquet").set_index(["rep", "arm", "request"])
     columns = ["client_processes", "client_busy", "client_busy_process", "client_lag_p95_s",
-               "client_lag_process"]  # fmt: skip
+               "client_lag_process"]
     assert cells.loc[(1, 1), columns].tolist() == [1, 0.2, 0, 0.0004, 0]
     assert cells.loc[(1, 2), columns].tolist() == [2, 0.9, 1, 0.002, 0]
     assert cells.loc[(1, 2), "client_cpu_s"] == pytest.approx(1.2)

@@ -57,7 +57,7 @@ def repo_files() -> tuple[str, ...]:
     out = subprocess.run(
         ["git", "-C", str(REPO), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
         capture_output=True, check=True,
-    ).stdout.decode()  # fmt: skip
+    ).stdout.decode()
     return tuple(sorted(f for f in out.split("\0") if f and (REPO / f).is_file()))
 
 
@@ -105,7 +105,7 @@ def links(rel: str) -> list[tuple[int, str]]:
     text = (REPO / rel).read_text(encoding="utf-8")
     if rel.endswith(".rst"):
         return [(n, m) for n, line in enumerate(text.splitlines(), 1)
-                for m in RST_LINK.findall(line)]  # fmt: skip
+                for m in RST_LINK.findall(line)]
     found = []
     for n, line in prose_lines(text):
         line = re.sub(r"`[^`]*`", "", line)  # inline code is not a link
@@ -339,7 +339,7 @@ def not_runnable(command: str, files: set[str], made: dict[str, str]) -> str | N
         if plugins.is_file():
             needed = [re.split(r"[<>=\s]", line)[0].replace("-", "_")
                       for line in plugins.read_text().splitlines()
-                      if line.strip() and not line.startswith("#")]  # fmt: skip
+                      if line.strip() and not line.startswith("#")]
         needed = [n for n in needed if n.startswith("snakemake_")]  # the plugins themselves
         missing = [n for n in needed if importlib.util.find_spec(n) is None]
         if missing:
@@ -392,7 +392,7 @@ def dry_runs(tmp_path_factory):
             return command, ("skip", reason)
         argv, extra = dry_run_argv(command)
         done = subprocess.run(argv, cwd=work, env=env | extra, capture_output=True, text=True,
-                              timeout=120)  # fmt: skip
+                              timeout=120)
         return command, ("ran", done)
 
     with ThreadPoolExecutor(max_workers=4) as pool:

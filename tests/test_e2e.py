@@ -110,7 +110,7 @@ def test_explain_traces_the_headline_speedup_to_raw_requests(smoke):
         [sys.executable, "-m", "slotbench", "explain", "headline/embedded/arm4/speedup"],
         cwd=work, capture_output=True, text=True, timeout=120,
         env=os.environ | {"PYTHONPATH": str(work / "scripts")},
-    )  # fmt: skip
+    )
     out = proc.stdout
     assert proc.returncode == 0, out[-3000:] + proc.stderr[-3000:]
     lines = out[out.index("\nrequests (") + 1 :].splitlines()
@@ -262,7 +262,7 @@ def test_an_interrupt_stops_the_managed_server_and_keeps_what_was_measured(
     raw_dir, log = work / "results/raw/embedded/run1", work / "results/logs/rep/embedded/run1"
     proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=work,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)  # fmt: skip
+                            start_new_session=True)
     def measuring_fourth():
         return (log / "rep4.log").exists() and "position 0" in (log / "rep4.log").read_text()
 
@@ -288,7 +288,7 @@ def test_an_interrupt_stops_the_managed_server_and_keeps_what_was_measured(
     if not finished:  # Snakemake alone may let the rep finish, whole
         said = (log / f"rep{second}.log").read_text() if how != "ctrl-c" else out
         assert "INTERRUPTED" in said and f"rep {second} of embedded/run1 was discarded" in said, (
-            said[-2000:])  # fmt: skip
+            said[-2000:])
         assert not (raw_dir / f"rep{second}.json").exists()
 
     again = snakemake(work, *args, cache=cache)
@@ -314,11 +314,11 @@ def test_a_disk_that_fills_mid_rep_keeps_the_rep_and_stops_the_server(tmp_path, 
             pytest.skip("cannot mount a small file system here")
         proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", *args],
                                 cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=env)  # fmt: skip
+                                text=True, env=env)
         try:
             _wait_for(lambda: (log / "rep4.log").exists()
                       and "position 0" in (log / "rep4.log").read_text(), 300,
-                      "the fourth rep to be measuring")  # fmt: skip
+                      "the fourth rep to be measuring")
             filler = fill(disk)
             out, _ = proc.communicate(timeout=180)
         finally:
@@ -328,7 +328,7 @@ def test_a_disk_that_fills_mid_rep_keeps_the_rep_and_stops_the_server(tmp_path, 
         assert "Traceback" not in out
         assert re.search(r"ERROR: target embedded, run run1, rep 4: the raw file "
                          r"results/raw/embedded/run1/rep4\.json could not be written \(No space "
-                         r"left on device\); the measured rep was kept in ", out), out[-3000:]  # fmt: skip
+                         r"left on device\); the measured rep was kept in ", out), out[-3000:]
         assert llama_servers_under(str(cache)) == []
         assert wait_for_no_processes(str(work)) == []
         filler.unlink()

@@ -33,11 +33,11 @@ SWEEP = {
     "reps": 3, "runs": 1, "num_predict": 16, "warmup_predict": 4,
     "analysis": {"bootstrap": 200},
     "slo": {"user_tps_min": 1.0, "ttft_s_max": 600.0},
-}  # fmt: skip
+}
 
 
 def test_a_sweep_past_two_slots_counts_the_streams_generating_and_states_the_capacity(
-        tmp_path_factory):  # fmt: skip
+        tmp_path_factory):
     work = copy_repo(tmp_path_factory.mktemp("capacity"))
     (work / "sweep.yaml").write_text(yaml.safe_dump(SWEEP))
     cache = tmp_path_factory.mktemp("capacity-cache")
@@ -69,7 +69,7 @@ def test_a_sweep_past_two_slots_counts_the_streams_generating_and_states_the_cap
         assert 0 < r["agg_tps"] and r["ttft"] > 0, r
     # levels every arm clears by orders of magnitude: the capacity is past the largest arm
     assert record["capacity"] == {"arm": 8, "next_arm": None, "next_verdict": None,
-                                  "between": None}  # fmt: skip
+                                  "between": None}
     report = (work / "results/report.md").read_text()
     assert "### Capacity" in report and "Serves 8 concurrent users" in report
     assert "of 4 (queued)" in report and "of 8 (queued)" in report
@@ -92,12 +92,12 @@ KNOWN_USER_TPS = {1: 100.0, 2: 80.0, 4: 1 / (TOKEN_S * 1.75), 8: 1 / (TOKEN_S * 
     ({"user_tps_min": 90.0}, 1, [1, 2]),
     ({"user_tps_min": 50.0, "ttft_s_max": 0.3, "ttft_percentile": "p95"}, 4, [4, 8]),  # queue
     ({"user_tps_min": 1.0}, 8, None),  # every arm meets: past the largest arm measured
-])  # fmt: skip
+])
 def test_capacity_on_a_scripted_server_is_its_known_answer(scripted_sweep, slo, arm, between):
     work, cache = scripted_sweep
     (work / "slo.yaml").write_text(yaml.safe_dump({"slo": slo}))
     proc = snakemake(work, "--configfile", "config/smoke.yaml", "scripted.yaml", "slo.yaml",
-                     cache=cache)  # fmt: skip
+                     cache=cache)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "rep" not in jobs_run(proc), "a level is judged on the cells measured, not new ones"
     record = json.loads((work / "results/analysis/capacity.json").read_text())["targets"]["ollama"]
@@ -122,7 +122,7 @@ def scripted_sweep(tmp_path_factory):
                    "ollama_env": {"OLLAMA_NUM_PARALLEL": str(SCRIPTED_SLOTS)}}
         (work / "scripted.yaml").write_text(yaml.safe_dump({
             "targets": [target], "arms": [1, 2, 4, 8],
-            "requests_per_cell": {1: 4, 2: 4, 4: 8, 8: 16}}))  # fmt: skip
+            "requests_per_cell": {1: 4, 2: 4, 4: 8, 8: 16}}))
         proc = snakemake(work, "--configfile", "config/smoke.yaml", "scripted.yaml", cache=cache)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
         yield work, cache

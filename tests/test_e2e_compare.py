@@ -29,7 +29,7 @@ pytestmark = pytest.mark.e2e
 
 CHEAP = {"num_predict": 16,
          "prompt": {"template": "Request {nonce}. Tell the story of a harbour town that lost its "
-                                "fishing fleet and found new work."}}  # fmt: skip
+                                "fishing fleet and found new work."}}
 
 
 def target(parallel: int) -> dict:
@@ -63,7 +63,7 @@ def compare(tmp_path, a, b):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "slotbench", "compare", str(a), str(b),
                            "--out", str(out)], capture_output=True, text=True, timeout=300,
-                          env=os.environ | {"PYTHONPATH": str(a.parents[2] / "scripts")})  # fmt: skip
+                          env=os.environ | {"PYTHONPATH": str(a.parents[2] / "scripts")})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((out / "compare.json").read_text())
     return proc.stdout, result["targets"]["embedded"], (out / "compare.md").read_text()
@@ -85,7 +85,7 @@ def test_two_runs_of_one_config_show_no_detectable_change(archives, tmp_path):
     absolute = ("not comparable (busy host)" if rec["busy"]
                 else "confounded with time" if drift["confounded"] else "no detectable change")
     expected = {r["metric"]: absolute if r["metric"] in ("agg_tps", "user_tps")
-                else "no detectable change" for r in rows}  # fmt: skip
+                else "no detectable change" for r in rows}
     assert all(r["verdict"] == expected[r["metric"]] for r in rows), [drift] + [
         (r["arm"], r["metric"], r["verdict"], r["p"], r["diff_lo"], r["diff_hi"]) for r in rows]
     assert "server.slots" not in rec["differences"]

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.e2e
 
 # a busy loop whose process name (PR_SET_NAME) is "cpuburner", so the report can name it
 BURNER = ("import ctypes; ctypes.CDLL('libc.so.6').prctl(15, b'cpuburner', 0, 0, 0)\n"
-          "while True:\n    pass\n")  # fmt: skip
+          "while True:\n    pass\n")
 
 
 def host_verdict(work) -> dict:
@@ -51,7 +51,7 @@ def test_a_burner_during_one_rep_is_named(tmp_path, smoke_template):
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *SMOKE, "four.yaml"]
     env = os.environ | {"SLOTBENCH_CACHE": str(cache)}
     run = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, env=env)  # fmt: skip
+                           text=True, env=env)
     burner = None
     try:
         _wait_for(measuring, 300, f"{rep} to be measuring")

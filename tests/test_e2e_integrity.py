@@ -17,7 +17,7 @@ def test_nonces_off_fires_the_cache_check_and_the_control_arm_is_kept_apart(tmp_
     (work / "naive.yaml").write_text(yaml.safe_dump(
         {"prompt": {"nonces": False}, "control_arm": True, "cooldown_s": 0.5}))
     proc = snakemake(work, "--configfile", "config/smoke.yaml", "naive.yaml",
-                     cache=tmp_path / "cache")  # fmt: skip
+                     cache=tmp_path / "cache")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     hits = pd.read_csv(work / "results/checks/cache_hits.csv")
     assert len(hits) >= 12, "identical prompts with the cache on must be named as cache hits"

@@ -76,7 +76,7 @@ def test_one_slot_ollama_is_flagged_as_serialised(tmp_path, cache):
 
 
 def test_a_target_added_to_a_finished_run_is_measured_alone_and_gets_its_own_section(
-        tmp_path, smoke_template):  # fmt: skip
+        tmp_path, smoke_template):
     """docs/reproducibility.md#what-reruns-what: adding a target measures only its fingerprint,
     plan and reps."""
     work = copy_work(smoke_template.work, tmp_path / "two")
@@ -85,7 +85,7 @@ def test_a_target_added_to_a_finished_run_is_measured_alone_and_gets_its_own_sec
     (first,) = yaml.safe_load((work / "config/config.yaml").read_text())["targets"]
     with OllamaDouble(slots=4, token_s=0.01) as double:
         config = {"targets": [first, {"name": "ollama", "backend": "ollama", "url": double.url,
-                                      "model": "gemma3:270m"}]}  # fmt: skip
+                                      "model": "gemma3:270m"}]}
         (work / "two.yaml").write_text(yaml.safe_dump(config))
         proc = snakemake(work, *SMOKE, "two.yaml", cache=smoke_template.cache)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -93,7 +93,7 @@ def test_a_target_added_to_a_finished_run_is_measured_alone_and_gets_its_own_sec
     assert (ran.count("fingerprint"), ran.count("plan"), ran.count("rep")) == (1, 1, 3), ran
     assert file_states(embedded_raw) == kept
     assert sorted(p.parent.name for p in (work / "results/plan").glob("*/run1.json")) == [
-        "embedded", "ollama"]  # fmt: skip
+        "embedded", "ollama"]
     cells = pd.read_parquet(work / "results/cells.parquet")
     assert cells.groupby("target").size().to_dict() == {"embedded": 9, "ollama": 9}
     md = (work / "results/report.md").read_text()

@@ -63,7 +63,7 @@ ENV = os.environ | {"PYTHONUNBUFFERED": "1"}
 def run(work: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """A plain run (no PYTHONPATH: the workflow imports its own checkout's package)."""
     return subprocess.run(command(*args), cwd=work, capture_output=True, text=True,
-                          timeout=timeout, env=ENV)  # fmt: skip
+                          timeout=timeout, env=ENV)
 
 
 def output(proc) -> str:
@@ -78,7 +78,7 @@ def measured(server: FaultServer) -> int:
 
 def snapshot(work: Path, reps) -> dict[str, bytes]:
     return {name: (work / RAW / name).read_bytes()
-            for rep in reps for name in (f"rep{rep}.json", f"rep{rep}.json.sha256")}  # fmt: skip
+            for rep in reps for name in (f"rep{rep}.json", f"rep{rep}.json.sha256")}
 
 
 def raw_exists(work: Path, rep: int) -> bool:
@@ -209,7 +209,7 @@ def test_a_failed_request_fails_its_rep_by_name_and_the_next_run_resumes(case, f
     took = time.monotonic() - t0
     assert proc.returncode != 0
     error_line(proc, r"^ERROR: target fault, run run1, rep 2, arm [12] \(position [01]\), "
-                     r"request [0-3]: (.* )?" + FAILURES[fault])  # fmt: skip
+                     r"request [0-3]: (.* )?" + FAILURES[fault])
     assert "Traceback" not in output(proc)
     assert not raw_exists(case.work, 2) and not (case.work / RAW / "rep2.json.sha256").exists()
     case.assert_kept()
@@ -225,7 +225,7 @@ def test_refused_connections_fail_the_rep_before_any_request(case):
     proc = run(case.work)
     assert proc.returncode != 0
     error_line(proc, r"^ERROR: target fault, run run1, rep 2: POST /tokenize failed: .*"
-                     r"(Connection refused|Failed to establish)")  # fmt: skip
+                     r"(Connection refused|Failed to establish)")
     assert "Traceback" not in output(proc)
     case.assert_kept()
     case.assert_no_processes()
@@ -252,7 +252,7 @@ def test_a_web_page_instead_of_llama_server_is_named_not_a_traceback(case, tmp_p
     assert proc.returncode != 0
     error_line(proc, r"^ERROR: target fault, run run1, (plan|fingerprint): .*answered "
                      r"'<!DOCTYPE html>.*not llama-server's .*; is the target's url a "
-                     r"llama-server \(backend llamacpp\)\?")  # fmt: skip
+                     r"llama-server \(backend llamacpp\)\?")
     assert "Traceback" not in output(proc)
     assert wait_for_no_processes(str(fresh)) == []
     case.server.web_page = False
@@ -304,7 +304,7 @@ def start_slow_run(case: Case) -> subprocess.Popen:
     case.server.token_s = 0.25
     proc = subprocess.Popen(command(), cwd=case.work, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=ENV,
-                            start_new_session=True)  # fmt: skip
+                            start_new_session=True)
     deadline = time.monotonic() + 120
     while measured(case.server) < 2:
         assert proc.poll() is None, proc.stdout.read()
@@ -327,7 +327,7 @@ def test_ctrl_c_discards_the_rep_in_flight_with_one_line_and_the_next_run_resume
     said = [line for line in out.splitlines() if line.startswith("INTERRUPTED")]
     assert said == ["INTERRUPTED (interrupted): rep 2 of fault/run1 was discarded (no raw file "
                     "written) and its server stopped; the 1 reps already measured are kept; the "
-                    "next snakemake run resumes"], out[-3000:]  # fmt: skip
+                    "next snakemake run resumes"], out[-3000:]
     assert "Traceback" not in out
     assert not raw_exists(case.work, 2)
     case.assert_kept()
@@ -403,7 +403,7 @@ def test_a_full_disk_loses_no_measured_rep(case, small_disk):
     line = error_line(subprocess.CompletedProcess([], 1, out, ""),
                       r"^ERROR: target fault, run run1, rep 2: the raw file "
                       r"results/raw/fault/run1/rep2.json could not be written \(No space left "
-                      r"on device\); the measured rep was kept in ")  # fmt: skip
+                      r"on device\); the measured rep was kept in ")
     assert str(kept.relative_to(case.work)) in line or str(kept) in line
     assert kept.exists() and not raw_exists(case.work, 2)
     sent = measured(case.server)
@@ -449,7 +449,7 @@ def _tamper_then_settle(case2: Case, change) -> None:
         error_line(proc, r"^ERROR: consolidate: raw file results/raw/fault/run1/rep1.json has "
                          r"SHA-256 \w+, but .* recorded \w+ when it was written: the raw file "
                          r"changed after it was written\. Restore it from an archive, or delete "
-                         r"it and its \.sha256 to re-measure that rep\.")  # fmt: skip
+                         r"it and its \.sha256 to re-measure that rep\.")
         assert "Traceback" not in output(proc)
         assert not (case2.work / "results/report.md").exists()
         case2.assert_kept()

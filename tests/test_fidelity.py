@@ -32,7 +32,7 @@ def test_fidelity_quick_loses_nothing_and_stamps_ttft_within_bounds(tmp_path):
     out = tmp_path / "fidelity.json"
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks/fidelity.py"), "--quick",
                            "--requests", "24", "--json", str(out)],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     results = json.loads(out.read_text())["results"]
     assert sorted(results) == ["1", "4"]
@@ -43,9 +43,9 @@ def test_fidelity_quick_loses_nothing_and_stamps_ttft_within_bounds(tmp_path):
             assert res["errors"] == [], where
             assert res["requests"] == res["ok"] == 24, where
             assert (res["lost"], res["duplicated"], res["unexpected"], res["incomplete"]) == (
-                0, 0, 0, 0), where  # fmt: skip
+                0, 0, 0, 0), where
             assert 0 <= res["ttft_err_p50"] < TTFT_P50_BOUND_S, (where, res["ttft_err_p50"])
             assert res["ttft_err_p50"] <= res["ttft_err_p90"] < TTFT_P90_BOUND_S, (
-                where, res["ttft_err_p90"], res["ttft_err_p99"])  # fmt: skip
+                where, res["ttft_err_p90"], res["ttft_err_p99"])
             assert res["ttft_err_p99"] < TTFT_P99_BOUND_S, (where, res["ttft_err_p99"])
             assert abs(res["agg_tps_err"]) < 0.005, (where, res["agg_tps_err"])

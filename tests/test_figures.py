@@ -208,14 +208,14 @@ def thermal_samples(cells, throttle_at=(), temps=True) -> pd.DataFrame:
         for i in range(int(grp["t_start_unix"].max() - start) + 10):
             hot = (target, run, rep) in throttle_at and i >= 5
             tags = {"target": target, "run": run, "rep": rep, "t_s": float(i),
-                    "t_unix": start + i}  # fmt: skip
+                    "t_unix": start + i}
             if temps:
                 rows.append(tags | thermal.reading("linux", "thermal_zone0/cpu",
-                                                   temp_c=55.0 + 0.1 * i))  # fmt: skip
+                                                   temp_c=55.0 + 0.1 * i))
             for cpu in (0, 1):
                 rows.append(tags | thermal.reading("linux", f"cpu{cpu}",
                                                    freq_mhz=2000.0 if hot else 3000.0,
-                                                   throttled=hot))  # fmt: skip
+                                                   throttled=hot))
     return thermal.thermal_frame(rows)
 
 
@@ -289,7 +289,7 @@ def test_timeline_with_pressure_only_says_nothing_was_reported():
     rows = thermal.thermal_frame(
         [{"target": "embedded", "run": "run1", "rep": 1, "t_s": 0.0, "t_unix": 10.0}
          | thermal.reading("macos", "pmset", pressure="nominal")]
-    )  # fmt: skip
+    )
     fig, ax, handles = draw_on_axes(figures_thermal.samples_of(rows, "embedded"))
     assert handles == [] and len(fig.axes) == 1
     assert [t.get_text() for t in ax.texts] == ["thermal: no throttling or pressure reported"]

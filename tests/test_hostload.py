@@ -21,7 +21,7 @@ from slotbench.hostload import LinuxHostLoad, PsHostLoad
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 # pid: (name, parent)
 TREE = {1: ("init", 0), 100: ("snakemake", 1), 200: ("python", 100), 300: ("llama-server", 200),
-        301: ("llama-server", 300), 400: ("burner", 1), 500: ("sshd", 1)}  # fmt: skip
+        301: ("llama-server", 300), 400: ("burner", 1), 500: ("sshd", 1)}
 
 
 def write_proc(root, cpu: list[int], ticks: dict[int, int], load1=0.5):
@@ -46,7 +46,7 @@ def test_linux_splits_cpu_into_server_harness_and_others(tmp_path, monkeypatch):
     assert src.sample() == []  # the baseline
     # in one second: 170 busy ticks + 10 steal + 20 idle of 2 cores' 200
     write_proc(tmp_path, [150, 0, 20, 20, 0, 0, 0, 10],
-               {300: 60, 301: 40, 200: 5, 100: 1, 400: 60, 500: 2}, load1=2.5)  # fmt: skip
+               {300: 60, 301: 40, 200: 5, 100: 1, 400: 60, 500: 2}, load1=2.5)
     (row,) = src.sample()
     assert row["busy_cores"] == pytest.approx(1.7) and row["steal_cores"] == pytest.approx(0.1)
     assert row["server_cores"] == pytest.approx(1.0)  # the server and its child
@@ -58,7 +58,7 @@ def test_linux_splits_cpu_into_server_harness_and_others(tmp_path, monkeypatch):
 def test_ps_source_reads_percent_cpu_by_process():
     out = "\n".join(["    1     0   0.0 /sbin/launchd", "  100     1   1.0 snakemake",
                      "  200   100   2.0 python", "  300   200 150.0 /opt/bin/llama-server",
-                     "  400     1  95.0 /usr/bin/yes"])  # fmt: skip
+                     "  400     1  95.0 /usr/bin/yes"])
     (row,) = PsHostLoad(server_pids=lambda: {300}, run=lambda cmd: out, own_pid=200).sample()
     assert row["server_cores"] == pytest.approx(1.5) and row["harness_cores"] == pytest.approx(0.03)
     assert row["other_cores"] == pytest.approx(0.95) and row["top"] == "yes=0.95"

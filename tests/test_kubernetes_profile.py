@@ -81,7 +81,7 @@ def run(cmd: list, what: str, timeout: float, **kwargs) -> subprocess.CompletedP
         pytest.fail(f"{what}: no answer in {timeout:.0f} s", pytrace=False)
     if proc.returncode != 0:
         out = "\n".join(line for line in (proc.stdout + proc.stderr).splitlines()
-                        if not line.startswith("WARNING: Location"))  # fmt: skip
+                        if not line.startswith("WARNING: Location"))
         pytest.fail(f"{what} failed (exit {proc.returncode}):\n{out[-4000:]}", pytrace=False)
     return proc
 
@@ -95,9 +95,9 @@ def build(venv: Path) -> None:
     # the .venv holds. pip compiles the modules: with PYTHONDONTWRITEBYTECODE set, nothing else
     # would, and every run would compile the kubernetes client again (seconds)
     install = [python, "-m", "pip", "install", "--no-deps", "--ignore-installed",
-               "--disable-pip-version-check", "-r", str(REQUIREMENTS)]  # fmt: skip
+               "--disable-pip-version-check", "-r", str(REQUIREMENTS)]
     run(install, f"building {venv}: pip install -r {REQUIREMENTS.relative_to(REPO)}"
-        " (it needs the package index, once)", 900)  # fmt: skip
+        " (it needs the package index, once)", 900)
     # --no-deps installs only the list: what a pinned package needs must be in it or in .venv
     run([python, "-m", "pip", "check"], f"pip check in {venv} (the list and .venv together)", 120)
 
@@ -146,7 +146,7 @@ def test_kubernetes_profile_dry_run(tmp_path):
     }
 
     settings = run([python, "-c", SETTINGS, *DRY_RUN], "the profile's settings", 120,
-                   cwd=work, env=env)  # fmt: skip
+                   cwd=work, env=env)
     assert "Traceback" not in settings.stdout + settings.stderr, settings.stderr[-3000:]
     assert settings.stdout.splitlines() == [
         "executor kubernetes snakemake_executor_plugin_kubernetes",
@@ -157,14 +157,14 @@ def test_kubernetes_profile_dry_run(tmp_path):
     ], settings.stdout
 
     proc = subprocess.run([python, "-m", "snakemake", *DRY_RUN], cwd=work, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+                          capture_output=True, text=True, timeout=300)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
     assert "Traceback" not in out, out[-6000:]
     # every rep is a job whose output goes to the fs storage, under the shared volume
     reps = re.findall(rf"^rule rep:\n(?:    .*\n)*?    output: {re.escape(str(prefix))}"
                       r"/results/raw/([^/]+)/run1/rep(\d+)\.json \(send to storage\)",
-                      out, re.M)  # fmt: skip
+                      out, re.M)
     assert len(reps) == 18 and {(t, int(r)) for t, r in reps} == REPS, out[-6000:]
     assert re.search(r"^rep\s+18$", out, re.M), out[-3000:]
     # a dry run writes no results, here or on the volume

@@ -18,7 +18,7 @@ def test_two_endpoints_by_three_settings_expand_to_six_stable_readable_targets()
     cfg = resolve(yaml.safe_load(open(config.REPO_CONFIG.parent / "matrix.yaml")))
     names = [t["name"] for t in cfg["targets"]]
     assert names == ["emb-a-parallel1", "emb-a-parallel2", "emb-a-parallel4",
-                     "emb-b-parallel1", "emb-b-parallel2", "emb-b-parallel4"]  # fmt: skip
+                     "emb-b-parallel1", "emb-b-parallel2", "emb-b-parallel4"]
     by_name = {t["name"]: t for t in cfg["targets"]}
     assert by_name["emb-b-parallel2"]["server"]["cpus"] == [1]
     assert by_name["emb-b-parallel2"]["server"]["parallel"] == 2
@@ -27,7 +27,7 @@ def test_two_endpoints_by_three_settings_expand_to_six_stable_readable_targets()
     # a value added to the matrix leaves every existing name (and so its files) where it was
     bigger = matrix.expand([{"base": {"name": "emb"},
                              "vary": {"server.cpus": {"a": [0], "b": [1]},
-                                      "server.parallel": [1, 2, 4, 8]}}])  # fmt: skip
+                                      "server.parallel": [1, 2, 4, 8]}}])
     assert set(names) < {t["name"] for t in bigger}
 
 
@@ -37,7 +37,7 @@ def test_two_endpoints_by_three_settings_expand_to_six_stable_readable_targets()
     ({"server.flash_attention": [True, False]},
      ["o-flash_attention-on", "o-flash_attention-off"]),
     ({}, ["o"]),  # nothing varied: the base itself
-])  # fmt: skip
+])
 def test_names_say_what_varies(vary, names):
     assert [t["name"] for t in matrix.expand([{"base": {"name": "o"}, "vary": vary}])] == names
 
@@ -51,7 +51,7 @@ def test_names_say_what_varies(vary, names):
     ({"base": {"name": "x"}, "bogus": 1}, "`matrix[0].bogus` is not a slotbench key"),
     ({"base": {"name": "x", "server": 4}, "vary": {"server.parallel": [1]}},
      "server.parallel: server is not a mapping in the base target"),
-])  # fmt: skip
+])
 def test_a_bad_matrix_is_named_before_anything_runs(entry, message):
     with pytest.raises(config.ConfigError, match="nothing was sent") as err:
         resolve({"matrix": [entry]})
@@ -61,7 +61,7 @@ def test_a_bad_matrix_is_named_before_anything_runs(entry, message):
 def test_an_expanded_target_that_is_wrong_is_named_with_its_place_in_the_matrix():
     with pytest.raises(config.ConfigError) as err:
         resolve({"matrix": [{"base": {"name": "x", "backend": "llamacpp", "managed": True},
-                             "vary": {"server.parallel": [2, 0]}}]})  # fmt: skip
+                             "vary": {"server.parallel": [2, 0]}}]})
     assert "targets[1].server.parallel" in str(err.value)
     assert "expanded from `matrix`: targets[0] = x-parallel2, targets[1] = x-parallel0" in str(
         err.value)
@@ -95,6 +95,6 @@ def test_the_runtime_estimate_grows_with_the_work_a_rep_does():
     # 16 + 8 + 4 + 2 rounds of 512 tokens at the estimate's 5 tok/s: 51 minutes and the start
     assert resources.rep_runtime_min(big) == 54
     gpu = {"name": "g", "backend": "llamacpp", "managed": True,
-           "server": {"gpus": 1, "threads": 4}}  # fmt: skip
+           "server": {"gpus": 1, "threads": 4}}
     asked = resources.job_resources(big, gpu, [0, 1], 5)
     assert asked["gpu"] == 1 and asked["cpus_per_task"] == 4 and asked["runtime"] == 5

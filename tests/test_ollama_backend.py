@@ -29,7 +29,7 @@ PROMPT = "Request nonce-1. Tell me a story about a lighthouse keeper"
 
 def target(**extra) -> dict:
     return {"name": "o", "backend": "ollama", "managed": False, "url": "", "model": MODEL,
-            "num_ctx": 2048, "keep_alive": "30m", **extra}  # fmt: skip
+            "num_ctx": 2048, "keep_alive": "30m", **extra}
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_generate_sends_exactly_the_documented_body(double):
     assert double.bodies() == [{
         "model": MODEL, "prompt": PROMPT, "stream": True, "think": False, "keep_alive": "30m",
         "options": {"num_predict": 3, "num_ctx": 2048, "seed": 42, "temperature": 0.0},
-    }]  # fmt: skip
+    }]
 
 
 def test_load_sends_no_prompt_and_the_measured_num_ctx(double):
@@ -92,7 +92,7 @@ def test_record_converts_nanoseconds_and_keeps_server_fields(double):
     s = rec.server
     assert set(s) == {"eval_count", "eval_duration_ns", "prompt_eval_count",
                       "prompt_eval_duration_ns", "load_duration_ns", "total_duration_ns",
-                      "done_reason"}  # fmt: skip
+                      "done_reason"}
     assert rec.output_tokens == s["eval_count"] == 4 and rec.chunks == 4
     assert rec.gen_s == pytest.approx(s["eval_duration_ns"] / 1e9)
     assert 4 * FAST["token_s"] * 0.9 < rec.gen_s < 1.0
@@ -237,15 +237,15 @@ def test_describe_and_model_facts(double):
     backend.load()
     described = backend.describe()
     assert set(described) == {"version", "model_tag", "show", "ps", "requested_num_ctx",
-                              "ollama_env"}  # fmt: skip
+                              "ollama_env"}
     assert described["version"] == double.version
     assert described["model_tag"] == {k: double.tag[k] for k in ("name", "digest", "size",
-                                                                  "modified_at")}  # fmt: skip
+                                                                  "modified_at")}
     assert described["show"]["details"]["quantization_level"] == "Q4_K_M"
     assert described["show"]["model_info"] == {
         "general.architecture": "gemma3", "general.parameter_count": 268098176,
         "gemma3.context_length": 32768,
-    }  # fmt: skip
+    }
     (ps,) = described["ps"]
     assert set(ps) == {"name", "model", "size", "size_vram", "context_length", "expires_at"}
     assert ps["context_length"] == 2048 and ps["size_vram"] == 0
@@ -255,7 +255,7 @@ def test_describe_and_model_facts(double):
     assert backend.model_facts(described) == {
         "quantisation": "Q4_K_M", "digest": double.tag["digest"], "size_bytes": 291554930,
         "parameter_size": "268.10M", "family": "gemma3",
-    }  # fmt: skip
+    }
 
 
 def test_describe_matches_latest_tags_and_survives_missing_show(double):
@@ -269,13 +269,13 @@ def test_describe_matches_latest_tags_and_survives_missing_show(double):
     assert described["ollama_env"] == {}
     facts = OllamaBackend(double.url, target(model="qwen3:0.6b"), 5).model_facts(described)
     assert facts == dict.fromkeys(["quantisation", "digest", "size_bytes", "parameter_size",
-                                   "family"])  # fmt: skip
+                                   "family"])
 
 
 # -- managed ollama serve ---------------------------------------------------------------------
 
 SETTINGS = {"parallel": 2, "ctx_size": 4096, "startup_timeout_s": 20, "flash_attention": False,
-            "kv_cache_type": "f16", "keep_alive": "30m"}  # fmt: skip
+            "kv_cache_type": "f16", "keep_alive": "30m"}
 
 
 def test_managed_ollama_is_registered():
@@ -342,7 +342,7 @@ def test_double_runs_standalone_and_prints_its_url():
     script = Path(__file__).with_name("ollama_double.py")
     proc = subprocess.Popen([sys.executable, str(script), "--port", "0", "--slots", "2",
                              "--token-ms", "1", "--load-ms", "0"],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:")
@@ -373,10 +373,10 @@ def test_managed_ollama_target_runs_a_rep_through_connect(tmp_path, monkeypatch)
     fake_ollama(bin_dir)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     cfg = resolve({"arms": [1, 2], "targets": [{"name": "o", "backend": "ollama",
-                   "managed": True, "model": MODEL, "server": {"parallel": 2}}]})  # fmt: skip
+                   "managed": True, "model": MODEL, "server": {"parallel": 2}}]})
     tgt = cfg["targets"][0]
     settings = {"arms": [1, 2], "requests_per_cell": 2, "num_predict": 3, "temperature": 0.0,
-                "warmup_predict": 2, "request_timeout_s": 10}  # fmt: skip
+                "warmup_predict": 2, "request_timeout_s": 10}
     plan = run_plan("o", "run1", [1, 2], 2, 1, "Request {nonce}. Go.", 6)
     with connect(tgt, tmp_path / "server.log", 10) as conn:
         fp = fingerprint(conn, "o", "run1", cfg)
@@ -384,7 +384,7 @@ def test_managed_ollama_target_runs_a_rep_through_connect(tmp_path, monkeypatch)
                       {"commit": "x", "dirty": False})
     assert fp["model"] == {"name": MODEL, "quantisation": "Q4_K_M",
                            "digest": fp["server"]["model_tag"]["digest"], "size_bytes": 291554930,
-                           "parameter_size": "268.10M", "family": "gemma3"}  # fmt: skip
+                           "parameter_size": "268.10M", "family": "gemma3"}
     server = fp["server"]
     assert server["backend"] == "ollama" and server["managed"] is True
     assert server["ollama_env"]["OLLAMA_NUM_PARALLEL"] == "2"

@@ -54,16 +54,16 @@ def test_requests_go_out_at_their_planned_moment_and_waiting_counts(tmp_path):
     and its wait in the queue is in its TTFT from the planned moment."""
     log = tmp_path / "truth.jsonl"
     pacer, url = start_subprocess(["--slots", "1", "--ttft-ms", "10", "--gap-ms", "10",
-                                   "--tokens", "3", "--truth-log", str(log)])  # fmt: skip
+                                   "--tokens", "3", "--truth-log", str(log)])
     try:
         backend = make_backend({"name": "p", "backend": "llamacpp", "managed": False, "url": url},
-                               url, 30)  # fmt: skip
+                               url, 30)
         runner = backend.runner()
         requests = [{"request": i, "prompt": f"Request 77{i:04d}. Go on", "seed": 1}
-                    for i in range(8)]  # fmt: skip
+                    for i in range(8)]
         offsets = arrival_offsets(8, 100.0, seed=3, arrival="constant")
         recs, stats = runner.run(run_cell(backend, runner.client, requests, 8, 3, 0.0,
-                                          arrivals=offsets))  # fmt: skip
+                                          arrivals=offsets))
     finally:
         pacer.terminate()
         pacer.wait(10)
@@ -89,16 +89,16 @@ def test_requests_go_out_at_their_planned_moment_and_waiting_counts(tmp_path):
 def test_a_cap_on_requests_in_flight_holds_them_at_the_client_and_still_counts_the_wait(tmp_path):
     log = tmp_path / "truth.jsonl"
     pacer, url = start_subprocess(["--ttft-ms", "20", "--gap-ms", "10", "--tokens", "3",
-                                   "--truth-log", str(log)])  # fmt: skip
+                                   "--truth-log", str(log)])
     try:
         backend = make_backend({"name": "p", "backend": "llamacpp", "managed": False, "url": url},
-                               url, 30)  # fmt: skip
+                               url, 30)
         runner = backend.runner()
         requests = [{"request": i, "prompt": f"Request 88{i:04d}. Go", "seed": 1}
-                    for i in range(4)]  # fmt: skip
+                    for i in range(4)]
         t0 = time.monotonic()
         recs, _ = runner.run(run_cell(backend, runner.client, requests, 4, 3, 0.0,
-                                      arrivals=[0.0] * 4, max_in_flight=1))  # fmt: skip
+                                      arrivals=[0.0] * 4, max_in_flight=1))
     finally:
         pacer.terminate()
         pacer.wait(10)

@@ -42,7 +42,7 @@ def rate_requests(arm, waits, *, reps=REPS, closed=None, skew=0.0, target=syn.TA
                 "done_reason": "length", "timing_source": "server", "cache_n": 0,
                 "prompt_n": syn.PROMPT, "control": False,
                 "raw_file": syn.raw_path(target, syn.RUN, rep),
-            })  # fmt: skip
+            })
     return pd.DataFrame(rows)
 
 
@@ -77,7 +77,7 @@ def verdicts_of(module, requests, cells=None, cfg=None):
     cfg = cfg or syn.config()
     cells = cells_of(requests) if cells is None else cells
     found, details = module.check(syn.tables(requests, cells=cells, cfg=cfg),
-                                  sbconfig.check_settings(cfg))  # fmt: skip
+                                  sbconfig.check_settings(cfg))
     assert set(details) == set(module.TABLES)
     return [v.record() for v in found], details
 
@@ -148,27 +148,27 @@ def paired_cells(rate_arm=-1250, achieved=1.25, ratios=(1.5, 1.6, 1.7, 1.6, 1.6)
         for position, (arm, n, wall, p95, rate) in enumerate([
             (1, 12, 30.0, 0.4, None), (2, 12, 20.0, 1.5, None), (4, 12, 10.0, 2.5, None),
             (rate_arm, 12, 12 / achieved, 2.5 * ratio, achieved),
-        ]):  # fmt: skip
+        ]):
             rows.append({
                 "target": syn.TARGET, "run": syn.RUN, "rep": rep, "arm": arm, "position": position,
                 "n_requests": n, "wall_s": wall, "tokens_out": 64 * n, "agg_tps": 64 * n / wall,
                 "user_tps": 30.0, "ttft_s": p95 / 2, "ttft_p95_s": p95, "achieved_rate": rate,
                 "offered_rate": arm_rate(arm) if arm < 0 else None, "in_flight": 3.0,
                 "launch_skew_p99_s": 0.001 if arm < 0 else None, "control": False,
-            })  # fmt: skip
+            })
     return pd.DataFrame(rows)
 
 
 def tables_of(cells, requests=None):
     empty = pd.DataFrame(columns=["target", "run", "rep", "arm", "request", "t_planned_s",
-                                  "t_first_s", "control"])  # fmt: skip
+                                  "t_first_s", "control"])
     return Tables(cells=cells, requests=empty if requests is None else requests, control=empty,
-                  thermal=empty, summary=empty)  # fmt: skip
+                  thermal=empty, summary=empty)
 
 
 def understated(cells, requests=None):
     found, details = understatement.check(tables_of(cells, requests),
-                                          sbconfig.check_settings(syn.config()))  # fmt: skip
+                                          sbconfig.check_settings(syn.config()))
     return [v.record() for v in found], details
 
 
@@ -201,7 +201,7 @@ def test_a_ratio_whose_interval_reaches_1_is_quiet():
     assert v["assessable"] and not v["fired"] and v["effect"] == "none"
     assert v["sentence"].startswith("The closed loop did not understate waiting: 4-way closed "
                                     "loop: TTFT p95 2.5 s; arriving at random at the same 1.2 "
-                                    "req/s (rate-1.25/s): 2.5 s (1.0× [")  # fmt: skip
+                                    "req/s (rate-1.25/s): 2.5 s (1.0× [")
 
 
 def test_nothing_near_is_not_assessable_and_says_which_rates_would_pair():
@@ -243,7 +243,7 @@ def test_a_target_without_rate_arms_gets_no_verdict_from_either_trap(closed):
 def skewed_cells(closed, skew):
     requests = pd.concat([closed, rate_requests(-20000, bounded, closed=closed, skew=skew)])
     cells = cells_of(requests).assign(client_processes=1, client_busy=0.1, client_busy_process=0,
-                                      client_lag_p95_s=0.001, client_lag_process=0)  # fmt: skip
+                                      client_lag_p95_s=0.001, client_lag_process=0)
     return requests, cells
 
 

@@ -104,7 +104,7 @@ def pacer(tmp_path_factory):
     queue now and then."""
     log = tmp_path_factory.mktemp("formats") / "truth.jsonl"
     proc, url = start_subprocess(["--slots", "2", "--ttft-ms", str(TTFT_MS), "--gap-ms", "2",
-                                  "--tokens", str(TOKENS), "--truth-log", str(log)])  # fmt: skip
+                                  "--tokens", str(TOKENS), "--truth-log", str(log)])
     try:
         yield url, log
     finally:
@@ -130,16 +130,16 @@ def test_a_rate_arm_goes_out_on_time_and_counts_ttft_from_the_plan_on_every_form
     runner = backend.runner()
     n = 48
     requests = [{"request": i, "prompt": f"Request {base}{i:04d}. Tell me about the sea",
-                 "seed": i} for i in range(n)]  # fmt: skip
+                 "seed": i} for i in range(n)]
     offsets = arrival_offsets(n, 60.0, seed=base)
     # a warm-up, as a rep's: the connections the cell reuses, and the openai backend's probe
     warm = [{"request": i, "prompt": f"Request {base}99{i:02d}. Warm up", "seed": i}
-            for i in range(WARM)]  # fmt: skip
+            for i in range(WARM)]
     runner.run(run_cell(backend, runner.client, warm, WARM, TOKENS, 0.0, measure=False))
     host = LinuxHostLoad()  # this process and its children (the pacer) are the harness
     host.sample()
     recs, stats = runner.run(run_cell(backend, runner.client, requests, n, TOKENS, 0.0,
-                                      arrivals=offsets))  # fmt: skip
+                                      arrivals=offsets))
     (load,) = host.sample() or [{"other_cores": 0.0, "steal_cores": 0.0, "top": ""}]
     shared = load["other_cores"] > SHARED_CORES or (load["steal_cores"] or 0) > STEAL_CORES
     time.sleep(0.1)  # the pacer logs a request right after its last write
@@ -178,7 +178,7 @@ def test_a_rate_arm_goes_out_on_time_and_counts_ttft_from_the_plan_on_every_form
           f"..{err.max() * 1e3:+.3f} ms; TTFT from the plan {metrics['ttft_s'] * 1e3:.2f} ms "
           f"(truth {np.median(from_plan) * 1e3:.2f}), p99 {metrics['ttft_p99_s'] * 1e3:.2f} ms; "
           f"{queued} of {n} queued; other processes {load['other_cores']:.2f} cores, steal "
-          f"{load['steal_cores'] or 0:.2f} ({load['top']})")  # fmt: skip
+          f"{load['steal_cores'] or 0:.2f} ({load['top']})")
     assert np.median(skew) < 0.0005 and np.median(lag) < 0.0005, (load, skews, received)
     if shared:
         assert np.quantile(skew, 0.95) < SHARED_S, (load, skews)
@@ -197,7 +197,7 @@ def test_a_rate_arm_goes_out_on_time_and_counts_ttft_from_the_plan_on_every_form
 
 RATE_ARMS = [{"rate": 0.5},
              {"rate": 2.0, "arrival": "gamma", "burstiness": 0.5, "max_in_flight": 8,
-              "requests": 16}]  # fmt: skip
+              "requests": 16}]
 
 
 def test_a_matrix_with_rate_arms_gives_every_expanded_target_the_rate_arms():
@@ -206,7 +206,7 @@ def test_a_matrix_with_rate_arms_gives_every_expanded_target_the_rate_arms():
     cfg = sbconfig.resolve(repo_config | matrix | {"arms": [1, 2, 4, *RATE_ARMS]})
     filled = [{"arrival": "poisson", "burstiness": 1.0, "rate": 0.5},  # no cap, no own count
               {"arrival": "gamma", "burstiness": 0.5, "max_in_flight": 8, "rate": 2.0,
-               "requests": 16}]  # fmt: skip
+               "requests": 16}]
     assert cfg["arms"] == [1, 2, 4, *filled]
     assert len(cfg["targets"]) == 6
     # what the rep rule measures, the same for every target (rules/rep.smk's params)
@@ -267,7 +267,7 @@ RATE_NAMES = ["rate-5/s", "rate-20/s"]
 def snakemake(work: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=work,
                           capture_output=True, text=True, timeout=timeout,
-                          env=os.environ | {"PYTHONUNBUFFERED": "1"})  # fmt: skip
+                          env=os.environ | {"PYTHONUNBUFFERED": "1"})
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +275,7 @@ def result(tmp_path_factory):
     """A finished run with rate arms (the pacer stopped after it) and its archive."""
     work = copy_repo(tmp_path_factory.mktemp("openloop-result") / "work")
     proc, url = start_subprocess(["--slots", "2", "--ttft-ms", "20", "--gap-ms", "5",
-                                  "--tokens", str(TOKENS)])  # fmt: skip
+                                  "--tokens", str(TOKENS)])
     try:
         (work / "ol.yaml").write_text(PIPELINE_CONFIG.format(url=url, tokens=TOKENS))
         started = time.monotonic()
@@ -302,7 +302,7 @@ def test_compare_takes_two_results_with_rate_arms_and_names_them(result, tmp_pat
     out = tmp_path / "compare"
     proc = subprocess.run([sys.executable, "-m", "slotbench", "compare", str(work / "results"),
                            str(tarball), "--out", str(out), "--bootstrap", "200"],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     rec = json.loads((out / "compare.json").read_text())["targets"]["pacer"]
@@ -325,7 +325,7 @@ def test_an_archive_with_rate_arms_re_renders_offline_byte_identical(result, tmp
     started = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "slotbench", "archive-render", str(tarball),
                            "--out", str(out)], capture_output=True, text=True, timeout=600,
-                          env=os.environ | {"PYTHONUNBUFFERED": "1"})  # fmt: skip
+                          env=os.environ | {"PYTHONUNBUFFERED": "1"})
     print(f"re-render: {time.monotonic() - started:.1f} s")
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-5000:]
@@ -348,12 +348,12 @@ def test_the_slurm_profile_plans_the_rate_arm_reps_like_any_other(result, tmp_pa
     (work / "ol.yaml").write_text((result[0] / "ol.yaml").read_text())
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/slurm",
                            "--configfile", "ol.yaml"], cwd=work, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+                          timeout=300)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-4000:]
     assert "Using profiles profiles/slurm" in text, text[:2000]
     cfg = sbconfig.resolve(yaml.safe_load(open(sbconfig.REPO_CONFIG))
-                           | yaml.safe_load((work / "ol.yaml").read_text()))  # fmt: skip
+                           | yaml.safe_load((work / "ol.yaml").read_text()))
     runtime = resources.rep_runtime_min(cfg)  # minutes, rate arms counted (test above)
     reps = re.findall(r"^rule rep:\n(?:    .*\n)*?    resources: (.*)$", text, re.M)
     assert len(reps) == 2, text[-4000:]

@@ -108,14 +108,14 @@ def measured(tmp_path_factory):
     log = tmp / "truth.jsonl"
     pacer, url = start_subprocess(["--slots", "1", "--ttft-ms", str(TTFT_MS), "--gap-ms",
                                    str(GAP_MS), "--tokens", str(TOKENS),
-                                   "--truth-log", str(log)])  # fmt: skip
+                                   "--truth-log", str(log)])
     (work / "md1.yaml").write_text(config(url))
     started = time.monotonic()
     try:
         proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1",
                                "--configfile", "md1.yaml"], cwd=work, capture_output=True,
                               text=True, timeout=600,
-                              env=os.environ | {"PYTHONUNBUFFERED": "1"})  # fmt: skip
+                              env=os.environ | {"PYTHONUNBUFFERED": "1"})
     finally:
         pacer.terminate()
         pacer.wait(10)
@@ -163,7 +163,7 @@ def cells_of(work: Path, truth: dict, arm: int) -> list[dict]:
             "wait_truth": np.array([t["t_slot"] - t["t_arrive"] for t in served]),
             "wait_client": (grp["t_first_s"] - grp["t_planned_s"]).to_numpy(float) - serial_ttft,
             "wait_replay": lindley(planned, d),
-        })  # fmt: skip
+        })
     assert len(out) == REPS, out
     return out
 
@@ -192,7 +192,7 @@ def simulated_errors(cells: list[dict], seed: int) -> np.ndarray:
 def batch_interval(cells: list[dict], batches: int = 10) -> tuple[float, float]:
     """The batch-means 99 % half-width (printed only: it is too narrow here, see the docstring)."""
     means = np.concatenate([[b.mean() for b in np.array_split(c["wait_truth"], batches)]
-                            for c in cells])  # fmt: skip
+                            for c in cells])
     return float(means.mean()), T995[len(means) - 1] * float(means.std(ddof=1)) / np.sqrt(
         len(means))
 
@@ -217,7 +217,7 @@ def test_the_client_measures_the_same_queue_wait_as_the_server(measured):
                   f"planned arrivals {c['wait_replay'].mean() * 1e3:.2f} ms; diff mean "
                   f"{diff.mean() * 1e3:+.3f} ms, |diff| p95 "
                   f"{np.quantile(abs(diff), 0.95) * 1e3:.3f} ms; D {c['d'] * 1e3:.3f} ms "
-                  f"(slot held {c['hold'] * 1e3:.3f} ms, cv {c['cv']:.3f})")  # fmt: skip
+                  f"(slot held {c['hold'] * 1e3:.3f} ms, cv {c['cv']:.3f})")
             assert abs(diff.mean()) < 0.002, (rho, c["rep"], diff.mean())
             assert np.median(abs(diff)) < 0.002, (rho, c["rep"])
             # the queue is the one these planned arrivals make in M/D/1: sent on time, FIFO (past
@@ -249,7 +249,7 @@ def test_the_mean_wait_is_pollaczek_khinchines(measured, rho):
     print(f"rho {rho} (achieved {achieved}): measured mean wait {mean * 1e3:.2f} ms (client "
           f"{client * 1e3:.2f} ms), "
           f"Pollaczek-Khinchine {formula * 1e3:.2f} ms, 99 % interval [{lo * 1e3:.2f}, "
-          f"{hi * 1e3:.2f}] ms (batch means {bm * 1e3:.2f} ± {half * 1e3:.2f} ms)")  # fmt: skip
+          f"{hi * 1e3:.2f}] ms (batch means {bm * 1e3:.2f} ± {half * 1e3:.2f} ms)")
     assert lo <= formula <= hi, (mean, formula, lo, hi)
 
 

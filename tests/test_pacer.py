@@ -53,7 +53,7 @@ def truth(log: Path, wait_for: str | None = None) -> dict:
 def test_every_format_streams_the_requested_tokens_and_logs_them(pacer, fmt):
     url, log = pacer
     backend = make_backend({"name": "p", "managed": False, "url": url, "model": "pacer",
-                            **FORMATS[fmt]}, url, 10)  # fmt: skip
+                            **FORMATS[fmt]}, url, 10)
     backend.describe()  # the fingerprint endpoints answer
     rec = backend.generate("Request 004711 tell me a story", 6, 0.0, 1)
     assert (rec.output_tokens, rec.chunks, rec.prompt_tokens) == (6, 6, 6)
@@ -72,10 +72,10 @@ def test_every_format_streams_the_requested_tokens_and_logs_them(pacer, fmt):
 def test_slots_queue_requests_beyond_them(pacer):
     url, log = pacer
     backend = make_backend({"name": "p", "backend": "llamacpp", "managed": False, "url": url},
-                           url, 10)  # fmt: skip
+                           url, 10)
     with ThreadPoolExecutor(4) as pool:
         recs = list(pool.map(lambda i: backend.generate(f"Request 9{i:05d} x", 4, 0.0, 1),
-                             range(4)))  # fmt: skip
+                             range(4)))
     rows = truth(log)
     assert len(rows) == 4 and all(r.output_tokens == 4 for r in recs)
     waits = sorted(r["t_slot"] - r["t_body"] for r in rows.values())
@@ -85,7 +85,7 @@ def test_slots_queue_requests_beyond_them(pacer):
 # --- raw HTTP: the bytes themselves ---------------------------------------------------------
 
 ROUTES = {"llamacpp": "/completion", "ollama": "/api/generate",
-          "openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}  # fmt: skip
+          "openai": "/v1/completions", "openai-chat": "/v1/chat/completions"}
 
 
 def request_body(fmt: str, prompt: str, n: int) -> dict:
@@ -94,7 +94,7 @@ def request_body(fmt: str, prompt: str, n: int) -> dict:
     if fmt == "ollama":
         return {"model": "pacer", "prompt": prompt, "options": {"num_predict": n}}
     body = {"model": "pacer", "max_tokens": n, "stream": True,
-            "stream_options": {"include_usage": True}}  # fmt: skip
+            "stream_options": {"include_usage": True}}
     if fmt == "openai":
         return body | {"prompt": prompt}
     return body | {"messages": [{"role": "user", "content": prompt}]}
@@ -127,12 +127,12 @@ def raw_exchange(url: str, data: bytes, timeout: float = 5.0) -> tuple[bytes, li
 
 def http_request(path: str, body: bytes, extra: str = "") -> bytes:
     return (f"POST {path} HTTP/1.1\r\nHost: pacer\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n{extra}\r\n").encode() + body  # fmt: skip
+            f"Content-Length: {len(body)}\r\n{extra}\r\n").encode() + body
 
 
 STREAM_HEAD = ("HTTP/1.1 200 OK\r\nContent-Type: {}\r\nTransfer-Encoding: chunked\r\n"
                "Cache-Control: no-cache\r\nServer: slotbench-pacer\r\nConnection: keep-alive"
-               "\r\n\r\n")  # fmt: skip
+               "\r\n\r\n")
 ISO = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{6})?Z"
 
 
@@ -140,10 +140,10 @@ def token_pattern(fmt: str, last: bool) -> str:
     """The exact bytes of one token event (regex for its id, creation time)."""
     if fmt == "llamacpp":
         return re.escape('data: {"content":" tok","tokens":[],"stop":false,"id_slot":0,'
-                         '"index":0}\n\n')  # fmt: skip
+                         '"index":0}\n\n')
     if fmt == "ollama":
         return (re.escape('{"model":"pacer","created_at":"') + ISO
-                + re.escape('","response":" tok","done":false}\n'))  # fmt: skip
+                + re.escape('","response":" tok","done":false}\n'))
     fin = '"length"' if last else "null"
     if fmt == "openai":
         obj, choice = "text_completion", '{"index":0,"text":" tok","logprobs":null,'
@@ -152,7 +152,7 @@ def token_pattern(fmt: str, last: bool) -> str:
         choice = '{"index":0,"delta":{"role":"assistant","content":" tok"},"logprobs":null,'
     return (re.escape('data: {"id":"cmpl-pacer-') + r"\d+"
             + re.escape(f'","object":"{obj}","created":') + r"\d+"
-            + re.escape(f',"model":"pacer","choices":[{choice}"finish_reason":{fin}}}]}}\n\n'))  # fmt: skip
+            + re.escape(f',"model":"pacer","choices":[{choice}"finish_reason":{fin}}}]}}\n\n'))
 
 
 FINAL_KEYS = {
@@ -160,9 +160,9 @@ FINAL_KEYS = {
                  "stopping_word", "tokens_cached", "truncated", "timings"],
     "ollama": ["model", "created_at", "response", "done", "done_reason", "total_duration",
                "prompt_eval_count", "prompt_eval_duration", "eval_count", "eval_duration"],
-}  # fmt: skip
+}
 TIMINGS_KEYS = ["cache_n", "prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second",
-                "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second"]  # fmt: skip
+                "predicted_n", "predicted_ms", "predicted_per_token_ms", "predicted_per_second"]
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))
@@ -188,13 +188,13 @@ def test_every_format_is_byte_exact_and_logged_with_its_lateness(pacer, fmt):
             assert (obj["tokens_predicted"], obj["tokens_evaluated"]) == (n, 5)
         else:
             assert (obj["eval_count"], obj["prompt_eval_count"], obj["done_reason"]) == (
-                n, 5, "length")  # fmt: skip
+                n, 5, "length")
     else:
         usage, done = final.split("\n\n", 1)
         assert done == "data: [DONE]\n\n"
         obj = json.loads(usage.removeprefix("data: "))
         assert obj["choices"] == [] and obj["usage"] == {
-            "prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}  # fmt: skip
+            "prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
     row = truth(log, nonce)[nonce]
     assert row["completed"] and row["n_written"] == n == len(row["due"]) == len(row["t_tok"])
     assert row["due"][0] == pytest.approx(row["t_slot"] + 0.020, abs=2e-9)
@@ -216,7 +216,7 @@ def test_a_chunked_request_body_is_read(pacer):
         "Transfer-Encoding: chunked\r\nContent-Type: application/json\r\n\r\n"
     ).encode()
     data += b"".join(b"%x;ext=1\r\n%s\r\n" % (len(p), p) for p in parts)
-    data += b"0\r\nX-Trailer: yes\r\n\r\n"  # fmt: skip
+    data += b"0\r\nX-Trailer: yes\r\n\r\n"
     head, chunks = raw_exchange(url, data)
     assert head.startswith(b"HTTP/1.1 200 OK\r\n")
     assert len(chunks) == 4 and chunks[-1].endswith(b"data: [DONE]\n\n")
@@ -227,7 +227,7 @@ def test_a_chunked_request_body_is_read(pacer):
 def test_sigterm_logs_what_is_in_flight_and_summarises(tmp_path):
     log = tmp_path / "truth.jsonl"
     proc = subprocess.Popen([str(build()), "--ttft-ms", "5", "--gap-ms", "5", "--truth-log",
-                             str(log)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                             str(log)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         url = proc.stdout.readline().strip()
         host, port = url.split("//")[1].rsplit(":", 1)
@@ -247,7 +247,7 @@ def test_sigterm_logs_what_is_in_flight_and_summarises(tmp_path):
     assert row["completed"] is False and "t_final" not in row
     assert row["n_written"] >= 3 and len(row["due"]) == row["n_written"]
     assert re.search(r"1 requests .* tokens written, \d+ tok/s .* lateness p50 [\d.]+ p99 "
-                     r"[\d.]+ max [\d.]+ ms; cpu [\d.]+ s", err), err  # fmt: skip
+                     r"[\d.]+ max [\d.]+ ms; cpu [\d.]+ s", err), err
 
 
 def read_responses(sock: socket.socket, n: int) -> bytes:
@@ -266,7 +266,7 @@ def test_arrival_times_are_the_kernels_between_the_send_and_the_read(tmp_path):
     log = tmp_path / "truth.jsonl"
     proc = subprocess.Popen([str(build()), "--ttft-ms", "1", "--gap-ms", "1", "--tokens", "2",
                              "--truth-log", str(log)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sent: dict[str, float] = {}
 
     def message(nonce: str) -> bytes:

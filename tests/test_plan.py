@@ -136,7 +136,7 @@ def test_requests_per_cell_may_be_set_per_arm_so_a_wide_arm_runs_several_rounds(
 
     cfg = resolve({"arms": [1, 2, 4, 8], "requests_per_cell": {1: 4, 2: 4, 4: 8, 8: 16}})
     run = json.loads(json.dumps(run_plan("t", "run1", cfg["arms"], cfg["requests_per_cell"],
-                                              1, "x {nonce}", 6)))  # fmt: skip
+                                              1, "x {nonce}", 6)))
     rep = make_rep_plan(run, 3)
     assert {c["arm"]: len(c["requests"]) for c in rep["cells"]} == {1: 4, 2: 4, 4: 8, 8: 16}
     nonces = [r["nonce"] for c in rep["cells"] for r in c["requests"]]

@@ -12,7 +12,7 @@ def requests(n=12, **columns):
         "target": "t", "run": "run1", "rep": [1 + i // 6 for i in range(n)],
         "arm": [[1, 4][(i // 3) % 2] for i in range(n)], "position": 0,
         "request": [i % 3 for i in range(n)], "prompt_tokens": 160,
-    }  # fmt: skip
+    }
     return pd.DataFrame(base | columns)
 
 

@@ -442,7 +442,7 @@ def test_sets_are_cited_by_rule_not_listed_per_entry(work):
     comparison = record["entries"]["deviance/embedded/run1/rep3/arm4"]["cells"][1]
     assert comparison["role"] == "comparison"
     assert record["sets"][comparison["set"]]["rule"] == {
-        "target": "embedded", "arm": 4, "except": ["embedded/run1/rep3/arm4"]}  # fmt: skip
+        "target": "embedded", "arm": 4, "except": ["embedded/run1/rep3/arm4"]}
 
 
 def test_the_record_and_the_page_do_not_grow_with_the_cells(tmp_path):

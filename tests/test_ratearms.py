@@ -51,7 +51,7 @@ def make_cells(targets=(TARGET,), rates=RATES) -> pd.DataFrame:
                     "in_flight": 0.5 * load if arm < 0 else float(arm),
                     "raw_file": f"results/raw/{target}/{RUN}/rep{rep}.json",
                     "raw_sha256": f"{rep:064x}", "control": False,
-                })  # fmt: skip
+                })
     return pd.DataFrame(rows)
 
 
@@ -70,7 +70,7 @@ def make_requests(cells: pd.DataFrame, misses) -> pd.DataFrame:
                 "gen_s": 16 / 5.0 if slow else 16 / 50.0, "t_planned_s": planned,
                 "t_sent_s": planned + 0.001,
                 "t_first_s": planned + (2.0 if i < ttft_miss else 0.1), "control": False,
-            })  # fmt: skip
+            })
     return pd.DataFrame(rows)
 
 
@@ -133,7 +133,7 @@ def test_the_arm_numbers_are_medians_over_its_cells_with_intervals():
     axis = record["targets"][TARGET]["axis"]
     assert [(r["name"], r["open"]) for r in axis] == [
         ("serial-1", False), ("parallel-4", False), ("rate-1/s", True), ("rate-2/s", True),
-        ("rate-4/s", True)]  # fmt: skip
+        ("rate-4/s", True)]
     assert axis[1]["in_flight"] == 4.0
 
 
@@ -180,7 +180,7 @@ def test_every_target_gets_a_record_empty_without_rate_arms():
     record = assessed(cells=cells)
     closed = record["targets"]["closed"]
     assert closed == {"arms": [], "axis": [], "capacity": None,
-                      "capacity_reason": ratearms.NO_RATE_ARMS}  # fmt: skip
+                      "capacity_reason": ratearms.NO_RATE_ARMS}
     assert ratearms.has_rate_arms(record)
     assert not ratearms.has_rate_arms({"targets": {"closed": closed}})
 
@@ -196,7 +196,7 @@ def test_entry_point_writes_openloop_json(tmp_path):
                               requests=str(tmp_path / "requests.parquet")),
         params=SimpleNamespace(n_boot=100, ci=0.95, seed=0, slo=SLO),
         log=[str(tmp_path / "analyse.log")], output=SimpleNamespace(**out),
-    )  # fmt: skip
+    )
     runpy.run_path(str(SCRIPTS / "analyse.py"), init_globals={"snakemake": smk})
     record = json.loads(Path(out["openloop"]).read_text())
     assert record["schema"] == ratearms.SCHEMA
@@ -209,7 +209,7 @@ def test_entry_point_writes_openloop_json(tmp_path):
 # --- figures ------------------------------------------------------------------------------------
 
 OVERLOAD = {"trap": "overload", "fired": True, "target": TARGET, "arms": [-4000],
-            "effect": "exclude"}  # fmt: skip
+            "effect": "exclude"}
 
 
 def test_figures_draw_with_rate_arms_and_mark_overloaded_arms(tmp_path):
@@ -225,7 +225,7 @@ def test_figures_draw_with_rate_arms_and_mark_overloaded_arms(tmp_path):
     assert cell_label(TARGET, RUN, 1, 4) in sources["concurrency_axis"]["cells"]
     assert cell_label(TARGET, RUN, 1, 4) not in sources["latency_load"]["cells"]
     assert ratearms.overloaded([OVERLOAD, {**OVERLOAD, "fired": False, "arms": [-1000]}]) == {
-        TARGET: {-4000}}  # fmt: skip
+        TARGET: {-4000}}
 
 
 def test_figures_without_rate_arms_are_placeholders_not_shown(tmp_path):
@@ -259,10 +259,10 @@ def test_section_table_sentence_and_provenance():
     sentence = next(b.text for b in blocks if getattr(b, "kind", "") == "headline")
     assert sentence.startswith("Serves 2 requests/s offered (rate-2/s, achieved")
     assert "The limit lies between 2 and 4 requests/s; nothing between them was measured." in (
-        sentence)  # fmt: skip
+        sentence)
     entries = cellsets.expand(provenance.build_record(
         [r for b in blocks if isinstance(b, Sources) for r in b.refs],
-        provenance.CellIndex(make_cells()), None))  # fmt: skip
+        provenance.CellIndex(make_cells()), None))
     assert {"openloop/t", "openloop/t/capacity", "openloop/t/arm-4000"} <= set(entries["entries"])
     row = entries["entries"]["openloop/t/arm-4000"]
     assert {c["role"] for c in row["cells"]} == {"arm", "serial-baseline"}
@@ -296,7 +296,7 @@ def test_the_section_shows_its_figures_and_the_figures_section_does_not(tmp_path
     blocks = section_blocks(record, sources=sources)
     assert [b.fig_id for b in blocks if isinstance(b, Figure)] == list(figures_open.FIGURE_IDS)
     assert report_openloop.general_figures(sources | {"ttft": {"file": "ttft.png"}}) == {
-        "ttft": {"file": "ttft.png"}}  # fmt: skip
+        "ttft": {"file": "ttft.png"}}
 
 
 def test_no_section_and_the_same_report_without_rate_arms(tmp_path):

@@ -93,7 +93,7 @@ def test_a_rep_the_disk_refused_is_kept_and_put_in_place_later(tmp_path, monkeyp
 
     real = rawfiles._write_bytes_atomic
     monkeypatch.setattr(rawfiles, "_write_bytes_atomic",
-                        lambda p, b: full(p, b) if "raw" in str(p) else real(p, b))  # fmt: skip
+                        lambda p, b: full(p, b) if "raw" in str(p) else real(p, b))
     digest, problem = rawfiles.save_raw(raw, data, logs)
     kept = logs / "rep2.json.unsaved"
     assert problem.startswith(

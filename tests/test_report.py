@@ -52,7 +52,7 @@ def article_summary(target=TARGET) -> pd.DataFrame:
                   "gen_gain": 1.39, "gen_gain_lo": 1.33, "gen_gain_hi": 1.44, "pipelining": 1.0,
                   "pipelining_lo": 0.98, "pipelining_hi": 1.03, "speedup_includes_one": False,
                   "decomposition": "batching"},
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows)
 
 
@@ -63,7 +63,7 @@ def figure(tmp_path):
     path.write_bytes(PNG_BYTES)
     sources = {"throughput": {"title": "Operator vs user", "file": "throughput.png",
                               "caption": "Points are cells.",
-                              "cells": [f"{TARGET}/run1/rep1/arm2"]}}  # fmt: skip
+                              "cells": [f"{TARGET}/run1/rep1/arm2"]}}
     return sources, {"throughput": str(path)}
 
 
@@ -72,7 +72,7 @@ def article_report(figure=None, **kwargs):
     md, page, record, data = syn.rendered(
         syn.make_requests(), summary_override=article_summary(), sources=sources, paths=paths,
         **kwargs,
-    )  # fmt: skip
+    )
     return md, page
 
 
@@ -255,7 +255,7 @@ def test_the_raw_files_table_names_each_hash_by_its_first_16_digits_in_markdown(
     digests = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(3)]
     table = Table("Raw files", ["raw file", "SHA-256"], [[f"rep{i}.json", d]
                                                          for i, d in enumerate(digests)],
-                  kind="hashes")  # fmt: skip
+                  kind="hashes")
     md, page = render_markdown([table]), render_html([table])
     for d in digests:
         assert f"| {d[:16]}… |" in md and d not in md and d in page
@@ -265,7 +265,7 @@ def test_two_targets_get_their_own_sections():
     requests = pd.concat([
         syn.make_requests(reps=6),
         syn.make_requests("other", reps=6, position_factor=lambda arm, pos: 1.4 if pos == 0
-                          else 1.0)])  # fmt: skip
+                          else 1.0)])
     md, _, _, _ = syn.rendered(requests)
     embedded, other = syn.section(md, TARGET), syn.section(md, "other")
     assert "Four-way concurrency" in embedded and "Refused" not in embedded
@@ -294,7 +294,7 @@ def test_entry_point_reads_the_pipeline_files(tmp_path, figure):
         output={"md": str(res / "report.md"), "html": str(res / "report.html"),
                 "provenance": str(res / "provenance.json")},
         params=SimpleNamespace(config=cfg), log=[str(res / "report.log")],
-    )  # fmt: skip
+    )
     runpy.run_path(str(SCRIPTS / "report.py"), init_globals={"snakemake": smk})
     md, page = (res / "report.md").read_text(), (res / "report.html").read_text()
     assert "](../figures/throughput.png)" in md  # figures beside results/, linked relatively
@@ -317,7 +317,7 @@ def test_serialised_arm_is_warned_before_the_table_and_not_read_as_the_engine():
     head = syn.section(md, TARGET)
     warning = ("Warning: parallel-4 was served one request at a time. In 5 of 5 cells no two of "
                "its requests were generating at once, although the client had 4 in flight; time "
-               "to first token grew by")  # fmt: skip
+               "to first token grew by")
     assert warning in head and "Warning: parallel-2 was served one request at a time." in head
     assert "Likely cause: OLLAMA_NUM_PARALLEL=1 (or a model architecture" in head
     assert "The stated setting is --parallel 4" in head
@@ -339,7 +339,7 @@ def test_capped_slots_are_noted_not_serialised():
 OLLAMA = "ollama"
 PS_ENTRY = {"name": "gemma3:270m", "model": "gemma3:270m", "size": 1_000_000_000,
             "size_vram": 600_000_000, "context_length": 4096,
-            "expires_at": "2025-01-01T00:30:00Z"}  # fmt: skip
+            "expires_at": "2025-01-01T00:30:00Z"}
 
 
 def ollama_fp(ps=(PS_ENTRY,)) -> dict:
@@ -352,19 +352,19 @@ def ollama_fp(ps=(PS_ENTRY,)) -> dict:
         "ollama_env": {"OLLAMA_NUM_PARALLEL": "4", "OLLAMA_CONTEXT_LENGTH": "4096"},
         "server_config_line": 'level=INFO msg="server config" env="map[OLLAMA_NUM_PARALLEL:4]"',
     }, model={"name": "gemma3:270m", "digest": "d" * 64, "size_bytes": 291_554_930,
-              "quantisation": "Q8_0"})  # fmt: skip
+              "quantisation": "Q8_0"})
 
 
 def server_state(rep, ps, target=OLLAMA):
     return {"target": target, "run": "run1", "rep": rep, "raw_file": f"raw/run1/rep{rep}.json",
-            "server": {"backend": "ollama", "ps": ps}}  # fmt: skip
+            "server": {"backend": "ollama", "ps": ps}}
 
 
 def test_ollama_section_facts_and_cpu_share_warning():
     other = {**PS_ENTRY, "name": "llama3:8b", "model": "llama3:8b", "size_vram": 0}
     servers = [server_state(1, [PS_ENTRY]), server_state(2, [PS_ENTRY, other])]
     md, page, _, _ = syn.rendered(syn.make_requests(OLLAMA, ollama=True),
-                                  fingerprints=[ollama_fp()], servers=servers)  # fmt: skip
+                                  fingerprints=[ollama_fp()], servers=servers)
     sec = syn.section(md, OLLAMA)
     sec = sec[sec.index("#### Ollama server") :]
     for row in [
@@ -455,7 +455,7 @@ def test_two_targets_with_different_backends_keep_their_own_facts():
     pinned = syn.fingerprint()
     pinned["config"]["target"]["ignore_eos"] = True
     md, page, _, _ = syn.rendered(requests, fingerprints=[pinned, ollama_fp()],
-                                  servers=[server_state(1, [PS_ENTRY])])  # fmt: skip
+                                  servers=[server_state(1, [PS_ENTRY])])
     embedded, ollama = syn.section(md, TARGET), syn.section(md, OLLAMA)
     assert "Output length pinned: yes." in embedded and "Ollama server" not in embedded
     assert "Timing source: server, for all 60 requests" in embedded and "Warning" not in embedded
@@ -473,9 +473,9 @@ def test_markdown_of_a_default_sized_run_stays_small():
     """Two runs of ten reps (the default experiment) with deviant cells: under 30 kB, while
     every table still names its cells through its provenance id."""
     requests = pd.concat([syn.make_requests(run=run, reps=10, tokens=lambda rep, arm: 60 + (
-        9 if rep % 3 == 0 and arm == 2 else 0)) for run in ("run1", "run2")])  # fmt: skip
+        9 if rep % 3 == 0 and arm == 2 else 0)) for run in ("run1", "run2")])
     md, _, record, _ = syn.rendered(requests, fingerprints=[
-        syn.fingerprint(run="run1"), syn.fingerprint(run="run2")])  # fmt: skip
+        syn.fingerprint(run="run1"), syn.fingerprint(run="run2")])
     assert len(md.encode()) < 30_000, len(md.encode())
     assert "Deviant cells" in md
     ids = re.findall(r"provenance id `([^`]+)`", md)

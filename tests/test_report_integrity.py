@@ -27,16 +27,16 @@ def thermal_rows(throttle_reps=(), source="linux", reps=5) -> pd.DataFrame:
     for rep in range(1, reps + 1):
         for i in range(6):
             tags = {"target": TARGET, "run": RUN, "rep": rep, "t_s": float(i),
-                    "t_unix": T0 + rep * 100 + i}  # fmt: skip
+                    "t_unix": T0 + rep * 100 + i}
             if source == "linux":
                 rows.append(tags | thermal.reading("linux", "thermal_zone0/x86_pkg_temp",
-                                                   temp_c=60.0 + rep + i))  # fmt: skip
+                                                   temp_c=60.0 + rep + i))
             for cpu in (0, 1):
                 hot = rep in throttle_reps and i >= 3 and cpu == 0
                 rows.append(tags | thermal.reading(
                     source, f"cpu{cpu}", freq_mhz=2400.0 - (800.0 if hot else 0.0) - 10 * i,
                     throttled=(hot if i > 0 else None) if source == "linux" else None,
-                    detail="throttled: core_throttle_count +2" if hot else None))  # fmt: skip
+                    detail="throttled: core_throttle_count +2" if hot else None))
     return thermal.thermal_frame(rows)
 
 
@@ -161,7 +161,7 @@ def test_thermal_throttle_events_are_counted_and_drift_shown():
     drift = row(md, "Drift (serial arm, burst vs plateau)")
     assert drift[1] == "yes"
     assert re.fullmatch(r"serial arm: burst \d+\.\d tok/s, plateau \d+\.\d tok/s \(−\d+\.\d%\)",
-                        drift[3]), drift[3]  # fmt: skip
+                        drift[3]), drift[3]
     burst = record["entries"][f"integrity/{TARGET}/burst"]
     assert {c["role"] for c in burst["cells"]} == {"burst", "plateau"}
 
@@ -197,7 +197,7 @@ def test_insufficient_reps_say_how_many_are_needed():
     assert r[1] == "yes"
     assert re.match(r"\d+ of 10 intervals miss ±0\.1% with 5 reps; about \d+ reps would meet", r[3])
     line = next(line for line in integrity(md).splitlines()
-                if line.startswith("| parallel-4 | speedup |"))  # fmt: skip
+                if line.startswith("| parallel-4 | speedup |"))
     cols = [c.strip() for c in line.strip("|").split(" | ")]
     assert cols[2] == "5" and cols[5] == "±0.1%" and cols[6] == "no" and int(cols[7]) > 5
     entry = record["entries"][f"integrity/{TARGET}/sufficiency/arm4/speedup"]
@@ -230,7 +230,7 @@ def test_control_line_is_separate_from_the_headline():
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"odd_prompt": (1, 1, 0), "cached": (2, 2, 1),
-                                         "drift": 0.03}])  # fmt: skip
+                                         "drift": 0.03}])
 def test_every_integrity_table_has_sources_and_anchors(kwargs):
     requests = syn.make_requests(**kwargs)
     data = syn.run(

@@ -25,7 +25,7 @@ from slotbench.server import ServerError
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 TARGET = {"name": "embedded", "backend": "llamacpp", "managed": True,
-          "server": {"parallel": 2, "ctx_size": 1024, "threads": 1, "startup_timeout_s": 120}}  # fmt: skip
+          "server": {"parallel": 2, "ctx_size": 1024, "threads": 1, "startup_timeout_s": 120}}
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from slotbench.checks import run_checks, saturation, trap_modules
 from slotbench.checks.decision import headline_decision
 
 QUIET = {"client_processes": 2, "client_busy": 0.12, "client_busy_process": 0,
-         "client_lag_p95_s": 0.0009, "client_lag_process": 1}  # fmt: skip
+         "client_lag_p95_s": 0.0009, "client_lag_process": 1}
 
 
 def cells_with_client(requests, **per_arm):
@@ -39,7 +39,7 @@ def requests():
 
 def test_a_busy_client_process_excludes_its_arm_and_is_named(requests):
     cells = cells_with_client(requests, arm4={"client_busy": 0.95, "client_busy_process": 2,
-                                              "client_processes": 3})  # fmt: skip
+                                              "client_processes": 3})
     v, details = verdict_of(cells, requests)
     assert v["assessable"] and v["fired"] and v["verdict"] == "yes"
     assert v["effect"] == "exclude" and v["arms"] == [4]
@@ -52,7 +52,7 @@ def test_a_busy_client_process_excludes_its_arm_and_is_named(requests):
     assert v["threshold"] == 0.85 and v["config_key"] == "checks.client_busy_share"
     four = v["evidence"]["arms"]["4"]
     assert (four["cells"], four["cells_saturated"], four["busy"], four["busy_process"],
-            four["processes"]) == (3, 3, 0.95, 2, 3)  # fmt: skip
+            four["processes"]) == (3, 3, 0.95, 2, 3)
     assert v["evidence"]["arms"]["2"]["cells_saturated"] == 0
     assert "process 2" in v["evidence"]["why"]["4"]
     table = details["client_saturation"]
@@ -85,7 +85,7 @@ def test_both_bounds_and_several_arms_are_named_together(requests):
         requests, arm2={"client_busy": 0.9, "client_busy_process": 0},
         arm4={"client_busy": 0.97, "client_busy_process": 1, "client_lag_p95_s": 0.02,
               "client_lag_process": 1},
-    )  # fmt: skip
+    )
     v, _ = verdict_of(cells, requests)
     assert v["arms"] == [2, 4]
     assert v["sentence"].startswith(
@@ -99,7 +99,7 @@ def test_a_client_that_kept_up_says_how_far_from_the_bounds(requests):
     v, _ = verdict_of(cells_with_client(requests), requests)
     assert v["assessable"] and not v["fired"] and v["effect"] == "none" and v["arms"] == []
     assert v["sentence"] == ("The client kept up: at most 12% of a core busy (process 0), loop "
-                             "lag p95 at most 0.9 ms (process 1).")  # fmt: skip
+                             "lag p95 at most 0.9 ms (process 1).")
     assert v["summary"].startswith("client kept up: ")
 
 
@@ -110,7 +110,7 @@ def test_the_bounds_come_from_the_config_and_are_strict(requests):
     v, _ = verdict_of(cells_with_client(requests), requests, strict)
     assert v["fired"] and v["arms"] == [1, 2, 4]
     assert v["evidence"]["thresholds"] == {"checks.client_busy_share": 0.10,
-                                           "checks.client_loop_lag_s": 0.0005}  # fmt: skip
+                                           "checks.client_loop_lag_s": 0.0005}
 
 
 @pytest.mark.parametrize("how", ["no columns", "all null"])
@@ -138,13 +138,13 @@ def test_the_headline_decision_excludes_the_arm_and_the_report_says_so(requests)
     cells = cells_with_client(requests, arm4={"client_busy": 0.95, "client_busy_process": 2})
     cfg = syn.config()
     verdicts, details = run_checks(syn.tables(requests, cells=cells, cfg=cfg),
-                                   sbconfig.check_settings(cfg))  # fmt: skip
+                                   sbconfig.check_settings(cfg))
     assert "client_saturation" in details
     decision = headline_decision([v.record() for v in verdicts])["embedded"]
     assert decision["status"] == "allowed" and list(decision["excluded_arms"]) == ["4"]
     assert "client that could not keep up" in decision["excluded_arms"]["4"]
     assert any(w["trap"] == "client_saturation" and "process 2" in w["text"]
-               for w in decision["warnings"])  # fmt: skip
+               for w in decision["warnings"])
 
     md, _, _, _ = syn.rendered(requests, cells=cells)
     table = md.split("**Per-arm results**")[1].split("_Ratios")[0]
@@ -170,7 +170,7 @@ def test_the_fingerprint_records_each_cpus_governor_and_flags_powersave(tmp_path
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 5}, raising=False)
     for cpu, governor in ((0, "performance"), (1, "performance"), (2, "powersave"),
-                          (3, "powersave"), (4, "powersave"), (5, "performance")):  # fmt: skip
+                          (3, "powersave"), (4, "powersave"), (5, "performance")):
         (tmp_path / f"cpu{cpu}/cpufreq").mkdir(parents=True)
         (tmp_path / f"cpu{cpu}/cpufreq/scaling_governor").write_text(governor + "\n")
     assert cpu_governor(str(tmp_path)) == {
@@ -180,4 +180,4 @@ def test_the_fingerprint_records_each_cpus_governor_and_flags_powersave(tmp_path
     }
     assert cpu_governor(str(tmp_path / "absent")) == {
         "governor": "not exposed", "by_governor": {"not exposed": "0-3,5"}, "powersave": None,
-    }  # fmt: skip
+    }

@@ -51,7 +51,7 @@ def write_config(work: Path, url: str) -> Path:
             "name": "viaopenai", "backend": "openai", "managed": False, "url": url,
             "model": "gemma-3-270m-q4_k_m", "api_key_env": KEY_VAR,
         }],
-    }  # fmt: skip
+    }
     path = work / "secret-target.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path

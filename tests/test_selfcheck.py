@@ -15,7 +15,7 @@ ARMS = (1, 2, 4)
 
 
 def simulate_cell(arm, durations, delay=0.0, t0=1.0, rep=0, position=0, target="t",
-                  run="run1", tokens=45, itl=0.02, skew=0.0):  # fmt: skip
+                  run="run1", tokens=45, itl=0.02, skew=0.0):
     """A FIFO pool of ``arm`` workers; each request after the first ``arm`` goes out ``delay``
     seconds after a slot frees. ``skew`` spreads the first sends (thread start-up)."""
     rows, done = [], []
@@ -30,7 +30,7 @@ def simulate_cell(arm, durations, delay=0.0, t0=1.0, rep=0, position=0, target="
             "target": target, "run": run, "rep": rep, "arm": arm, "position": position,
             "request": k, "t_sent_s": t_sent, "t_first_s": t_sent + 0.05, "t_done_s": t_done,
             "output_tokens": tokens, "gen_s": tokens * itl,
-        })  # fmt: skip
+        })
     return rows
 
 

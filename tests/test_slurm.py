@@ -42,7 +42,7 @@ def cluster(tmp_path_factory):
     state = tmp_path_factory.mktemp("slurm")
     script = str(REPO / "tests/slurm_cluster.sh")
     proc = subprocess.run(["bash", script, "start", str(state)], capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     env = {}
     for line in proc.stdout.splitlines():
@@ -52,7 +52,7 @@ def cluster(tmp_path_factory):
         yield env
     finally:
         stop = subprocess.run(["bash", script, "stop", str(state)], capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
+                              text=True, timeout=300)
         assert stop.returncode == 0, stop.stderr[-3000:]
         assert not (state / "pids").exists(), "a daemon the test started is still recorded"
 
@@ -62,7 +62,7 @@ def slurm_snakemake(work, *args, cache, env, popen=False):
     env = os.environ | {"PYTHONUNBUFFERED": "1", "SLOTBENCH_CACHE": str(cache)} | env
     if popen:
         return subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=env)  # fmt: skip
+                                text=True, env=env)
     return subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=1200, env=env)
 
 
@@ -102,7 +102,7 @@ def test_two_endpoints_overlap_and_one_endpoints_reps_never_do(measured):
             for b in reps[i + 1:]:
                 assert not overlap(a, b), f"{target}: reps {a[2]} and {b[2]} overlapped"
     across = [(a[2], b[2]) for a in by_target["emb-a"] for b in by_target["emb-b"]
-              if overlap(a, b)]  # fmt: skip
+              if overlap(a, b)]
     assert across, f"the two endpoints were measured in turn, not side by side: {by_target}"
     for target, cpu in (("emb-a", 0), ("emb-b", 1)):
         fp = json.loads((work / f"results/fingerprint/{target}/run1.json").read_text())
@@ -127,7 +127,7 @@ def test_scancel_of_a_running_rep_leaves_no_server_and_the_next_run_resumes(meas
             assert run.poll() is None, run.stdout.read()[-3000:]
             time.sleep(0.2)
         jobs = subprocess.run(["squeue", "-h", "-o", "%A %k"], capture_output=True, text=True,
-                              env=env, check=True).stdout.splitlines()  # fmt: skip
+                              env=env, check=True).stdout.splitlines()
         (job,) = [j.split()[0] for j in jobs if "rep" in j and "emb-a" in j]
         subprocess.run(["scancel", job], env=env, check=True)
         out, _ = run.communicate(timeout=300)

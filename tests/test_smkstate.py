@@ -54,7 +54,7 @@ def test_a_complete_raw_file_marked_incomplete_is_kept(tmp_path):
     mark(tmp_path, RAW + ".sha256")
     said = smkstate.settle(tmp_path)
     assert said == [f"slotbench: kept {RAW}: the rep was measured completely before Snakemake "
-                    "stopped"]  # fmt: skip
+                    "stopped"]
     assert (tmp_path / RAW).read_bytes() == before
     assert smkstate.marked_incomplete(tmp_path) == {}
 
@@ -84,7 +84,7 @@ def test_the_lock_of_a_snakemake_that_is_gone_is_removed_and_then_its_marks_sett
     mark(tmp_path, "results/cells.parquet")
     said = smkstate.settle(tmp_path)
     assert said == ["slotbench: removed the lock left by a Snakemake that is no longer running "
-                    "(it was killed or its machine stopped)"]  # fmt: skip
+                    "(it was killed or its machine stopped)"]
     assert not smkstate.locked(tmp_path)
     assert smkstate.marked_incomplete(tmp_path) == {}
 
@@ -93,7 +93,7 @@ def test_the_lock_of_a_snakemake_that_is_gone_is_removed_and_then_its_marks_sett
 def snakemake_at_work(tmp_path):
     """Another Snakemake (any process whose command line says so) working in tmp_path."""
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "snakemake"],
-                            cwd=tmp_path)  # fmt: skip
+                            cwd=tmp_path)
     yield proc
     proc.kill()
     proc.wait()

@@ -46,7 +46,7 @@ def test_256_streams_lose_nothing_and_the_report_names_the_concurrency_reached(t
             [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", "soak.yaml"],
             cwd=work, capture_output=True, text=True, timeout=900,
             env=os.environ | {"PYTHONUNBUFFERED": "1"},
-        )  # fmt: skip
+        )
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
         with server.lock:
             prompts = [b["prompt"] for b in server.bodies if b.get("n_predict") == TOKENS]

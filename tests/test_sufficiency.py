@@ -27,7 +27,7 @@ def summary_row(arm, n_reps, rel_half, target="t", value=1.4):
 
 def test_two_wide_reps_miss_the_target():
     summary = pd.DataFrame([summary_row(1, 2, 0.0), summary_row(2, 2, 0.20),
-                            summary_row(4, 2, 0.15)])  # fmt: skip
+                            summary_row(4, 2, 0.15)])
     out = sufficiency(summary)
     assert list(out.columns) == SUFFICIENCY_COLUMNS
     assert set(out["arm"]) == {2, 4}  # serial skipped
@@ -53,7 +53,7 @@ def test_few_reps_that_happen_to_agree_do_not_meet_it():
 
 def test_twenty_tight_reps_meet_it():
     summary = pd.DataFrame([summary_row(1, 20, 0.0), summary_row(2, 20, 0.02),
-                            summary_row(4, 20, 0.03)])  # fmt: skip
+                            summary_row(4, 20, 0.03)])
     out = sufficiency(summary)
     assert out["meets"].all()
     assert (out["reps_needed"] <= 20).all()
@@ -87,7 +87,7 @@ def rotated_cells(reps, noise, seed=0):
                          "position": (i + rep) % 3, "agg_tps": agg,
                          "user_tps": 48.0 / arm ** 0.5 * (1 + rng.normal(0, noise)),
                          "ttft_s": 0.1 * arm * (1 + rng.normal(0, noise)),
-                         "raw_sha256": f"sha{rep}"})  # fmt: skip
+                         "raw_sha256": f"sha{rep}"})
     return pd.DataFrame(rows)
 
 

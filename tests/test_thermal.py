@@ -199,7 +199,7 @@ class FakeSource:
         self.n += 1
         hot = bool(self.every) and self.n % self.every == 0
         return [thermal.reading("fake", "die", temp_c=90.0 if hot else 50.0, freq_mhz=2000.0,
-                                throttled=hot, pressure=self.pressure)]  # fmt: skip
+                                throttled=hot, pressure=self.pressure)]
 
 
 class Broken:
@@ -325,7 +325,7 @@ def cells_with(serial_tps, target="t", run="run1", t0=1.7e9, arms=(1, 2, 4)):
             position = (i + rep) % len(arms)
             rows.append({"target": target, "run": run, "rep": rep, "arm": arm,
                          "position": position, "agg_tps": tps if arm == 1 else 70.0 - rep,
-                         "t_start_unix": t0 + 60.0 * rep + 15.0 * position})  # fmt: skip
+                         "t_start_unix": t0 + 60.0 * rep + 15.0 * position})
     return pd.DataFrame(rows)
 
 
@@ -336,7 +336,7 @@ def decaying(n=20, burst=50.0, loss=0.082, seed=1):
     q, h = n // 4, n // 2
     values = np.concatenate([
         np.full(q, burst), np.linspace(burst, plateau, n - q - h + 2)[1:-1], np.full(h, plateau)
-    ])  # fmt: skip
+    ])
     noise = rng.normal(0, 0.3, n)
     noise[:q] -= np.median(noise[:q])
     noise[-h:] -= np.median(noise[-h:])

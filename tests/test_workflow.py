@@ -34,7 +34,7 @@ def test_measuring_jobs_hold_their_endpoint_and_analysis_jobs_stay_local():
     default target holds both), asks for its cores and a runtime; the analysis rules are
     localrules, so that they never queue on a cluster."""
     proc = run(sys.executable, "-m", "snakemake", "-n", "--jobs", "2", "--configfile",
-               "config/matrix.yaml")  # fmt: skip
+               "config/matrix.yaml")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     jobs = {}
@@ -56,7 +56,7 @@ def test_a_runs_measuring_jobs_share_one_priority_and_runs_go_in_order():
     them together (one priority per run, earlier runs higher) rather than interleave runs and
     restart servers."""
     proc = run(sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--config", "runs=3",
-               "reps=2")  # fmt: skip
+               "reps=2")
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     priority = {}
@@ -78,7 +78,7 @@ def test_every_rule_but_the_measuring_ones_is_a_localrule():
     """Only fingerprint, plan and rep talk to a server; a new rule must say where it runs."""
     listed = run(sys.executable, "-m", "snakemake", "--list-rules")
     rules = {line.split()[0] for line in listed.stdout.splitlines()
-             if line.strip() and not line.startswith(" ")}  # fmt: skip
+             if line.strip() and not line.startswith(" ")}
     text = (REPO / "Snakefile").read_text()
     block = text[text.index("localrules:"):].split("\n\n", 1)[0]
     local = {line.strip().rstrip(",") for line in block.splitlines()[1:] if line.strip()}

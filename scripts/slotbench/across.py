@@ -29,7 +29,7 @@ def separations(rows: pd.DataFrame, metric: str) -> list[tuple[str, str, bool]]:
     records = rows.to_dict("records")
     for a, b in zip(records, records[1:]):
         lo_a, hi_a, lo_b, hi_b = (a.get(f"{metric}_lo"), a.get(f"{metric}_hi"),
-                                  b.get(f"{metric}_lo"), b.get(f"{metric}_hi"))  # fmt: skip
+                                  b.get(f"{metric}_lo"), b.get(f"{metric}_hi"))
         if any(missing(x) for x in (lo_a, hi_a, lo_b, hi_b)):
             continue
         out.append((a["target"], b["target"], hi_b < lo_a or hi_a < lo_b))

@@ -42,18 +42,18 @@ METADATA_DIR = ".snakemake/metadata"
 RESULT_DIRS = [
     "results/raw", "results/plan", "results/fingerprint", "results/checks", "results/analysis",
     "results/figures", "results/logs",
-]  # fmt: skip
+]
 RESULT_GLOBS = [
     "results/*.parquet", "results/servers.json", "results/config.resolved.yaml",
     "results/report.md", "results/report.html", "results/provenance.json",
-]  # fmt: skip
+]
 # The checkout that re-renders an archive: its rules and code, never its results.
 WORKFLOW = ["Snakefile", "rules", "scripts", "config", "envs", "profiles", "report"]
 RESOLVED_CONFIG = "results/config.resolved.yaml"
 # Rules a re-render may run: none of them talks to a server. fingerprint, plan and rep are not
 # in the DAG at all, so their outputs are read as they were archived.
 RENDER_RULES = ["consolidate_block", "consolidate", "checks", "analyse", "figures", "report",
-                "all"]  # fmt: skip
+                "all"]
 # Tables a re-render must reproduce byte for byte.
 TABLE_GLOBS = ["results/analysis/summary.csv", "results/checks/*.csv"]
 REPORT_MD = "results/report.md"
@@ -103,7 +103,7 @@ def collect(workdir: Path, inputs: list[str] = (), exclude: list[str] = (),
     workdir = Path(workdir)
     excluded = {os.path.normpath(p) for p in exclude}
     found = {os.path.normpath(os.path.relpath(p, workdir) if os.path.isabs(p) else p)
-             for p in inputs}  # fmt: skip
+             for p in inputs}
     for pattern in RESULT_GLOBS:
         found.update(str(p.relative_to(workdir)) for p in workdir.glob(pattern))
     for directory in RESULT_DIRS:
@@ -159,7 +159,7 @@ def generated_members(name: str, created_utc: str) -> dict[str, bytes]:
         },
         "code/git.json": code,
         "software/pip-freeze.txt": freeze,
-    }  # fmt: skip
+    }
     if diff is not None:
         out["code/git.diff"] = diff
     return {
@@ -235,7 +235,7 @@ def build_archive(out: str | Path, name: str, *, workdir: str | Path = ".",
         raise
     return {"path": str(out), "members": len(manifest) + 1, "files": len(files),
             "metadata_records": len(members) - len(files), "bytes": out.stat().st_size,
-            "seconds": time.monotonic() - started}  # fmt: skip
+            "seconds": time.monotonic() - started}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -338,7 +338,7 @@ def render_command() -> list[str]:
     return [
         sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", RESOLVED_CONFIG,
         "--forcerun", "consolidate_block", "--allowed-rules", *RENDER_RULES,
-    ]  # fmt: skip
+    ]
 
 
 def markdown_tables(text: str) -> list[str]:
@@ -365,7 +365,7 @@ def compare_tables(archived: dict[str, bytes], dest: Path) -> list[tuple[str, bo
     """(what, identical, detail) for every table the archive holds and the re-render rewrote."""
     rows = []
     tables = sorted(rel for rel in archived
-                    if any(PurePosixPath(rel).match(g) for g in TABLE_GLOBS))  # fmt: skip
+                    if any(PurePosixPath(rel).match(g) for g in TABLE_GLOBS))
     for rel in tables:
         path = dest / rel
         new = path.read_bytes() if path.is_file() else None

@@ -43,11 +43,11 @@ def arm_rows(cells: pd.DataFrame, slo: dict, n_boot: int, ci: float, seed: int) 
             "user_tps": _judge(row["user_tps_lo"], row["user_tps_hi"], slo.get("user_tps_min"),
                                at_least=True),
             "ttft": _judge(row["ttft_lo"], row["ttft_hi"], slo.get("ttft_s_max"), at_least=False),
-        }  # fmt: skip
+        }
         row["judged"] = {k: v for k, v in judged.items() if v is not None}
         levels = set(row["judged"].values())
         row["verdict"] = (MISSES if MISSES in levels else UNDETERMINED if UNDETERMINED in levels
-                          else MEETS)  # fmt: skip
+                          else MEETS)
         rows.append(row)
     return rows
 
@@ -68,7 +68,7 @@ def capacity(rows: list[dict]) -> dict:
         # no interpolation: the limit lies somewhere in (arm, next_arm) when the next misses
         "between": [best["arm"], following["arm"]] if best and following
         and following["verdict"] == MISSES else None,
-    }  # fmt: skip
+    }
 
 
 def saturation(rows: list[dict], gain: float) -> dict:
@@ -88,7 +88,7 @@ def assess(ratios: pd.DataFrame, slo: dict, n_boot: int, ci: float, seed: int) -
     any level set, only the saturation point and the curve are given."""
     levels = {k: slo.get(k) for k in ("user_tps_min", "ttft_s_max") if slo.get(k) is not None}
     out = {"slo": {**levels, "ttft_percentile": slo.get("ttft_percentile") or "p95"},
-           "ci": ci, "targets": {}}  # fmt: skip
+           "ci": ci, "targets": {}}
     # concurrency levels only: a rate arm is judged on the open loop's own axis
     for target, grp in ratios[ratios["arm"] > 0].groupby("target", sort=True):
         rows = arm_rows(grp, slo, n_boot, ci, seed)

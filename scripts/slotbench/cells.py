@@ -82,7 +82,7 @@ def label_series(df: pd.DataFrame) -> pd.Series:
     codes, cells = pd.MultiIndex.from_frame(keys).factorize() if len(df) else ([], [])
     if len(df) and (codes < 0).any():  # a missing key: fail as cell_label does on the row
         return pd.Series([cell_label(*k) for k in keys.itertuples(index=False, name=None)],
-                         index=df.index, dtype=object)  # fmt: skip
+                         index=df.index, dtype=object)
     labels = np.array([cell_label(*k) for k in cells] or [""], dtype=object)
     return pd.Series(labels[np.asarray(codes, dtype=np.intp)], index=df.index, dtype=object)
 
@@ -130,7 +130,7 @@ def most_at_once(starts, ends, tolerance_s: float = OVERLAP_TOLERANCE_S) -> int:
     ended = np.searchsorted(by_end, s, side="right")  # e_j <= s
     # windows with e_j <= s <= s_j: among the short ones, e_j <= s less those with s_j < s
     straddle = (np.searchsorted(np.sort(e[short]), s, side="right")
-                - np.searchsorted(np.sort(s[short]), s, side="left"))  # fmt: skip
+                - np.searchsorted(np.sort(s[short]), s, side="left"))
     return int((started - (ended - straddle)).max())
 
 

@@ -77,7 +77,7 @@ class SetNamer:
             for label, c in self.index.cells.items():
                 t, r, a, p = c["target"], c["run"], c["arm"], c.get("position")
                 for key in ((None,) * 4, (t, None, None, None), (t, r, None, None),
-                            (t, None, a, None), (t, r, a, None), (t, None, a, p)):  # fmt: skip
+                            (t, None, a, None), (t, r, a, None), (t, None, a, p)):
                     rules.setdefault(key, set()).add(label)
             self._rules = {k: frozenset(v) for k, v in rules.items()}
         return self._rules
@@ -112,7 +112,7 @@ class SetNamer:
         if len(names) == 1:
             return names[0]
         return self._store("union:" + _digest(sorted(names)),
-                           {"union": sorted(names), "n_cells": len(key)})  # fmt: skip
+                           {"union": sorted(names), "n_cells": len(key)})
 
     def _part(self, target, arm, labels: list[str]) -> str:
         """The cells of one target and arm: a rule (all of the arm, of it in one run or at one
@@ -138,7 +138,7 @@ class SetNamer:
             spec["except"] = list(left_out)
         n = len(self._rule_sets()[rule]) - len(left_out)
         return self._store(rule_id(spec), {"rule": spec, "n_cells": n,
-                                           "title": rule_title(spec, n)})  # fmt: skip
+                                           "title": rule_title(spec, n)})
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def reps_record(index) -> dict:
     for label in sorted(index.cells, key=label_key):
         c = index.cells[label]
         rep = reps.setdefault(f"{c['target']}/{c['run']}/rep{c['rep']}",
-                              {**{f: c.get(f) for f in REP_FIELDS}, "positions": {}})  # fmt: skip
+                              {**{f: c.get(f) for f in REP_FIELDS}, "positions": {}})
         rep["positions"][str(c["arm"])] = c.get("position")
         own = {f: c.get(f) for f in REP_FIELDS if c.get(f) != rep[f]}
         if own:
@@ -212,12 +212,12 @@ def entry_cells(record: dict, entry: dict) -> list[dict]:
     """Every cell an entry cites, one per (cell, role), sorted: cell, target, run, rep, arm,
     role and its raw file's SHA-256."""
     pairs = {(label, group["role"]) for group in entry.get("cells", [])
-             for label in set_labels(record, group["set"])}  # fmt: skip
+             for label in set_labels(record, group["set"])}
     out = []
     for label, role in sorted(pairs, key=lambda lr: (label_key(lr[0]), lr[1])):
         info = cell_info(record, label)
         out.append({"cell": label, **{k: info.get(k) for k in ("target", "run", "rep", "arm")},
-                    "role": role, "raw_sha256": info.get("raw_sha256")})  # fmt: skip
+                    "role": role, "raw_sha256": info.get("raw_sha256")})
     return out
 
 
@@ -235,5 +235,5 @@ def expand(record: dict) -> dict:
     """The record with every entry's cells and raw files listed one by one (what explain
     prints; the record itself cites them by set)."""
     entries = {eid: {**e, "cells": entry_cells(record, e), "raw_files": entry_raw_files(record, e)}
-               for eid, e in record.get("entries", {}).items()}  # fmt: skip
+               for eid, e in record.get("entries", {}).items()}
     return {**record, "entries": entries}

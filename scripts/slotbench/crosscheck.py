@@ -54,7 +54,7 @@ def crosscheck(req: dict, num_predict: int | None = None) -> str | None:
         return f"the client received {chunks} chunks of text, but the server reported {tokens:g} tokens"
     if tokens > max(1, chunks) * MAX_TOKENS_PER_CHUNK + 1:
         return (f"the server reported {tokens:g} tokens, but the client received only {chunks} "
-                "chunks of text")  # fmt: skip
+                "chunks of text")
     if req.get("timing_source", "server") != "server":
         return None  # generation time was measured on the client: nothing to check it against
     gen = _num(req.get("gen_s"))
@@ -65,13 +65,13 @@ def crosscheck(req: dict, num_predict: int | None = None) -> str | None:
     if tokens > 1 and gen <= 0:
         return f"the server reported a generation time of {gen:g} s for {tokens:g} tokens"
     sent, first, last, done = (_num(req.get(k)) for k in ("t_sent_s", "t_first_s", "t_last_s",
-                                                          "t_done_s"))  # fmt: skip
+                                                          "t_done_s"))
     if sent is not None and done is not None and gen > (done - sent) * TIME_RATIO + TIME_SLACK_S:
         return (f"the server reported {gen:.3f} s of generation, longer than the {done - sent:.3f} "
-                "s the whole request took on the client's clock")  # fmt: skip
+                "s the whole request took on the client's clock")
     if first is not None and last is not None:
         span = last - first
         if gen < span * MIN_SPAN_RATIO - TIME_SLACK_S:
             return (f"the server reported {gen:.3f} s of generation, but the client saw its "
-                    f"tokens arrive over {span:.3f} s")  # fmt: skip
+                    f"tokens arrive over {span:.3f} s")
     return None

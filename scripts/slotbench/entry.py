@@ -51,7 +51,7 @@ def progress_log(path: str | Path, on_interrupt: str = "nothing was written") ->
         except (KeyboardInterrupt, Interrupted) as exc:
             why = str(exc) or "interrupted"
             print(f"\nINTERRUPTED ({why}): {on_interrupt}; the next snakemake run resumes",
-                  file=log)  # fmt: skip
+                  file=log)
             raise SystemExit(130) from None
 
 
@@ -98,5 +98,5 @@ def fail_and_withdraw(message: str, withdraw: list[str], log: TextIO | None = No
         Path(path).unlink()
     if gone:
         message += (f" The report built from these raw files ({', '.join(gone)}) was withdrawn "
-                    "until they are settled.")  # fmt: skip
+                    "until they are settled.")
     fail(message, log)

@@ -27,7 +27,7 @@ class RepError(RuntimeError):
 
 
 def _shares(requests: list[dict], shares: list[dict] | None, streams: int,
-            cell: dict | None = None) -> list[dict]:  # fmt: skip
+            cell: dict | None = None) -> list[dict]:
     """The plan's split of a cell over client processes, with each process's request dicts and,
     for a rate arm, each request's planned arrival and the process's share of the cap."""
     by_id = {r["request"]: r for r in requests}
@@ -45,7 +45,7 @@ def _shares(requests: list[dict], shares: list[dict] | None, streams: int,
 
 def _send_all(clients: Clients, requests: list[dict], shares: list[dict] | None, streams: int,
               num_predict: int, temperature: float, measure: bool = True,
-              cell: dict | None = None):  # fmt: skip
+              cell: dict | None = None):
     """Send ``requests`` with ``streams`` in flight (or, for a rate arm's ``cell``, each at its
     planned arrival); on the first failure, stop sending.
 
@@ -54,7 +54,7 @@ def _send_all(clients: Clients, requests: list[dict], shares: list[dict] | None,
     """
     try:
         return clients.cell(_shares(requests, shares, streams, cell), num_predict, temperature,
-                            measure)  # fmt: skip
+                            measure)
     except CellFailed:
         raise
     except BaseException:  # an interrupt: end the streams in flight, keep nothing
@@ -81,7 +81,7 @@ def _failure(ctx: dict, arm, position, request, exc: BaseException, conn: Connec
 
 
 def _warm_up(conn: Connection, clients: Clients, rep_entry: dict, settings: dict, ctx: dict,
-             label: str, log) -> None:  # fmt: skip
+             label: str, log) -> None:
     """Load the model, then short generations on every slot, from every client process (each
     opens its connections); nothing here is measured."""
     t0 = time.monotonic()
@@ -92,21 +92,21 @@ def _warm_up(conn: Connection, clients: Clients, rep_entry: dict, settings: dict
         raise _failure(ctx, None, None, None, exc, conn) from exc
     try:
         _send_all(clients, warm, rep_entry.get("warmup_shares"), len(warm),
-                  settings["warmup_predict"], settings["temperature"], measure=False)  # fmt: skip
+                  settings["warmup_predict"], settings["temperature"], measure=False)
     except CellFailed as failed:
         raise _failure(ctx, None, None, failed.index, failed.error, conn) from None
     print(f"[{label}] warm-up: {len(warm)} requests in {time.monotonic() - t0:.1f} s", file=log)
 
 
 def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict,
-                  origin: float, ctx: dict, label: str, log) -> dict:  # fmt: skip
+                  origin: float, ctx: dict, label: str, log) -> dict:
     """One cell: its requests with ``arm`` in flight, and what each client process spent."""
     arm, position = cell["arm"], cell["position"]
     try:
         results, stats = _send_all(clients, cell["requests"], cell.get("shares"),
                                    len(cell["requests"]) if arm < 0 else arm,
                                    settings["num_predict"], settings["temperature"],
-                                   cell=cell)  # fmt: skip
+                                   cell=cell)
     except CellFailed as failed:
         raise _failure(ctx, arm, position, failed.index, failed.error, conn) from None
     requests = []
@@ -120,7 +120,7 @@ def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict
     t_end = max(r["t_done_s"] for r in requests)
     tokens = sum(r["output_tokens"] for r in requests)
     kind = ("control arm (shared prompt)" if cell.get("control")
-            else f"arm {arm_name(arm) if arm < 0 else arm}")  # fmt: skip
+            else f"arm {arm_name(arm) if arm < 0 else arm}")
     print(
         f"[{label}] position {position}: {kind}: {tokens} tokens in {t_end - t_start:.2f} s"
         f" = {tokens / (t_end - t_start):.1f} tok/s",
@@ -129,7 +129,7 @@ def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict
     return {"arm": arm, "position": position, "control": bool(cell.get("control")),
             "t_start_s": t_start, "t_end_s": t_end, "client_cpu_s": client_cpu_s,
             "client": {"processes": stats}, "requests": requests,
-            **({"open": cell["open"]} if cell.get("open") else {})}  # fmt: skip
+            **({"open": cell["open"]} if cell.get("open") else {})}
 
 
 def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code: dict,
@@ -152,13 +152,13 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
     started_unix = time.time()
     sampler = Sampler(list(thermal_sources), interval_s=thermal_interval_s, tags=ctx)
     host_sampler = Sampler([host] if host else [], interval_s=thermal_interval_s, tags=ctx,
-                           kind="host")  # fmt: skip
+                           kind="host")
     client = client or {}
     processes = max([len(c.get("shares") or [1]) for c in rep_entry["cells"]]
-                    + [len(rep_entry.get("warmup_shares") or [1])])  # fmt: skip
+                    + [len(rep_entry.get("warmup_shares") or [1])])
     try:
         clients = Clients(conn.backend, conn.target, conn.backend.base_url,
-                          conn.backend.timeout_s, processes, client.get("cpus"))  # fmt: skip
+                          conn.backend.timeout_s, processes, client.get("cpus"))
     except Exception as exc:  # noqa: BLE001 - a client process that cannot start fails the rep
         raise _failure(ctx, None, None, None, exc, conn) from exc
     with sampler, host_sampler, clients:
@@ -166,7 +166,7 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
         origin = time.monotonic()
         origin_unix = time.time()
         cells = [_measure_cell(conn, clients, cell, settings, origin, ctx, label, log)
-                 for cell in rep_entry["cells"]]  # fmt: skip
+                 for cell in rep_entry["cells"]]
         loop = cells[0]["client"]["processes"][0].get("loop") if cells else None
     return {
         "schema": RAW_SCHEMA,

@@ -23,7 +23,7 @@ from slotbench.rawfiles import sha256_file
 REQUEST_COLUMNS = [
     "target", "run", "rep", "arm", "position", "request", "prompt_tokens", "output_tokens",
     "t_sent_s", "t_first_s", "t_done_s", "gen_s", "done_reason", "raw_file",
-]  # fmt: skip
+]
 CELL_METRICS = ["tokens_out", "wall_s", "agg_tps", "user_tps", "ttft_s"]
 MAX_CANDIDATES = 20
 
@@ -56,7 +56,7 @@ def resolved(record: dict, entry: dict) -> dict:
     cites (slotbench.cellsets), or as an older record (slotbench.provenance/1) listed them."""
     if any("set" in group for group in entry.get("cells", [])):
         return {**entry, "cells": cellsets.entry_cells(record, entry),
-                "raw_files": cellsets.entry_raw_files(record, entry)}  # fmt: skip
+                "raw_files": cellsets.entry_raw_files(record, entry)}
     return entry
 
 
@@ -310,7 +310,7 @@ def read_requests(path: Path, cells, names: list[str], wanted: list[str]):
 
     keep = [c for c in names if c in {*CELL_KEYS, "position", "request", "control", *wanted}]
     filters = [("target", "in", sorted({str(t) for t in cells["target"].dropna()})),
-               ("arm", "in", sorted({int(a) for a in cells["arm"].dropna()}))]  # fmt: skip
+               ("arm", "in", sorted({int(a) for a in cells["arm"].dropna()}))]
     if not all(values for _, _, values in filters):
         return pd.read_parquet(path, columns=keep).iloc[0:0]
     return pd.read_parquet(path, columns=keep, filters=filters)

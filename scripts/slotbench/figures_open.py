@@ -66,7 +66,7 @@ def _log_if_wide(ax, values, ticks: bool = False) -> None:
 def _headroom(ax, rows, name: str) -> None:
     """y from 0 to a little above the highest interval, so no point sits on the frame."""
     tops = [_num(r.get(f"{name}_hi") if r.get(f"{name}_hi") is not None else r.get(name))
-            for r in rows]  # fmt: skip
+            for r in rows]
     tops = [t for t in tops if t == t]
     ax.set_ylim(0, max(tops) * 1.15 if tops and max(tops) > 0 else None)
 
@@ -78,7 +78,7 @@ def _curve(ax, rows, x_name, y_name, colour, marker, label, x_err=False, **style
     y, yerr = _series(rows, y_name)
     x, xerr = _series(rows, x_name)
     ax.errorbar(x, y, yerr=yerr, xerr=xerr if x_err else None, color=colour, marker=marker,
-                capsize=3, label=label, **style)  # fmt: skip
+                capsize=3, label=label, **style)
 
 
 def _marked(ax, rows, x_name, y_name, label, marker="X") -> None:
@@ -107,7 +107,7 @@ def draw_latency_load(ax, record: dict, slo: dict, marked: set[int]) -> None:
     _marked(ax, over, "offered_rate", "ttft_p95", "overloaded (TTFT p95)")
     if slo.get("ttft_s_max") is not None:
         ax.axhline(slo["ttft_s_max"], color=OPEN_COLOUR, linestyle=":", linewidth=1,
-                   label=f"slo.ttft_s_max {slo['ttft_s_max']:g} s")  # fmt: skip
+                   label=f"slo.ttft_s_max {slo['ttft_s_max']:g} s")
     ax.set_ylabel("TTFT from planned arrival (s)")
     ax.set_ylim(bottom=0)
     twin = ax.twinx()
@@ -115,7 +115,7 @@ def draw_latency_load(ax, record: dict, slo: dict, marked: set[int]) -> None:
     _marked(twin, over, "offered_rate", "user_tps", "overloaded (per-user)", "P")
     if slo.get("user_tps_min") is not None:
         twin.axhline(slo["user_tps_min"], color=USER_COLOUR, linestyle=":", linewidth=1,
-                     label=f"slo.user_tps_min {slo['user_tps_min']:g}")  # fmt: skip
+                     label=f"slo.user_tps_min {slo['user_tps_min']:g}")
     twin.set_ylabel("per-user tok/s")
     _headroom(twin, record["arms"], "user_tps")
     twin.grid(False)
@@ -147,14 +147,14 @@ def draw_concurrency_axis(ax, record: dict, slo: dict, marked: set[int]) -> None
     for r in record["axis"]:
         if r["in_flight"] is not None and r["agg_tps"] is not None:
             ax.annotate(r["name"], (r["in_flight"], r["agg_tps"]), fontsize=6,
-                        textcoords="offset points", xytext=(4, 4))  # fmt: skip
+                        textcoords="offset points", xytext=(4, 4))
     ax.set_ylabel("aggregate tok/s")
     ax.set_ylim(bottom=0)
     twin = ax.twinx()
     _curve(twin, closed, "in_flight", "ttft_p95", CLOSED_COLOUR, "s", "TTFT p95, closed",
-           linestyle=":")  # fmt: skip
+           linestyle=":")
     _curve(twin, opened, "in_flight", "ttft_p95", OPEN_COLOUR, "v", "TTFT p95, open",
-           linestyle=":")  # fmt: skip
+           linestyle=":")
     _marked(twin, over, "in_flight", "ttft_p95", "overloaded (TTFT p95)", "P")
     twin.set_ylabel("TTFT p95 (s)")
     twin.set_ylim(bottom=0)
@@ -174,11 +174,11 @@ DRAW = {
 def _sources(targets: dict, key: str) -> tuple[list[str], list[str]]:
     rows = [r for record in targets.values() for r in record[key]]
     return (sorted({c for r in rows for c in r.get("cells") or []}, key=label_key),
-            sorted({h for r in rows for h in r.get("raw_sha256") or []}))  # fmt: skip
+            sorted({h for r in rows for h in r.get("raw_sha256") or []}))
 
 
 def make_open(openloop: dict, outdir: str | Path, files: dict[str, str] | None = None,
-              verdicts: list[dict] | None = None) -> dict[str, dict]:  # fmt: skip
+              verdicts: list[dict] | None = None) -> dict[str, dict]:
     """Write the open loop's figures as PNG into outdir; fig_id -> provenance (title, file,
     caption, cells, raw_sha256, shown: false when no target has rate arms, and the report
     section that shows them)."""
@@ -204,5 +204,5 @@ def make_open(openloop: dict, outdir: str | Path, files: dict[str, str] | None =
         cells, hashes = _sources(targets, key)
         sources[fig_id] = {"title": OPEN_TITLES[fig_id], "file": path.name,
                            "caption": OPEN_CAPTIONS[fig_id], "cells": cells, "raw_sha256": hashes,
-                           "shown": shown, "section": SECTION}  # fmt: skip
+                           "shown": shown, "section": SECTION}
     return sources

@@ -62,10 +62,10 @@ def draw_thermal(ax, rows: pd.DataFrame, origin: float, divisor: float) -> list:
         not rows.empty
         and (rows["freq_mhz"].notna().any() or rows["temp_c"].notna().any()
              or rows["throttled"].notna().any() or rows["pressure"].notna().any())
-    )  # fmt: skip
+    )
     if not usable:
         ax.text(0.99, 0.02, "no thermal source", transform=ax.transAxes, ha="right",
-                va="bottom", fontsize=7, color="0.4")  # fmt: skip
+                va="bottom", fontsize=7, color="0.4")
         return []
     handles = []
     gap = THERMAL_GAP_S / divisor
@@ -87,7 +87,7 @@ def draw_thermal(ax, rows: pd.DataFrame, origin: float, divisor: float) -> list:
                 twin.plot(xs, ys, color=colour, linewidth=0.9, alpha=0.75, linestyle=style)
             what = f"{name} {label} ({'mean' if how == 'mean' else 'max'}, {unit})"
             handles.append(Line2D([], [], color=colour, linewidth=0.9, linestyle=style,
-                                  label=what))  # fmt: skip
+                                  label=what))
         twin.set_ylabel(f"{label} ({unit})", fontsize=7, color=colour)
         twin.tick_params(axis="y", labelsize=7, colors=colour)
         twin.grid(False)
@@ -97,12 +97,12 @@ def draw_thermal(ax, rows: pd.DataFrame, origin: float, divisor: float) -> list:
     events = rows.loc[is_event(rows), "t_unix"].drop_duplicates().sort_values()
     for t in events:
         ax.axvline((float(t) - origin) / divisor, color=EVENT_COLOUR, linestyle=":",
-                   linewidth=0.6, alpha=0.5, zorder=0.8)  # below the cells' points; fmt: skip
+                   linewidth=0.6, alpha=0.5, zorder=0.8)  # below the cells' points
     if not twins and not len(events):  # e.g. pmset: pressure levels only, all nominal
         ax.text(0.99, 0.02, "thermal: no throttling or pressure reported",
                 transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
-                color="0.4")  # fmt: skip
+                color="0.4")
     if len(events):
         handles.append(Line2D([], [], color=EVENT_COLOUR, linestyle=":", linewidth=0.8,
-                              label=f"throttle/pressure ({len(events)})"))  # fmt: skip
+                              label=f"throttle/pressure ({len(events)})"))
     return handles

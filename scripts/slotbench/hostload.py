@@ -24,7 +24,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 HOST_COLUMNS = ["source", "cpus", "busy_cores", "steal_cores", "iowait_cores", "load1",
-                "server_cores", "harness_cores", "other_cores", "top"]  # fmt: skip
+                "server_cores", "harness_cores", "other_cores", "top"]
 TOP = 5  # competing processes named per sample
 
 
@@ -70,7 +70,7 @@ class LinuxHostLoad:
             return [int(v) for v in lines[0].split()[1:]]
         per_cpu = [line.split() for line in lines if line.startswith("cpu")]
         mine = [[int(v) for v in f[1:]] for f in per_cpu if f[0][3:].isdigit()
-                and int(f[0][3:]) in self.cpus]  # fmt: skip
+                and int(f[0][3:]) in self.cpus]
         return [sum(column) for column in zip(*mine)]
 
     def _may_share(self, pid: int) -> bool:

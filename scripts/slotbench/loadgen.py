@@ -70,7 +70,7 @@ def _starve_hook() -> None:
 async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
                    num_predict: int, temperature: float, start_at: float | None = None,
                    measure: bool = True, arrivals: list[float] | None = None,
-                   max_in_flight: int | None = None) -> tuple[list, dict]:  # fmt: skip
+                   max_in_flight: int | None = None) -> tuple[list, dict]:
     """Send ``requests`` (dicts with prompt, seed, maybe allow_cache) with ``streams`` in
     flight from this loop; returns the RequestRecords (aligned with ``requests``, parsed) and
     this process's stats. On the first failure every other stream is ended and
@@ -86,7 +86,7 @@ async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
     by the cap waits after that, until its t_sent."""
     _starve_hook()
     prepared = [backend.prepare(r["prompt"], num_predict, temperature, r["seed"],
-                                bool(r.get("allow_cache"))) for r in requests]  # fmt: skip
+                                bool(r.get("allow_cache"))) for r in requests]
     results: list = [None] * len(requests)
     state = {"next": 0, "failed": None}
 
@@ -164,7 +164,7 @@ async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
         "lag_p50_s": _quantile(lags, 0.5), "lag_p95_s": _quantile(lags, 0.95),
         "lag_p99_s": _quantile(lags, 0.99),
         "lag_max_s": lags[-1] if lags else None, "lag_samples": len(lags),
-    }  # fmt: skip
+    }
     return results, stats
 
 

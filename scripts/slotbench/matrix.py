@@ -79,5 +79,5 @@ def problems(matrix: list[dict]) -> list[str]:
                 dup = next((x for x in labels if labels.count(x) > 1), None)
                 if dup:
                     found.append(f"{where}: two values give the same name part {dup!r}; give "
-                                 "them labels (a mapping from label to value)")  # fmt: skip
+                                 "them labels (a mapping from label to value)")
     return found

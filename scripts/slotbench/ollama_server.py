@@ -29,7 +29,7 @@ def managed_env(settings: dict, host: str) -> dict:
     because they change what is measured (e.g. OLLAMA_MAX_QUEUE, OLLAMA_SCHED_SPREAD).
     """
     env = {k: v for k, v in sorted(os.environ.items())
-           if k.startswith("OLLAMA_") and k != "OLLAMA_MODELS"}  # fmt: skip
+           if k.startswith("OLLAMA_") and k != "OLLAMA_MODELS"}
     env |= {
         "OLLAMA_HOST": host,
         "OLLAMA_NUM_PARALLEL": str(settings["parallel"]),

@@ -43,7 +43,7 @@ def open_metrics(rows: list[dict], spec: dict | None) -> dict:
     in_flight = mean_at_once(starts, ends) if starts else math.nan
     if spec is None:
         return {"offered_rate": math.nan, "achieved_rate": math.nan, "in_flight": in_flight,
-                "launch_skew_p99_s": math.nan}  # fmt: skip
+                "launch_skew_p99_s": math.nan}
     # the departure rate: completions per second between the first and the last completion
     # (a stable queue's departures keep pace with its arrivals; an overloaded one's fall to the
     # service rate), free of the first request's wait that a span from its arrival would hold

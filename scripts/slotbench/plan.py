@@ -68,7 +68,7 @@ def nonce_stream(rep: int, digits: int, rng: random.Random):
     head, tail = rep_digits(digits), digits - rep_digits(digits)
     if not 0 <= rep <= max_reps(digits):
         raise ValueError(f"rep {rep} does not fit the {head} rep digits of a {digits}-digit nonce; "
-                         "raise prompt.nonce_digits")  # fmt: skip
+                         "raise prompt.nonce_digits")
     seen: set[int] = set()
     while len(seen) < 10**tail:
         n = rng.randrange(10**tail)
@@ -108,7 +108,7 @@ def run_plan(
         "nonce_digits": nonce_digits, "prompt_tokens": prompt_tokens,
         "tokenizer": "server" if count_tokens is not None else None, "nonces": nonces,
         "shared": shared, "control_arm": control_arm,
-    }  # fmt: skip
+    }
 
 
 def _prompts(
@@ -156,7 +156,7 @@ def auto_processes(widest_arm: int, cpus: int) -> int:
 
 
 def arrival_offsets(n: int, rate: float, seed: int, arrival: str = "poisson",
-                    burstiness: float = 1.0) -> list[float]:  # fmt: skip
+                    burstiness: float = 1.0) -> list[float]:
     """When each of an open-loop cell's ``n`` requests arrives, in seconds from its start, at
     ``rate`` requests/s: the first at 0, then gaps that are exponential (``poisson``), all
     1/rate (``constant``) or gamma-distributed with shape ``burstiness`` and the same mean
@@ -185,7 +185,7 @@ def split_streams(streams: int, request_ids: list[int], processes: int) -> list[
     gets requests in proportion to its streams, within one)."""
     used = max(1, min(processes, streams, len(request_ids) or 1))
     return [{"process": j, "streams": streams // used + (1 if j < streams % used else 0),
-             "requests": request_ids[j::used]} for j in range(used)]  # fmt: skip
+             "requests": request_ids[j::used]} for j in range(used)]
 
 
 def make_rep_plan(
@@ -208,7 +208,7 @@ def make_rep_plan(
     n_warm = widest
     n_measured = sum(cell_requests(per_cell, spec) for spec in specs.values())
     pairs = _prompts(plan, rep, n_warm + n_measured + (1 if plan["control_arm"] else 0), rng,
-                     count_tokens)  # fmt: skip
+                     count_tokens)
     items = [{"nonce": n, "prompt": p, "seed": rng.randrange(2**31)} for n, p in pairs]
     warmup, measured = items[:n_warm], iter(items[n_warm : n_warm + n_measured])
     cells = []
@@ -223,12 +223,12 @@ def make_rep_plan(
         if is_rate_arm(arm):  # open loop: when each request arrives, from the seed alone
             spec = specs[arm]
             cell["open"] = {k: spec.get(k) for k in ("rate", "arrival", "burstiness",
-                                                     "max_in_flight")}  # fmt: skip
+                                                     "max_in_flight")}
             cell["arrivals"] = arrival_offsets(
                 len(requests), spec["rate"], derive_seed(plan["run_seed"], "arrivals", rep, arm),
-                spec["arrival"], spec["burstiness"])  # fmt: skip
+                spec["arrival"], spec["burstiness"])
         cell["shares"] = _shares(len(requests) if is_rate_arm(arm) else arm, requests,
-                                 client_processes)  # fmt: skip
+                                 client_processes)
         cells.append(cell)
     if plan["control_arm"]:
         one = items[-1]
@@ -236,7 +236,7 @@ def make_rep_plan(
             "arm": widest, "position": len(order), "control": True,
             "requests": [{"request": i, **one, "seed": items[n_warm + i]["seed"],
                           "allow_cache": True} for i in range(cell_requests(per_cell, widest))],
-        })  # fmt: skip
+        })
         cells[-1]["shares"] = _shares(widest, cells[-1]["requests"], client_processes)
     warm = [{"request": i, **w} for i, w in enumerate(warmup)]
     return {

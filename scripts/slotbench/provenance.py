@@ -57,7 +57,7 @@ METRIC_TITLES = {
 # burst / plateau: the first and last serial cells of the drift check.
 ROLES = (
     "arm", "deviant", "source", "control", "burst", "plateau", "serial-baseline", "comparison",
-)  # fmt: skip
+)
 # The HTML page lists an entry's (or a table's) cells and raw files one by one up to this many
 # cells; past it, it names the sets they are (provenance.json and explain resolve them).
 LIST_LIMIT = 120
@@ -328,7 +328,7 @@ def _groups(ref: Ref) -> list[tuple[str, list[str]]]:
     for label, role in ref.cells:
         groups.setdefault(role, []).append(label)
     return sorted(groups.items(), key=lambda rl: (ROLES.index(rl[0]) if rl[0] in ROLES
-                                                  else len(ROLES), rl[0]))  # fmt: skip
+                                                  else len(ROLES), rl[0]))
 
 
 def listing(ref: Ref, index: CellIndex) -> tuple[list[dict], list[dict]]:
@@ -338,7 +338,7 @@ def listing(ref: Ref, index: CellIndex) -> tuple[list[dict], list[dict]]:
     for label, role in ref.cells:
         info = index.info(label)
         cells.append({"cell": label, **{k: info.get(k) for k in ("target", "run", "rep", "arm")},
-                      "role": role, "raw_sha256": info.get("raw_sha256")})  # fmt: skip
+                      "role": role, "raw_sha256": info.get("raw_sha256")})
         if info.get("raw_file") is not None or info.get("raw_sha256") is not None:
             raw.add((info.get("raw_file"), info.get("raw_sha256")))
     raw_files = [{"path": p, "sha256": s} for p, s in sorted(raw, key=lambda ps: tuple(map(str, ps)))]
@@ -346,12 +346,12 @@ def listing(ref: Ref, index: CellIndex) -> tuple[list[dict], list[dict]]:
 
 
 def make_entry(ref: Ref, index: CellIndex, config_sha256: str | None,
-               sets: cellsets.SetNamer) -> dict:  # fmt: skip
+               sets: cellsets.SetNamer) -> dict:
     """One entry: what is shown where, its cells cited by set (one per role), how many cells
     and raw files they are, and the code, server builds and config behind them."""
     infos = {label: index.info(label) for label, _ in ref.cells}
     raw = {(i.get("raw_file"), i.get("raw_sha256")) for i in infos.values()
-           if i.get("raw_file") is not None or i.get("raw_sha256") is not None}  # fmt: skip
+           if i.get("raw_file") is not None or i.get("raw_sha256") is not None}
     code, builds = _versions_of([i for i in infos.values() if "raw_sha256" in i])
     entry = {
         "id": ref.id,
@@ -360,7 +360,7 @@ def make_entry(ref: Ref, index: CellIndex, config_sha256: str | None,
         "anchor": ref.anchor or None,
         "parent": ref.parent or None,
         "cells": [{"role": role, "set": sets.name(labels), "n_cells": len(labels)}
-                  for role, labels in _groups(ref)],  # fmt: skip
+                  for role, labels in _groups(ref)],
         "n_cells": len(ref.cells),
         "n_raw_files": len(raw),
         "code": code,

@@ -52,7 +52,7 @@ COLUMNS = {
 AXIS = ("in_flight", "agg_tps", "ttft_p95")
 # The request columns goodput reads (requests.parquet).
 REQUEST_COLUMNS = CELL_KEYS + ["output_tokens", "gen_s", "t_sent_s", "t_planned_s", "t_first_s",
-                               "control"]  # fmt: skip
+                               "control"]
 # Why a target has no capacity in requests/s.
 NO_RATE_ARMS, NO_GOODPUT_LEVEL, NO_SERVICE_LEVEL = "no_rate_arms", "no_goodput", "no_levels"
 
@@ -87,7 +87,7 @@ def cell_goodput(requests: pd.DataFrame | None, slo: dict) -> pd.DataFrame:
         return pd.DataFrame(columns=CELL_KEYS + ["requests", "good"])
     per = request_goodput(requests, slo)
     return per.groupby(CELL_KEYS, as_index=False).agg(requests=("good", "size"),
-                                                      good=("good", "sum"))  # fmt: skip
+                                                      good=("good", "sum"))
 
 
 def _judge(lo: float, hi: float, level: float | None) -> str | None:
@@ -110,11 +110,11 @@ def _medians(grp: pd.DataFrame, names, resamples: np.ndarray, ci: float) -> dict
 def _cells_of(grp: pd.DataFrame) -> dict:
     arm = int(grp["arm"].iloc[0])
     return {"arm": arm, "name": arm_name(arm), "n_cells": int(len(grp)),
-            "cells": cell_labels(grp), "raw_sha256": raw_hashes(grp)}  # fmt: skip
+            "cells": cell_labels(grp), "raw_sha256": raw_hashes(grp)}
 
 
 def arm_row(grp: pd.DataFrame, counts: pd.DataFrame, slo: dict, n_boot: int, ci: float,
-            seed: int) -> dict:  # fmt: skip
+            seed: int) -> dict:
     """One rate arm's numbers over its cells (every one from the same resampled cells), its
     goodput and the verdict on slo.goodput (None when it is not set or no level is)."""
     resamples = stats.resample_indices(len(grp), n_boot, seed)
@@ -129,7 +129,7 @@ def arm_row(grp: pd.DataFrame, counts: pd.DataFrame, slo: dict, n_boot: int, ci:
     row["requests"], row["requests_good"] = int(n.sum()), int(good.sum())
     if any(slo.get(k) is not None for k in LEVELS):
         row["goodput"], row["goodput_lo"], row["goodput_hi"] = stats.share_ci(good, n, resamples,
-                                                                              ci)  # fmt: skip
+                                                                              ci)
         row["verdict"] = _judge(row["goodput_lo"], row["goodput_hi"], slo.get("goodput"))
     else:
         row |= {"goodput": None, "goodput_lo": None, "goodput_hi": None, "verdict": None}
@@ -165,11 +165,11 @@ def rate_capacity(rows: list[dict], slo: dict) -> tuple[dict | None, str | None]
         "next_verdict": cap["next_verdict"],
         # no interpolation: the limit lies somewhere in (rate, next_rate) when the next misses
         "between": [rate(a) for a in cap["between"]] if cap["between"] else None,
-    }, None  # fmt: skip
+    }, None
 
 
 def target_record(frame: pd.DataFrame, counts: pd.DataFrame, slo: dict, n_boot: int, ci: float,
-                  seed: int) -> dict:  # fmt: skip
+                  seed: int) -> dict:
     """One target's rate arms, its arms on the effective-concurrency axis and its capacity."""
     groups = sorted(frame.groupby("arm", sort=True), key=lambda kv: arm_order(kv[0]))
     rows = [arm_row(g, counts, slo, n_boot, ci, seed) for arm, g in groups if int(arm) < 0]
@@ -179,13 +179,13 @@ def target_record(frame: pd.DataFrame, counts: pd.DataFrame, slo: dict, n_boot: 
 
 
 def assess(ratios: pd.DataFrame, requests: pd.DataFrame | None, slo: dict, n_boot: int,
-           ci: float, seed: int) -> dict:  # fmt: skip
+           ci: float, seed: int) -> dict:
     """results/analysis/openloop.json: every target of the ratios (the headline cells with their
     within-rep ratios), each with its rate arms (none: an empty record) and its capacity."""
     levels = {k: slo.get(k) for k in LEVELS if slo.get(k) is not None}
     counts = cell_goodput(requests, slo)
     out = {"schema": SCHEMA, "slo": {**levels, "goodput": slo.get("goodput")}, "ci": float(ci),
-           "targets": {}}  # fmt: skip
+           "targets": {}}
     for target in sorted(ratios["target"].astype(str).unique()):
         frame = ratios[ratios["target"].astype(str) == target]
         out["targets"][target] = target_record(frame, counts, slo, n_boot, ci, seed)

@@ -236,7 +236,7 @@ def check_free_space(directory: str | Path, needed: int = MIN_FREE_BYTES) -> str
         return None
     return (f"only {free / 1e6:.0f} MB are free on the disk of {directory} ({needed / 1e6:.0f} MB "
             "are needed for a rep and what follows it); nothing was measured. Free some space "
-            "and rerun")  # fmt: skip
+            "and rerun")
 
 
 def unsaved_paths(path: str | Path, fallback_dir: str | Path) -> list[Path]:
@@ -270,14 +270,14 @@ def save_raw(path: str | Path, data: dict, fallback_dir: str | Path) -> tuple[st
         return digest, (f"the raw file {path} could not be written ({reason.strerror or reason}); "
                         f"the measured rep was kept in {target} (SHA-256 {digest}). Free some "
                         "space and rerun snakemake: it puts the kept rep in place without "
-                        "measuring it again")  # fmt: skip
+                        "measuring it again")
     return digest, (f"the raw file {path} could not be written ({reason.strerror or reason}), "
                     "nor kept anywhere else; this rep's measurement is lost. Free some space "
-                    "and rerun snakemake: it measures this rep again")  # fmt: skip
+                    "and rerun snakemake: it measures this rep again")
 
 
 def restore_unsaved(path: str | Path, fallback_dir: str | Path,
-                    expect: dict) -> tuple[str, Path] | None:  # fmt: skip
+                    expect: dict) -> tuple[str, Path] | None:
     """Put a rep that save_raw kept elsewhere in place as ``path`` (with its .sha256), if it is
     whole (matches the SHA-256 kept with it) and is this rep (``expect``: the keys it must have,
     e.g. target, run, rep, experiment); return (SHA-256, where it was), or None. A kept file

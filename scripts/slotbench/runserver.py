@@ -196,7 +196,7 @@ def _copy_log(server: RunServer, offset: int, job_log: Path) -> None:
         head = (f"# {how} the run's server: PID {server.pid}, started "
                 f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(server.state['started_unix']))}"
                 f", jobs before this one {server.state['served']}; its whole log is "
-                f"{server.log_path}\n# its lines while this job ran:\n")  # fmt: skip
+                f"{server.log_path}\n# its lines while this job ran:\n")
         job_log.write_bytes(head.encode() + lines)
 
 
@@ -206,12 +206,12 @@ def _start(target: dict, run: str, path: Path, owner_pid: int) -> dict:
     # absolute paths: the supervisor's command line names the work directory it serves
     spec = {"backend": target["backend"], "settings": target["server"], "owner": owner_pid,
             "state": str(path.resolve()), "log": str(log.resolve()), "key": _key(target),
-            "cpus": (target["server"] or {}).get("cpus"), "target": target["name"], "run": run}  # fmt: skip
+            "cpus": (target["server"] or {}).get("cpus"), "target": target["name"], "run": run}
     path.unlink(missing_ok=True)
     with open(log, "ab") as err:
         proc = subprocess.Popen([sys.executable, "-m", "slotbench.runserver", json.dumps(spec)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=err)  # fmt: skip
+                                stderr=err)
     try:
         return _await_start(proc, path, log, float(target["server"].get("startup_timeout_s", 120)))
     except BaseException:  # an error, or the job interrupted while the server starts
@@ -235,7 +235,7 @@ def _await_start(proc: subprocess.Popen, path: Path, log: Path, timeout_s: float
             return state
         if proc.poll() is not None:
             raise ServerError(f"the server's supervisor exited with code {proc.returncode} "
-                              f"before the server answered; see {log}")  # fmt: skip
+                              f"before the server answered; see {log}")
         time.sleep(0.02)
     raise ServerError(f"the run's server did not start in time; see {log}")
 
@@ -346,7 +346,7 @@ def supervise(spec: dict) -> int:
     server = managed_class(spec["backend"])(spec["settings"], spec["log"])
     base = {"supervisor": os.getpid(), "host": socket.gethostname(), "owner": spec["owner"],
             "key": spec["key"],
-            "cpus": spec["cpus"], "target": spec["target"], "run": spec["run"]}  # fmt: skip
+            "cpus": spec["cpus"], "target": spec["target"], "run": spec["run"]}
     try:
         server.start()
     except ServerError as exc:  # the job that started us reads it, and removes the file
@@ -360,7 +360,7 @@ def supervise(spec: dict) -> int:
             "log": spec["log"], "started_unix": time.time(), "served": 0,
             "describe": server.describe(), "model_path": str(model) if model else None,
             "model_sha256": getattr(server, "model_sha256", None),
-        })  # fmt: skip
+        })
         _wait_for_owner(spec["owner"], server)
     finally:
         server.stop()

@@ -45,7 +45,7 @@ class Sampler:
         if self.origin is None:
             self.origin = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name=f"slotbench-{self.kind}",
-                                        daemon=True)  # fmt: skip
+                                        daemon=True)
         self._thread.start()
         return self
 

@@ -107,7 +107,7 @@ def server_command(binary: Path, model: Path, port: int, settings: dict) -> list
         "--ctx-size", str(settings["ctx_size"]),
         "--threads", str(settings["threads"]),
         "--no-webui",
-    ]  # fmt: skip
+    ]
 
 
 def server_env(settings: dict) -> dict | None:

@@ -99,7 +99,7 @@ def clear_stale_lock(workdir: Path = Path(".")) -> str | None:
         return None
     shutil.rmtree(workdir / STATE / "locks", ignore_errors=True)
     return ("slotbench: removed the lock left by a Snakemake that is no longer running (it was "
-            "killed or its machine stopped)")  # fmt: skip
+            "killed or its machine stopped)")
 
 
 def locked(workdir: Path = Path(".")) -> bool:
@@ -150,10 +150,10 @@ def recover_incomplete(workdir: Path = Path(".")) -> list[str]:
                 target.unlink(missing_ok=True)
                 sidecar.unlink(missing_ok=True)
                 said.append(f"slotbench: {path} was being written when Snakemake stopped; it was "
-                            "removed and that rep will be measured again")  # fmt: skip
+                            "removed and that rep will be measured again")
             else:
                 said.append(f"slotbench: kept {path}: the rep was measured completely before "
-                            "Snakemake stopped")  # fmt: skip
+                            "Snakemake stopped")
             marks.get(f"{path}.sha256", mark).unlink(missing_ok=True)
         elif path.startswith(("results/raw/", "results/plan/", "results/fingerprint/")):
             pass  # a sidecar (settled with its raw file), or an atomic file: whole if it exists

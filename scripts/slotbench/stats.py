@@ -135,7 +135,7 @@ def within_group_slope(x, y, groups) -> float:
     NaN when x does not vary within any group.
     """
     df = pd.DataFrame({"x": np.asarray(x, dtype=float), "y": np.asarray(y, dtype=float),
-                       "g": np.asarray(groups)}).dropna()  # fmt: skip
+                       "g": np.asarray(groups)}).dropna()
     if df.empty:
         return float("nan")
     by = df.groupby("g")
@@ -238,7 +238,7 @@ def position_effect(
     pos_codes, pos_index = np.unique(np.asarray(positions)[keep], return_inverse=True)
     n_blocks, n_arm = len(block_codes), len(arm_codes) - 1
     nan = {"effect": float("nan"), "lo": float("nan"), "hi": float("nan"),
-           "p_value": float("nan"), "coefficients": {}, "blocks": n_blocks}  # fmt: skip
+           "p_value": float("nan"), "coefficients": {}, "blocks": n_blocks}
     if n_blocks < 2 or len(pos_codes) < 2:
         return nan
     x_arm = _demean(_dummies(arm_index, len(arm_codes)), block_index, n_blocks)
@@ -248,7 +248,7 @@ def position_effect(
 
     def normal_equations(x_pos, weights):
         x = np.concatenate([np.broadcast_to(x_arm, x_pos.shape[:-1] + x_arm.shape[-1:]), x_pos],
-                           axis=-1)  # fmt: skip
+                           axis=-1)
         w = weights[..., block_index]
         return (
             np.einsum("...n,...ni,...nj->...ij", w, x, x),
@@ -263,7 +263,7 @@ def position_effect(
     beta = np.linalg.solve(xtx[0], xty[0])
     rng = np.random.default_rng(seed)
     counts = np.stack([np.bincount(rng.integers(0, n_blocks, n_blocks), minlength=n_blocks)
-                       for _ in range(n_boot)]).astype(float)  # fmt: skip
+                       for _ in range(n_boot)]).astype(float)
     boot = _position_range(*normal_equations(x_pos[None], counts), n_arm)
     boot = boot[np.isfinite(boot)]
     alpha = (1.0 - ci) / 2.0
@@ -279,16 +279,16 @@ def position_effect(
         perms[:, order] = pos_index[shuffled]
         perm_x = _dummies(perms, len(pos_codes)) - pos_means
         null_parts.append(_position_range(*normal_equations(perm_x, np.ones((k, n_blocks))),
-                                          n_arm))  # fmt: skip
+                                          n_arm))
     null = np.concatenate(null_parts)
     null = null[np.isfinite(null)]
     coefs = {int(p): float(np.exp(c) - 1) for p, c in
-             zip(pos_codes, np.concatenate([[0.0], beta[n_arm:]]))}  # fmt: skip
+             zip(pos_codes, np.concatenate([[0.0], beta[n_arm:]]))}
     return {"effect": effect, "lo": float(lo), "hi": float(hi),
             "p_value": float((1 + (null >= effect - 1e-12).sum()) / (1 + null.size)),
             "null_median": float(np.median(null)) if null.size else float("nan"),
             "null_p95": float(np.quantile(null, 0.95)) if null.size else float("nan"),
-            "coefficients": coefs, "blocks": n_blocks}  # fmt: skip
+            "coefficients": coefs, "blocks": n_blocks}
 
 
 # Rank-sum tests enumerate every split exactly up to this many; past it, the normal

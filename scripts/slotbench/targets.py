@@ -43,7 +43,7 @@ def _sigterm_as_exit(signum, frame):  # so that `finally` stops the server on SI
 
 @contextmanager
 def connect(target: dict, log_path: str | Path, timeout_s: float,
-            run: str | None = None) -> Iterator[Connection]:  # fmt: skip
+            run: str | None = None) -> Iterator[Connection]:
     """The target's backend, and its managed server if it has one: the run's server
     (slotbench.runserver) when a job of Snakemake names its ``run``, else one of its own."""
     previous = signal.signal(signal.SIGTERM, _sigterm_as_exit)
@@ -53,7 +53,7 @@ def connect(target: dict, log_path: str | Path, timeout_s: float,
             os.sched_setaffinity(0, cpus)
         except (OSError, AttributeError) as exc:
             raise ConnectError(f"target {target['name']}: cannot run on CPUs {cpus} "
-                               f"(server.cpus): {exc}") from exc  # fmt: skip
+                               f"(server.cpus): {exc}") from exc
     try:
         holder = owner() if run is not None else None
         if target["managed"] and holder is not None:

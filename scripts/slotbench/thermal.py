@@ -42,13 +42,13 @@ def reading(
 ) -> dict:
     """One sensor reading in the shape every source returns."""
     return {"source": source, "sensor": sensor, "temp_c": temp_c, "freq_mhz": freq_mhz,
-            "throttled": throttled, "pressure": pressure, "detail": detail}  # fmt: skip
+            "throttled": throttled, "pressure": pressure, "detail": detail}
 
 
 def run_command(cmd: list[str]) -> str:
     """Stdout of a short command; a non-zero exit raises with what the command said."""
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
-                          check=False)  # fmt: skip
+                          check=False)
     if proc.returncode != 0:
         said = (proc.stdout + " " + proc.stderr).strip()
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {said[:300]}")
@@ -105,7 +105,7 @@ class LinuxThermal:
             if re.fullmatch(r"cpu\d+", c.name)
             and ((c / "cpufreq" / "scaling_cur_freq").exists()
                  or any((c / "thermal_throttle").glob("*_throttle_count")))
-        ]  # fmt: skip
+        ]
         return sorted(found, key=_numeric_key)
 
     def available(self) -> bool:
@@ -161,7 +161,7 @@ class LinuxThermal:
         elif counters:
             notes.append("throttle counters: baseline")
         return reading(self.name, cpu.name, freq_mhz=freq, throttled=throttled,
-                       detail="; ".join(notes) or None)  # fmt: skip
+                       detail="; ".join(notes) or None)
 
 
 _LEVEL = r"\s*(?:=|:|set to)\s*(\w+)"
@@ -258,7 +258,7 @@ def parse_nvidia_smi(text: str, source: str = "nvidia") -> list[dict]:
             throttled = bool(mask & THROTTLE_MASK)
             detail = f"clock event reasons {reasons}: " + (", ".join(active) or "none")
         rows.append(reading(source, f"gpu{index}", temp_c=_number(temp), freq_mhz=_number(clock),
-                            throttled=throttled, detail=detail))  # fmt: skip
+                            throttled=throttled, detail=detail))
     return rows
 
 

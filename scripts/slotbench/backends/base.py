@@ -87,7 +87,7 @@ class Backend:
     # -- what each backend says -----------------------------------------------------------
 
     def request(self, prompt: str, num_predict: int, temperature: float, seed: int,
-                allow_cache: bool) -> tuple[str, dict, dict]:  # fmt: skip
+                allow_cache: bool) -> tuple[str, dict, dict]:
         """The generation's URL, JSON body and extra headers. ``allow_cache`` lets the server
         reuse a cached prompt prefix (only the control arm and a nonce-less plan ask for it;
         measured requests never do)."""
@@ -111,7 +111,7 @@ class Backend:
     # -- streaming ------------------------------------------------------------------------
 
     def generate(self, prompt: str, num_predict: int, temperature: float, seed: int,
-                 allow_cache: bool = False) -> RequestRecord:  # fmt: skip
+                 allow_cache: bool = False) -> RequestRecord:
         """One streamed generation, from a caller that is not a coroutine (tests, tools)."""
         runner = self.runner()
         prepared = self.prepare(prompt, num_predict, temperature, seed, allow_cache)
@@ -125,14 +125,14 @@ class Backend:
         return self._runner
 
     def prepare(self, prompt: str, num_predict: int, temperature: float, seed: int,
-                allow_cache: bool = False) -> tuple[str, bytes, dict]:  # fmt: skip
+                allow_cache: bool = False) -> tuple[str, bytes, dict]:
         """A generation's URL, encoded body and headers, made before anything is timed."""
         url, body, headers = self.request(prompt, num_predict, temperature, seed, allow_cache)
         data = json.dumps(body, separators=(",", ":")).encode()
         return url, data, {"Content-Type": "application/json"} | headers
 
     async def send(self, client, prepared: tuple[str, bytes, dict],
-                   finish: bool = True) -> RequestRecord:  # fmt: skip
+                   finish: bool = True) -> RequestRecord:
         """One streamed generation on ``client`` (transport.Client). With ``finish=False`` a
         body that arrived whole is left unparsed in ``rec.answer`` for ``finish()`` later (a
         cell parses after its last request, so parsing never delays a stamp); a failed one
@@ -146,7 +146,7 @@ class Backend:
         rec.t_sent = answer.t_sent if answer.t_sent is not None else rec.t_sent
         rec.answer = answer
         failed = (answer.error is not None or answer.error_event or answer.cut_reason
-                  or answer.status_code != 200)  # fmt: skip
+                  or answer.status_code != 200)
         if finish or failed:
             self.finish(rec)
         return rec
@@ -189,7 +189,7 @@ class Backend:
     def _cut_short(self, reason: str, rec: RequestRecord) -> BackendError:
         if reason == "abort":
             return BackendError(f"POST {self.path} was abandoned after {rec.chunks} chunks: the "
-                                "rep stopped")  # fmt: skip
+                                "rep stopped")
         return BackendError(
             f"POST {self.path} took longer than request_timeout_s ({self.timeout_s:g} s) after "
             f"{rec.chunks} chunks; the server is too slow or stalled (raise request_timeout_s "

@@ -118,7 +118,7 @@ class LlamaCppBackend(Backend):
         } | ({"ignore_eos": True} if self.ignore_eos else {})
 
     def request(self, prompt: str, num_predict: int, temperature: float, seed: int,
-                allow_cache: bool) -> tuple[str, dict, dict]:  # fmt: skip
+                allow_cache: bool) -> tuple[str, dict, dict]:
         body = self.payload(prompt, num_predict, temperature, seed)
         body["cache_prompt"] = allow_cache
         return self.base_url + self.path, body, {}
@@ -138,7 +138,7 @@ class LlamaCppBackend(Backend):
         for t, line in lines(answer.reads):
             if line.startswith(b"error: "):  # server_sent_event(sink, "error", ...)
                 raise BackendError(f"server error mid-stream after {rec.chunks} tokens: "
-                                   f"{_event_error(line[7:])}")  # fmt: skip
+                                   f"{_event_error(line[7:])}")
             if not line.startswith(b"data: "):
                 continue
             try:
@@ -152,7 +152,7 @@ class LlamaCppBackend(Backend):
                 raise BackendError(f"POST /completion: unexpected stream event {line[:200]!r}")
             if "error" in event:
                 raise BackendError(f"server error mid-stream after {rec.chunks} tokens: "
-                                   f"{_event_error(line[6:])}")  # fmt: skip
+                                   f"{_event_error(line[6:])}")
             if event.get("stop"):
                 return event
             rec.t_last = t
@@ -178,4 +178,4 @@ class LlamaCppBackend(Backend):
         rec.done_reason = DONE_REASON.get(stop_type, stop_type)
         rec.server |= {k: finite(timings.get(k), k, rec) for k in TIMINGS}
         rec.server |= {"cache_n": finite(timings.get("cache_n", 0), "cache_n", rec),
-                       "stop_type": stop_type}  # fmt: skip
+                       "stop_type": stop_type}

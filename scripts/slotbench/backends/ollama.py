@@ -139,7 +139,7 @@ class OllamaBackend(Backend):
     def load(self) -> None:
         """Load the model with the measured requests' num_ctx, so no measured request reloads it."""
         body = _drop_none({"model": self.model, "stream": False, "keep_alive": self.keep_alive,
-                           "options": {"num_ctx": self.num_ctx}})  # fmt: skip
+                           "options": {"num_ctx": self.num_ctx}})
         answer = self._post("/api/generate", body, self.timeout_s)
         if "error" in answer:
             raise BackendError(f"POST /api/generate (model load): Ollama said: {answer['error']}")
@@ -160,7 +160,7 @@ class OllamaBackend(Backend):
         })
 
     def request(self, prompt: str, num_predict: int, temperature: float, seed: int,
-                allow_cache: bool) -> tuple[str, dict, dict]:  # fmt: skip
+                allow_cache: bool) -> tuple[str, dict, dict]:
         # Ollama has no per-request switch: it always reuses a cached prefix when it can.
         return self.base_url + self.path, self.payload(prompt, num_predict, temperature, seed), {}
 
@@ -238,7 +238,7 @@ class OllamaBackend(Backend):
             (m for m in tags
              if wanted in (_full_name(m.get("name", "")), _full_name(m.get("model", "")))),
             None,
-        )  # fmt: skip
+        )
         return {
             "version": version,
             "model_tag": None if entry is None else {k: entry.get(k) for k in TAG_FIELDS},
@@ -258,7 +258,7 @@ class OllamaBackend(Backend):
         return {
             "details": show.get("details") or {},
             "model_info": {k: v for k, v in info.items()
-                           if k in keep or k.endswith(".context_length")},  # fmt: skip
+                           if k in keep or k.endswith(".context_length")},
         }
 
     def _ps(self) -> list | dict:

@@ -36,7 +36,7 @@ ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 TIMING_FIELDS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n")
 # keys of a /v1/models entry's llama.cpp "meta" worth keeping as model facts
 META_FACTS = {"ftype": "quantisation", "n_params": "n_params", "size": "size_bytes",
-              "n_ctx_train": "n_ctx_train", "n_vocab": "n_vocab"}  # fmt: skip
+              "n_ctx_train": "n_ctx_train", "n_vocab": "n_vocab"}
 
 
 class _Secret:
@@ -266,7 +266,7 @@ class OpenAIBackend(Backend):
         return body
 
     def request(self, prompt: str, num_predict: int, temperature: float, seed: int,
-                allow_cache: bool) -> tuple[str, dict, dict]:  # fmt: skip
+                allow_cache: bool) -> tuple[str, dict, dict]:
         body = self.payload(prompt, num_predict, temperature, seed)
         if "cache_prompt" in body:  # llama-server: its own switch (module docstring)
             body["cache_prompt"] = allow_cache

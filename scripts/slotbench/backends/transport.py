@@ -67,7 +67,7 @@ class Answer:
     """
 
     __slots__ = ("status_code", "reason", "headers", "reads", "t_sent", "t_headers", "t_done",
-                 "error", "complete", "cut_reason", "error_event")  # fmt: skip
+                 "error", "complete", "cut_reason", "error_event")
 
     def __init__(self):
         self.status_code = 0
@@ -281,7 +281,7 @@ class Client:
         return pool
 
     async def post(self, url: str, body: bytes, headers: dict[str, str], timeout_s: float,
-                   watch=None) -> Answer:  # fmt: skip
+                   watch=None) -> Answer:
         """POST ``body`` and read the streamed answer within ``timeout_s`` of the write.
 
         Raises StreamError when the server cannot be reached; otherwise returns the Answer,
@@ -291,7 +291,7 @@ class Client:
         parts = urlsplit(url)
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         head = [f"POST {path} HTTP/1.1", f"Host: {pool.authority}",
-                f"Content-Length: {len(body)}", "Connection: keep-alive"]  # fmt: skip
+                f"Content-Length: {len(body)}", "Connection: keep-alive"]
         head += [f"{k}: {v}" for k, v in headers.items()]
         data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
         loop = asyncio.get_running_loop()

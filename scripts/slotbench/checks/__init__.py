@@ -57,7 +57,7 @@ def run_checks(tables: Tables, settings: dict) -> tuple[list[Verdict], dict[str,
 
 def write_json(path: Path, data) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n",
-                    encoding="utf-8")  # fmt: skip
+                    encoding="utf-8")
 
 
 def write_checks(outdir, verdicts: list[Verdict], details: dict[str, pd.DataFrame]) -> dict:

@@ -54,7 +54,7 @@ def cache_hits(requests: pd.DataFrame) -> pd.DataFrame:
         (is_ollama & (speedup > OLLAMA_CACHE_SPEEDUP), _column(req, "prompt_eval_count"),
          speedup.map(lambda x: f"prompt evaluated {x:.0f}x faster per token than this "
                                "target's median: served from cache")),
-    ]  # fmt: skip
+    ]
     found = []
     for mask, evaluated, reason in rules:
         mask = mask.fillna(False).astype(bool)
@@ -88,5 +88,5 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             TRAP, TITLE, target, len(rows), summary, f"Prefix cache: {summary}.",
             evidence={"measured_requests": n_req, "rows": records(rows)},
             cells=sorted(set(rows["cell"])),
-        ))  # fmt: skip
+        ))
     return verdicts, {"cache_hits": table}

@@ -44,10 +44,10 @@ KEYS = CELL_KEYS + ["position"]
 LAG_COLUMNS = KEYS + ["request", "send_order", "t_sent_s", "intended_s", "lag_s", "lag_raw_s"]
 LAG_SUMMARY_COLUMNS = KEYS + [
     "n_requests", "lag_median_s", "lag_p95_s", "lag_max_s", "n_early", "cell",
-]  # fmt: skip
+]
 CPU_COLUMNS = KEYS + [
     "tokens", "client_cpu_s", "cpu_per_token_s", "inter_token_s", "cpu_share", "cell",
-]  # fmt: skip
+]
 # A request sent this much before its slot freed means more than N were in flight.
 EARLY_TOLERANCE_S = 0.001
 
@@ -101,7 +101,7 @@ def send_lag(requests: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     # every cell's requests together, in send order (a request without a key is in no cell)
     used = [c for c in KEYS + ["request", "t_sent_s", "t_done_s", "t_planned_s"] if c in requests]
     req = requests[used].dropna(subset=KEYS).sort_values(KEYS + ["t_sent_s", "request"],
-                                                         kind="stable", ignore_index=True)  # fmt: skip
+                                                         kind="stable", ignore_index=True)
     sent, done = req["t_sent_s"].to_numpy(float), req["t_done_s"].to_numpy(float)
     planned = req["t_planned_s"].to_numpy(float) if "t_planned_s" in req else None
     cell = req.groupby(KEYS, sort=False).ngroup().to_numpy()
@@ -119,7 +119,7 @@ def send_lag(requests: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
                          "send_order": req.groupby(KEYS, sort=False).cumcount().to_numpy(),
                          "t_sent_s": sent, "intended_s": intended,
                          "lag_s": np.where(raw > 0.0, raw, 0.0), "lag_raw_s": raw},
-                        columns=LAG_COLUMNS)  # fmt: skip
+                        columns=LAG_COLUMNS)
     return lags, _lag_summary(lags, bounds)
 
 
@@ -274,7 +274,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         lag_text = f"p95 send lag {fmt_ms(info['lag_p95_s'])}"
         if info["distorted"]:
             why = ", ".join(w for w, f in (("late sends", info["lag_fired"]),
-                                           ("client CPU", info["cpu_fired"])) if f)  # fmt: skip
+                                           ("client CPU", info["cpu_fired"])) if f)
             summary = f"the client could have distorted these numbers ({why}): {lag_text}{cpu_text}"
             detail = info["sentence"].removeprefix(LEAD)
             warnings = [f"Warning: the client could have distorted these numbers: {detail}"]
@@ -290,5 +290,5 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             evidence=plain(info) | {"thresholds": {CONFIG_KEY: lag_s, CPU_KEY: cpu_share},
                                     "warnings": warnings},
             cells=sorted(flagged, key=label_key),
-        ))  # fmt: skip
+        ))
     return verdicts, {}

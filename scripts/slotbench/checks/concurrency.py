@@ -28,7 +28,7 @@ def reached(requests) -> list[dict]:
     rows = []
     for arm, grp in req[req["arm"] > SERIAL_ARM].groupby("arm", sort=True):
         by_cell = most_at_once_by_cell(grp["_cell"].to_numpy(), grp["t_sent_s"], grp["t_done_s"],
-                                       OVERLAP_TOLERANCE_S)  # fmt: skip
+                                       OVERLAP_TOLERANCE_S)
         per_cell = list(by_cell.values())
         rows.append(
             {
@@ -49,7 +49,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         rows = reached(requests[requests["target"] == target])
         short = [r for r in rows if r["reached_median"] < r["arm"]]
         why = {str(r["arm"]): f"{arm_name(r['arm'])} reached at most {r['reached_median']:g} "
-               f"requests in flight (median cell), not {r['arm']}" for r in short}  # fmt: skip
+               f"requests in flight (median cell), not {r['arm']}" for r in short}
         if short:
             text = "; ".join(why.values())
             warning = (
@@ -61,7 +61,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 effect="exclude", arms=[r["arm"] for r in short],
                 evidence={"rows": records_of(rows), "why": why, "warnings": [warning]},
                 cells=sorted({c for r in short for c in r["below"]}),
-            ))  # fmt: skip
+            ))
         else:
             reach = ", ".join(f"{arm_name(r['arm'])} {r['reached_median']:g}" for r in rows)
             summary = (
@@ -71,7 +71,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 else "no parallel arm"
             )
             verdicts.append(judged(TRAP, TITLE, target, False, summary, f"Concurrency: {summary}.",
-                                   evidence={"rows": records_of(rows)}))  # fmt: skip
+                                   evidence={"rows": records_of(rows)}))
     return verdicts, {}
 
 

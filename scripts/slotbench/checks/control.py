@@ -21,7 +21,7 @@ ORDER = 60
 TABLES = ("control",)
 
 CONTROL_COLUMNS = ["target", "arm", "control_cells", "control_agg_tps", "measured_agg_tps",
-                   "inflation", "cells", "measured_cells"]  # fmt: skip
+                   "inflation", "cells", "measured_cells"]
 
 
 def control_effect(control: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
@@ -36,7 +36,7 @@ def control_effect(control: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
             "inflation": c_tps / m_tps - 1 if m_tps > 0 else float("nan"),
             "cells": ";".join(label_series(ctrl).sort_values()),
             "measured_cells": ";".join(label_series(measured).sort_values()),
-        })  # fmt: skip
+        })
     return pd.DataFrame(rows, columns=CONTROL_COLUMNS)
 
 
@@ -52,7 +52,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 sentence="Control arm off: set control_arm: true to measure how much a shared "
                 "prefix would inflate the parallel arms." if tables.control.empty else
                 f"The control arm measured no cell of {target}.",
-            ))  # fmt: skip
+            ))
             continue
         top = rows.iloc[-1]
         lines = [
@@ -70,5 +70,5 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             evidence={"inflation": top["inflation"], "arm": int(top["arm"]),
                       "control_cells": int(rows["control_cells"].sum()), "rows": records(rows)},
             cells=sorted({c for cs in rows["cells"] for c in cs.split(";") if c}),
-        ))  # fmt: skip
+        ))
     return verdicts, {"control": table}

@@ -16,10 +16,10 @@ def headline_decision(records: list[dict]) -> dict:
         entry = out.setdefault(rec["target"], {"status": "allowed", "refusals": [],
                                                "provisional": [], "warnings": [],
                                                "excluded_arms": {},
-                                               "no_percentiles": []})  # fmt: skip
+                                               "no_percentiles": []})
         if rec["effect"] == "refuse":
             entry["refusals"].append({"trap": rec["trap"], "sentence": rec["sentence"],
-                                      "reason": rec["evidence"].get("reason")})  # fmt: skip
+                                      "reason": rec["evidence"].get("reason")})
         elif rec["effect"] == "provisional":
             entry["provisional"].append({"trap": rec["trap"], "sentence": rec["sentence"]})
         elif rec["effect"] == "exclude":
@@ -35,5 +35,5 @@ def headline_decision(records: list[dict]) -> dict:
             entry["warnings"] += [{"trap": rec["trap"], "text": t} for t in texts]
     for entry in out.values():
         entry["status"] = ("refused" if entry["refusals"] else
-                           "provisional" if entry["provisional"] else "allowed")  # fmt: skip
+                           "provisional" if entry["provisional"] else "allowed")
     return out

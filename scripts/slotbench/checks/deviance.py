@@ -29,7 +29,7 @@ DEVIANCE_COLUMNS = [
     "tokens_out", "modal_tokens", "deviation",
     "wall_s", "wall_effect", "agg_tps", "tps_effect",
     "cell", "raw_file", "raw_sha256",
-]  # fmt: skip
+]
 
 
 def modal_tokens(cells: pd.DataFrame) -> pd.Series:
@@ -71,7 +71,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         n = len(rows)
         limit = fmt_pct(threshold)
         summary = (f"{count(n, 'cell')} more than {limit} from the modal output" if n
-                   else f"no cell more than {limit} from the modal output")  # fmt: skip
+                   else f"no cell more than {limit} from the modal output")
         verdicts.append(judged(
             TRAP, TITLE, target, n, summary,
             (f"{count(n, 'cell')} deviate{'s' if n == 1 else ''} more than {limit} from "
@@ -81,5 +81,5 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             evidence={"rows": records(rows),
                       "modal_tokens": {str(run): int(v) for run, v in modal.loc[target].items()}},
             cells=list(rows["cell"]),
-        ))  # fmt: skip
+        ))
     return verdicts, {"deviance": table}

@@ -28,7 +28,7 @@ ARTICLE_DRIFT = -0.082
 BURST_COLUMNS = [
     "target", "n_serial", "burst_tps", "plateau_tps", "change", "span_s",
     "burst_cells", "plateau_cells",
-]  # fmt: skip
+]
 
 
 def burst_vs_plateau(
@@ -62,7 +62,7 @@ def burst_vs_plateau(
             "span_s": float(grp["t_start_unix"].iloc[-1] - grp["t_start_unix"].iloc[0]),
             "burst_cells": ";".join(cell_labels(burst)),
             "plateau_cells": ";".join(cell_labels(plateau)),
-        })  # fmt: skip
+        })
     columns = keys + [c for c in BURST_COLUMNS if c not in keys]
     return pd.DataFrame(rows, columns=columns)
 
@@ -77,7 +77,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             verdicts.append(not_assessable(
                 TRAP, TITLE, target, "no serial cells to compare",
                 "Drift: no serial cells to compare.", threshold=threshold, config_key=CONFIG_KEY,
-            ))  # fmt: skip
+            ))
             continue
         r = rows.iloc[0].to_dict()
         change, n = r["change"], int(r["n_serial"])
@@ -85,18 +85,18 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         plateau = [c for c in str(r["plateau_cells"]).split(";") if c]
         evidence = {"change": change, "burst_tps": r["burst_tps"], "plateau_tps": r["plateau_tps"],
                     "n_serial": n, "span_s": r["span_s"], "burst_cells": burst,
-                    "plateau_cells": plateau, "article_change": ARTICLE_DRIFT}  # fmt: skip
+                    "plateau_cells": plateau, "article_change": ARTICLE_DRIFT}
         if pd.isna(change):
             summary = f"too few serial cells ({n}) to see a trend"
             verdicts.append(not_assessable(
                 TRAP, TITLE, target, summary, f"Drift: {summary}; run more reps to compare the "
                 "first serial cells with the last.", threshold=threshold, config_key=CONFIG_KEY,
                 evidence=evidence, cells=burst + plateau,
-            ))  # fmt: skip
+            ))
             continue
         fired = bool(change <= -threshold)
         summary = (f"serial arm: burst {fmt_num(r['burst_tps'])} tok/s, plateau "
-                   f"{fmt_num(r['plateau_tps'])} tok/s ({fmt_change(1 + change, 1)})")  # fmt: skip
+                   f"{fmt_num(r['plateau_tps'])} tok/s ({fmt_change(1 + change, 1)})")
         sentence = f"Drift: {summary} over {count(n, 'serial cell')}"
         sentence += (
             f"; a loss beyond {fmt_pct(threshold)} means the machine slowed during the " "run."
@@ -107,5 +107,5 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             TRAP, TITLE, target, fired, summary, sentence, threshold=threshold,
             config_key=CONFIG_KEY, evidence=evidence,
             cells=sorted(set(burst) | set(plateau), key=label_key),
-        ))  # fmt: skip
+        ))
     return verdicts, {"burst": table}

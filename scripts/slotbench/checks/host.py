@@ -22,7 +22,7 @@ ORDER = 75
 TABLES = ("host",)
 CONFIG_KEY = "checks.host_threshold"
 HOST_COLUMNS = ["target", "run", "rep", "samples", "cpus", "other_cores", "other_max_cores",
-                "other_share", "steal_share", "load1", "server_cores", "top", "contended"]  # fmt: skip
+                "other_share", "steal_share", "load1", "server_cores", "top", "contended"]
 
 
 # The sentence names at most this many shared reps (the busiest), so that it does not grow
@@ -40,7 +40,7 @@ def _top(texts, samples: int, n: int = 3) -> str:
                 by_name[name] = by_name.get(name, 0.0) + float(cores)
     ranked = sorted(by_name.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
     return ", ".join(f"{name} {cores / samples:.2f} cores" for name, cores in ranked
-                     if cores / samples >= 0.01)  # fmt: skip
+                     if cores / samples >= 0.01)
 
 
 def per_rep(host: pd.DataFrame, threshold: float) -> pd.DataFrame:
@@ -60,7 +60,7 @@ def per_rep(host: pd.DataFrame, threshold: float) -> pd.DataFrame:
             "top": _top(grp["top"], len(grp)),
             "contended": bool(share > threshold or (steal_share == steal_share
                                                     and steal_share > threshold)),
-        })  # fmt: skip
+        })
     return pd.DataFrame(rows, columns=HOST_COLUMNS)
 
 
@@ -70,7 +70,7 @@ def _where(busy: pd.DataFrame) -> str:
     named = busy if len(busy) <= NAMED else busy.nlargest(NAMED, "other_share").sort_index()
     text = ", ".join(f"{r['run']} rep {r['rep']} ({fmt_pct(r['other_share'])}"
                      + (f": {r['top']}" if r["top"] else "") + ")"
-                     for r in named.to_dict("records"))  # fmt: skip
+                     for r in named.to_dict("records"))
     if len(busy) > NAMED:
         text += f" and {count(len(busy) - NAMED, 'more rep')} (every one in host.csv)"
     return text
@@ -88,14 +88,14 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             verdicts.append(not_assessable(
                 TRAP, TITLE, target, "no host samples (no source on this system)",
                 "Host contention is not assessable: nothing sampled what else ran on the "
-                "machine during the reps.", **common))  # fmt: skip
+                "machine during the reps.", **common))
             continue
         busy = rows[rows["contended"]]
         where = _where(busy)
         worst = rows.loc[rows["other_share"].idxmax()]
         if len(busy):
             summary = (f"{count(len(busy), 'rep')} of {len(rows)} shared the machine: "
-                       f"{where}")  # fmt: skip
+                       f"{where}")
             warning = (
                 f"Warning: other processes took more than {fmt_pct(threshold)} of the machine's "
                 f"CPU during {count(len(busy), 'rep')} of {target}: {where}. Those reps were "
@@ -105,11 +105,11 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             sentence = warning.removeprefix("Warning: ")
         else:
             summary = (f"the rest of the machine used at most {fmt_pct(worst['other_share'])} of "
-                       f"its CPU in any rep ({len(rows)} reps sampled)")  # fmt: skip
+                       f"its CPU in any rep ({len(rows)} reps sampled)")
             warning, sentence = None, f"Host: {summary}."
         verdicts.append(judged(
             TRAP, TITLE, target, len(busy), summary, sentence, effect="warn",
             evidence={"rows": records(rows), "warnings": [warning] if warning else []},
             arms=[], **common,
-        ))  # fmt: skip
+        ))
     return verdicts, {"host": table}

@@ -40,9 +40,9 @@ def _target_conf(fp: dict) -> dict:
 def snapshots(target: str, fps: list[dict], servers: list[dict]) -> list[dict]:
     """Every /api/ps seen: before each run (fingerprint), after each rep (servers.json)."""
     out = [{"when": f"before {fp.get('run', '?')}", "run": str(fp.get("run")), "rep": None,
-            "server": fp.get("server") or {}} for fp in fps]  # fmt: skip
+            "server": fp.get("server") or {}} for fp in fps]
     states = sorted((s for s in servers if s.get("target") == target),
-                    key=lambda s: (str(s.get("run")), int(s.get("rep", 0))))  # fmt: skip
+                    key=lambda s: (str(s.get("run")), int(s.get("rep", 0))))
     for state in states:
         server = state.get("server") or {}
         if server.get("backend", "ollama") != "ollama":
@@ -69,7 +69,7 @@ def ps_rows(snapshot: dict) -> list[dict]:
             "size": size, "vram": vram, "ctx": _int_or_none(m.get("context_length")),
             "cpu_share": None if not size or vram is None else max(0.0, 1 - vram / size),
             "expires_at": m.get("expires_at"),
-        })  # fmt: skip
+        })
     return rows
 
 
@@ -100,11 +100,11 @@ def warnings(rows: list[dict], models: set, requested: set, total: int) -> list[
             f"was in system memory, not VRAM (ollama ps: {_when_text(whens, total)}). The CPU "
             "part sets the pace of every pass over the weights, so these numbers describe a "
             "split model, not this GPU; a smaller num_ctx, fewer parallel slots or a smaller "
-            "model may fit it entirely.")})  # fmt: skip
+            "model may fit it entirely.")})
     for (name, size), whens in on_cpu.items():
         out.append({"kind": "", "text": (
             f"{name} ran entirely on the CPU: ollama ps reports none of its {fmt_bytes(size)} in "
-            f"VRAM ({_when_text(whens, total)}). These are CPU numbers.")})  # fmt: skip
+            f"VRAM ({_when_text(whens, total)}). These are CPU numbers.")})
     for (name, ctx, req), whens in ctx_diff.items():
         text = (
             f"Warning: ollama ps reports a context length of {ctx} for {name} "
@@ -115,7 +115,7 @@ def warnings(rows: list[dict], models: set, requested: set, total: int) -> list[
         )
         if req and ctx > req and ctx % req == 0:
             text += (f" {ctx} is {ctx // req}× {req}: some Ollama versions report the context "
-                     "of all parallel slots together.")  # fmt: skip
+                     "of all parallel slots together.")
         out.append({"kind": "warning", "text": text})
     return out
 
@@ -124,12 +124,12 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     verdicts = []
     for target in tables.targets:
         fps = [fp for fp in tables.fingerprints_of(target)
-               if (fp.get("server") or {}).get("backend") == "ollama"]  # fmt: skip
+               if (fp.get("server") or {}).get("backend") == "ollama"]
         if not fps:
             continue  # not an Ollama target: the trap does not apply
         models = {full_name(m) for fp in fps
                   for m in ((fp.get("model") or {}).get("name"), _target_conf(fp).get("model"))
-                  if m}  # fmt: skip
+                  if m}
         requested = {
             _int_or_none(
                 (fp.get("server") or {}).get("requested_num_ctx") or _target_conf(fp).get("num_ctx")
@@ -145,7 +145,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 TRAP, TITLE, target, "no ollama ps snapshot lists a model",
                 "Ollama: no /api/ps snapshot lists a loaded model, so where the model ran cannot "
                 "be seen.", evidence={"snapshots": rows, "notes": found},
-            ))  # fmt: skip
+            ))
             continue
         summary = (
             f"{sum(w['kind'] == 'warning' for w in found)} placement or context " "warning(s)"
@@ -157,5 +157,5 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             " ".join(w["text"] for w in found) or f"Ollama: {summary}.",
             evidence={"snapshots": rows, "notes": found,
                       "requested_num_ctx": sorted(requested)},
-        ))  # fmt: skip
+        ))
     return verdicts, {}

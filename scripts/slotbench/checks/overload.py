@@ -39,13 +39,13 @@ PER = 10
 # cells a rate arm needs for an interval on its slope
 MIN_CELLS = 2
 ARM_COLUMNS = ["target", "arm", "cells", "requests", "slope_s", "slope_lo_s", "slope_hi_s",
-               "growth_s", "offered_rate", "achieved_rate", "assessable", "overloaded"]  # fmt: skip
+               "growth_s", "offered_rate", "achieved_rate", "assessable", "overloaded"]
 
 
 def rate_text(rate) -> str:
     """Requests/s as the sentences quote them: 2.0, 1.4, 0.25."""
     return "n/a" if rate is None or rate != rate else (
-        f"{rate:.1f}" if abs(rate) >= 1 else f"{rate:.2g}")  # fmt: skip
+        f"{rate:.1f}" if abs(rate) >= 1 else f"{rate:.2g}")
 
 
 def seconds_text(seconds) -> str:
@@ -86,7 +86,7 @@ def cell_slopes(requests: pd.DataFrame) -> pd.DataFrame:
             order = np.arange(len(grp), dtype=float)
             slope = stats.within_group_slope(order, wait, np.zeros(len(grp)))
             rows.append({"target": str(target), "arm": int(arm), "cell": cell,
-                         "requests": len(grp), "slope_s": slope})  # fmt: skip
+                         "requests": len(grp), "slope_s": slope})
     return pd.DataFrame(rows, columns=["target", "arm", "cell", "requests", "slope_s"])
 
 
@@ -109,7 +109,7 @@ def arm_rows(tables: Tables, settings: dict) -> list[dict]:
         n = len(mine)
         requests = int(round(stats.median(mine["requests"]))) if n else 0
         slope, lo, hi = (stats.median_ci(mine["slope_s"], stats.resample_indices(n, n_boot, seed),
-                                         ci) if n else (float("nan"),) * 3)  # fmt: skip
+                                         ci) if n else (float("nan"),) * 3)
         growth = slope * requests
         assessable = n >= MIN_CELLS
         achieved = grp["achieved_rate"] if "achieved_rate" in grp else []
@@ -119,7 +119,7 @@ def arm_rows(tables: Tables, settings: dict) -> list[dict]:
             "offered_rate": arm_rate(arm), "achieved_rate": stats.median(achieved),
             "assessable": assessable,
             "overloaded": bool(assessable and lo > 0 and growth > threshold),
-        })  # fmt: skip
+        })
     return rows
 
 
@@ -143,14 +143,14 @@ def _unassessed(rows: list[dict]) -> str:
     """The rate arms with too few cells for an interval, said so."""
     return "; ".join(f"{arm_name(r['arm'])} is not assessable ({count(r['cells'], 'cell')} "
                      f"with timed requests, {MIN_CELLS} needed for an interval)"
-                     for r in rows if not r["assessable"])  # fmt: skip
+                     for r in rows if not r["assessable"])
 
 
 def _bounded(rows: list[dict], threshold: float) -> str:
     """The quiet sentence: the largest slope, and why the queue counts as bounded."""
     top = max((r for r in rows if r["assessable"]), key=lambda r: r["slope_s"])
     why = (f"within the {seconds_text(threshold)} bound" if top["growth_s"] <= threshold
-           else "but its interval reaches 0")  # fmt: skip
+           else "but its interval reaches 0")
     text = (f"the queue stayed bounded at every rate arm: the largest slope of waiting against "
             f"arrival order, at {arm_name(top['arm'])}, was "
             f"{per_ten(top['slope_s'], top['slope_lo_s'], top['slope_hi_s'])} "
@@ -170,28 +170,28 @@ def judge(target: str, rows: list[dict], cells: dict, threshold: float) -> Verdi
             f"Overload is not assessable: {unassessed}, so nothing shows whether the queue "
             "stayed bounded; run more reps.",
             evidence=evidence, cells=every, **common,
-        )  # fmt: skip
+        )
     hot = [r for r in rows if r["overloaded"]]
     tail = f"; {unassessed}" if unassessed else ""
     if not hot:
         text = _bounded(rows, threshold)
         return judged(TRAP, TITLE, target, False, text + tail, f"No overload: {text}{tail}.",
-                      evidence=evidence, cells=every, **common)  # fmt: skip
+                      evidence=evidence, cells=every, **common)
     what = "that arm" if len(hot) == 1 else "those arms"
     sentence = (f"Overloaded: {'; '.join(_clause(r) for r in hot)}, so no TTFT percentile of "
-                f"{what} is quoted{tail}.")  # fmt: skip
+                f"{what} is quoted{tail}.")
     why = {str(r["arm"]): f"{arm_name(r['arm'])} is overloaded (waiting grew by "
                           f"{per_ten(r['slope_s'], r['slope_lo_s'], r['slope_hi_s'])}), so its "
                           "TTFT percentiles depend on how many requests a cell sends"
-           for r in hot}  # fmt: skip
+           for r in hot}
     summary = "overloaded: " + ", ".join(
         f"{arm_name(r['arm'])} (waiting grew {seconds_text(r['growth_s'])} over a cell)"
-        for r in hot)  # fmt: skip
+        for r in hot)
     return judged(TRAP, TITLE, target, True, summary, sentence, effect="exclude",
                   arms=[r["arm"] for r in hot],
                   evidence=evidence | {"why": why, "no_percentiles": True},
                   cells=sorted((c for r in hot for c in cells[r["arm"]]), key=label_key),
-                  **common)  # fmt: skip
+                  **common)
 
 
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:

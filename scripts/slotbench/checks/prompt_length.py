@@ -64,13 +64,13 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         rows = table[table["target"] == target].sort_values(["run", "rep", "position", "request"])
         evidence = {"modal_prompt_tokens": modal, "measured_requests": n_req,
                     "tokenizer": plan_tokenizer(tables.fingerprints_of(target)),
-                    "rows": records(rows)}  # fmt: skip
+                    "rows": records(rows)}
         if not n_req:
             verdicts.append(not_assessable(
                 TRAP, TITLE, target, "the server reported no prompt lengths",
                 "The server reported no prompt token counts, so equal prompt length cannot be "
                 "verified.", evidence=evidence,
-            ))  # fmt: skip
+            ))
             continue
         values = sorted(set(modal.values()))
         counted = f" ({count(n_req, 'measured request')})"
@@ -78,7 +78,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             summary = (f"all prompts {values[0]} tokens{counted}" if len(values) == 1 else
                        "all prompts equal within their run ("
                        + ", ".join(f"{m} tokens in {run}" for run, m in modal.items())
-                       + f"){counted}")  # fmt: skip
+                       + f"){counted}")
         else:
             first, k = rows.iloc[0], len(rows)
             summary = (
@@ -91,5 +91,5 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             TRAP, TITLE, target, len(rows), summary,
             f"Prompt length: {summary}, as the server counted them.", evidence=evidence,
             cells=sorted(set(rows["cell"])),
-        ))  # fmt: skip
+        ))
     return verdicts, {"prompts": table}

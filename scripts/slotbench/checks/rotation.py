@@ -65,7 +65,7 @@ def incomplete_rotation(cells: pd.DataFrame) -> list[str]:
             if missing:
                 where = ", ".join(map(str, missing))
                 gaps.append(f"{arm_name(arm)} never at position{'s' if len(missing) > 1 else ''} "
-                            f"{where} in {run}")  # fmt: skip
+                            f"{where} in {run}")
     return gaps
 
 
@@ -81,7 +81,7 @@ def judge(target: str, cells: pd.DataFrame, threshold: float, settings: dict) ->
     rows = position_medians(cells)
     evidence = {"arms": arm_spreads(rows, cells), "rows": records(rows)}
     common = {"threshold": threshold, "config_key": CONFIG_KEY, "evidence": evidence,
-              "cells": sorted({c for cs in rows["cells"] for c in cs.split(";")})}  # fmt: skip
+              "cells": sorted({c for cs in rows["cells"] for c in cs.split(";")})}
     gaps = incomplete_rotation(cells)
     if gaps:
         text = "; ".join(gaps)
@@ -90,14 +90,14 @@ def judge(target: str, cells: pd.DataFrame, threshold: float, settings: dict) ->
             f"Rotation bias is not assessable: {text}, so arm order cannot be told apart from "
             f"the arm; run at least {cells['arm'].nunique()} reps per run (a full rotation).",
             effect="provisional", **common | {"evidence": evidence | {"gaps": gaps}},
-        )  # fmt: skip
+        )
     analysis = settings.get("analysis", {})
     n_boot = int(analysis.get("bootstrap", 2000))
     fit = stats.position_effect(
         cells["agg_tps"], cells["run"].astype(str) + "/" + cells["rep"].astype(str),
         cells["arm"], cells["position"], n_boot=n_boot, n_perm=n_boot,
         ci=float(analysis.get("ci", 0.95)), seed=int(settings.get("seed", 0)),
-    )  # fmt: skip
+    )
     effect, lo, hi, p = fit["effect"], fit["lo"], fit["hi"], fit["p_value"]
     coefs = fit["coefficients"]
     evidence |= {k: fit[k] for k in ("effect", "lo", "hi", "p_value", "null_median", "null_p95")}
@@ -106,13 +106,13 @@ def judge(target: str, cells: pd.DataFrame, threshold: float, settings: dict) ->
         return not_assessable(
             TRAP, TITLE, target, "the design cannot separate position from arm and rep",
             "Rotation bias is not assessable: the cells cannot separate position from arm and "
-            "rep.", effect="provisional", **common)  # fmt: skip
+            "rep.", effect="provisional", **common)
     best, worst = max(coefs, key=coefs.get), min(coefs, key=coefs.get)
     moved = (f"Position moved aggregate tok/s by {fmt_pct(effect, 1)} [{fmt_pct(lo, 1)}, "
              f"{fmt_pct(hi, 1)}] (position {best} fastest, position {worst} slowest, reps and "
-             "arms accounted for)")  # fmt: skip
+             "arms accounted for)")
     summary = (f"position effect {fmt_pct(effect, 1)} [{fmt_pct(lo, 1)}, {fmt_pct(hi, 1)}], "
-               f"p = {p:.2f}, against a {fmt_pct(threshold)} threshold")  # fmt: skip
+               f"p = {p:.2f}, against a {fmt_pct(threshold)} threshold")
     if effect > threshold and p < ALPHA:
         evidence["reason"] = (
             f"position bias: position moved aggregate tok/s by {fmt_pct(effect, 1)} "
@@ -124,11 +124,11 @@ def judge(target: str, cells: pd.DataFrame, threshold: float, settings: dict) ->
         return judged(TRAP, TITLE, target, True, summary + "; headline refused",
                       f"{moved}: above the {fmt_pct(threshold)} threshold and more than noise "
                       f"alone gives (p = {p:.3f}). The report refuses a headline.",
-                      effect="refuse", verdict="position bias", **common)  # fmt: skip
+                      effect="refuse", verdict="position bias", **common)
     if hi < threshold:
         return judged(TRAP, TITLE, target, False, summary,
                       f"{moved}: the whole interval is below the {fmt_pct(threshold)} threshold.",
-                      verdict="no position bias", **common)  # fmt: skip
+                      verdict="no position bias", **common)
     needed = reps_to_resolve(fit["blocks"], effect, lo, hi, threshold)
     evidence["reps_to_resolve"] = needed
     noise = (
@@ -142,7 +142,7 @@ def judge(target: str, cells: pd.DataFrame, threshold: float, settings: dict) ->
         sentence=f"{moved}, {noise} (p = {p:.2f}), and its interval reaches across the "
         f"{fmt_pct(threshold)} threshold: inconclusive; about {needed} reps would resolve it. "
         "The headline is provisional.", effect="provisional", **common,
-    )  # fmt: skip
+    )
 
 
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:

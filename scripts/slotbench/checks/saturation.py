@@ -43,13 +43,13 @@ SKEW_COLUMN = "launch_skew_p99_s"
 LATE = "the client sent late, so those users' waiting is the client's"
 
 CLIENT_COLUMNS = ["client_processes", "client_busy", "client_busy_process", "client_lag_p95_s",
-                  "client_lag_process"]  # fmt: skip
+                  "client_lag_process"]
 # One row per target and arm: the detail CSV (small whatever the number of cells).
 ARM_COLUMNS = [
     "target", "arm", "cells", "cells_recorded", "cells_saturated", "processes", "busy",
     "busy_process", "busy_cell", "lag_p95_s", "lag_process", "lag_cell", "launch_skew_p99_s",
     "skew_cell", "cells_late", "saturated",
-]  # fmt: skip
+]
 REMEDY = "give the client more processes (client.processes) or cores (client.cpus)"
 
 
@@ -64,7 +64,7 @@ def _worst(grp: pd.DataFrame, column: str, process: str | None) -> tuple:
 
 
 def per_arm(cells: pd.DataFrame, busy_share: float, lag_s: float,
-            skew_s: float = float("inf")) -> tuple[list[dict], dict]:  # fmt: skip
+            skew_s: float = float("inf")) -> tuple[list[dict], dict]:
     """Per target and arm: the cells with a client record, those whose client could not keep
     up (busy, late loop, or a rate arm's launch skew), the busiest process, the latest loop and
     the latest launch; and per target, the cells that could not."""
@@ -79,7 +79,7 @@ def per_arm(cells: pd.DataFrame, busy_share: float, lag_s: float,
     rows = []
     for (target, arm), grp in frame.groupby(["target", "arm"], sort=True):
         worst_busy, worst_lag = (_worst(grp, "client_busy", "client_busy_process"),
-                                 _worst(grp, "client_lag_p95_s", "client_lag_process"))  # fmt: skip
+                                 _worst(grp, "client_lag_p95_s", "client_lag_process"))
         processes = grp["client_processes"].max()
         skew = _worst(grp, SKEW_COLUMN, None)
         rows.append({
@@ -91,7 +91,7 @@ def per_arm(cells: pd.DataFrame, busy_share: float, lag_s: float,
             "lag_p95_s": worst_lag[0], "lag_process": worst_lag[1], "lag_cell": worst_lag[2],
             "launch_skew_p99_s": skew[0], "skew_cell": skew[2],
             "cells_late": int(grp["late"].sum()), "saturated": bool(grp["saturated"].any()),
-        })  # fmt: skip
+        })
     hot = frame[frame["saturated"]]
     flagged = {str(t): sorted(g["cell"], key=label_key) for t, g in hot.groupby("target")}
     return rows, flagged
@@ -162,14 +162,14 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 "per-process client record (each client process's busy share and event-loop "
                 "lag), so nothing shows the client kept up; re-measure them to assess it.",
                 evidence={"thresholds": thresholds}, **common,
-            ))  # fmt: skip
+            ))
             continue
         evidence = {"arms": {str(r["arm"]): plain(r) for r in rows}, "thresholds": thresholds}
         hot = [r for r in rows if r["saturated"]]
         if not hot:
             summary = _kept_up(rows)
             verdicts.append(judged(TRAP, TITLE, target, False, summary, f"The {summary}.",
-                                   evidence=evidence, **common))  # fmt: skip
+                                   evidence=evidence, **common))
             continue
         counts = {r["arm"]: f"{r['cells_saturated']} of {count(r['cells'], 'cell')}" for r in hot}
         text = "; ".join(_at_arm(r, busy_share, lag_s, counts[r["arm"]]) for r in hot)
@@ -186,10 +186,10 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         warning = f"Warning: the client could not keep up: {tail}"
         why = {str(r["arm"]): f"{arm_name(r['arm'])} was measured by a client that could not "
                               f"keep up ({_what(r, busy_share, lag_s)}, {counts[r['arm']]})"
-               for r in hot}  # fmt: skip
+               for r in hot}
         verdicts.append(judged(
             TRAP, TITLE, target, True, f"client saturated: {text}", sentence, effect="exclude",
             arms=arms, cells=flagged.get(target, []),
             evidence=evidence | {"why": why, "warnings": [warning]}, **common,
-        ))  # fmt: skip
+        ))
     return verdicts, {"client_saturation": pd.DataFrame(table, columns=ARM_COLUMNS)}

@@ -28,7 +28,7 @@ SERIALISATION_COLUMNS = [
     "target", "arm", "n_cells", "in_flight_median", "max_overlap_median", "serialised_cells",
     "queue_gap_slope_s", "queue_gap_trend", "wait_slope_s", "wait_trend",
     "serialised", "cause", "cells",
-]  # fmt: skip
+]
 SERIALISED_CAUSE = (
     "the server served one request at a time: likely OLLAMA_NUM_PARALLEL=1 (or a model "
     "architecture Ollama forces to one slot) on Ollama, or --parallel 1 on llama-server; the "
@@ -43,7 +43,7 @@ def _service_frame(requests: pd.DataFrame) -> pd.DataFrame:
     """Requests with their cell label, service order, Ollama queue gap and client-side wait."""
     ns = [
         "total_duration_ns", "load_duration_ns", "prompt_eval_duration_ns", "eval_duration_ns",
-    ]  # fmt: skip
+    ]
     used = ["target", "run", "rep", "arm", "t_sent_s", "t_first_s", "t_done_s", *ns]
     df = requests[[c for c in used if c in requests]].dropna(subset=["t_first_s", "t_done_s"])
     df["_cell"] = label_series(df)
@@ -67,7 +67,7 @@ def _trend(grp: pd.DataFrame, value: str) -> tuple[float, float]:
     if df.empty:
         return float("nan"), float("nan")
     return (stats.within_group_slope(df["_order"], df[value], df["_cell"]),
-            stats.median_rank_corr(df["_order"], df[value], df["_cell"]))  # fmt: skip
+            stats.median_rank_corr(df["_order"], df[value], df["_cell"]))
 
 
 def serialisation(requests: pd.DataFrame, tolerance_s: float = OVERLAP_TOLERANCE_S) -> pd.DataFrame:
@@ -78,9 +78,9 @@ def serialisation(requests: pd.DataFrame, tolerance_s: float = OVERLAP_TOLERANCE
         # generating at once (server side) vs in flight at once (client side), label order
         labels = grp["_cell"].to_numpy()
         overlaps = list(most_at_once_by_cell(labels, grp["t_first_s"], grp["t_done_s"],
-                                             tolerance_s).values())  # fmt: skip
+                                             tolerance_s).values())
         in_flight = list(most_at_once_by_cell(labels, grp["t_sent_s"], grp["t_done_s"],
-                                              tolerance_s).values())  # fmt: skip
+                                              tolerance_s).values())
         n = len(overlaps)
         serialised_cells = sum(1 for o in overlaps if o <= 1)
         # only the server's doing when the client really had more than one request in flight
@@ -95,7 +95,7 @@ def serialisation(requests: pd.DataFrame, tolerance_s: float = OVERLAP_TOLERANCE
             "wait_slope_s": wait_slope, "wait_trend": wait_trend, "serialised": serialised,
             "cause": SERIALISED_CAUSE if serialised else None,
             "cells": ";".join(sorted(grp["_cell"].unique())),
-        })  # fmt: skip
+        })
     return pd.DataFrame(rows, columns=SERIALISATION_COLUMNS)
 
 
@@ -182,14 +182,14 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 TRAP, TITLE, target, "no parallel arm with request timings",
                 "No parallel arm has request timings, so whether the server ran its requests "
                 "together cannot be seen.",
-            ))  # fmt: skip
+            ))
             continue
         serialised = [r for r in rows if r["serialised"]]
         fps = tables.fingerprints_of(target)
         warnings = [warning_text(r, fps) for r in serialised]
         names = [arm_name(r["arm"]) for r in serialised]
         summary = (f"{', '.join(names)} served one request at a time" if serialised
-                   else "every parallel arm ran its requests together")  # fmt: skip
+                   else "every parallel arm ran its requests together")
         verdicts.append(judged(
             TRAP, TITLE, target, serialised, summary,
             " ".join(warnings) if warnings else f"Serialisation: {summary}.",
@@ -198,5 +198,5 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                       "capped": [n for n in map(capped_note, rows) if n]},
             cells=sorted({c for r in serialised for c in r["cells"].split(";")}),
             arms=[int(r["arm"]) for r in serialised],
-        ))  # fmt: skip
+        ))
     return verdicts, {"serialisation": table}

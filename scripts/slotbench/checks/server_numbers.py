@@ -18,7 +18,7 @@ TITLE = "Server counts and timings (cross-checked with the client)"
 ORDER = 5
 TABLES = ("server_numbers",)
 COLUMNS = ["target", "run", "rep", "arm", "position", "request", "output_tokens", "chunks",
-           "gen_s", "suspect_reason", "cell"]  # fmt: skip
+           "gen_s", "suspect_reason", "cell"]
 
 
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
@@ -40,7 +40,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         first = rows.iloc[0]
         summary = (f"{count(len(rows), 'request')} of {n_req} disagreed with the client (e.g. {first['cell']} "
                    f"request {int(first['request'])}: {first['suspect_reason']}); "
-                   f"{count(len(cells), 'cell')} kept out of the headline")  # fmt: skip
+                   f"{count(len(cells), 'cell')} kept out of the headline")
         warning = (
             f"Warning: the server's numbers for {count(len(rows), 'request')} of {target} did not "
             f"hold up against what the client saw (e.g. {first['cell']} request "
@@ -51,5 +51,5 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         verdicts.append(judged(
             TRAP, TITLE, target, True, summary, warning.removeprefix("Warning: "), effect="warn",
             evidence={"rows": records(rows), "warnings": [warning]}, cells=cells,
-        ))  # fmt: skip
+        ))
     return verdicts, {"server_numbers": table}

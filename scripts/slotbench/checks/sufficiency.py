@@ -33,7 +33,7 @@ METRICS = ("speedup", "user_ratio", "ttft_ratio", "gen_gain", "pipelining")
 SUFFICIENCY_COLUMNS = [
     "target", "arm", "metric", "n_reps", "value", "lo", "hi",
     "half_width", "rel", "target_rel", "meets", "reps_needed", "sentence",
-]  # fmt: skip
+]
 
 
 def _sentence(
@@ -87,7 +87,7 @@ def sufficiency(
         n_reps = int(rec["n_reps"])
         for metric in metrics:
             value, lo, hi = (float(rec[metric]), float(rec[f"{metric}_lo"]),
-                             float(rec[f"{metric}_hi"]))  # fmt: skip
+                             float(rec[f"{metric}_hi"]))
             half = (hi - lo) / 2.0
             rel = stats.relative_half_width(value, lo, hi)
             meets = bool(n_reps >= max(2, min_reps) and math.isfinite(rel) and rel <= target_rel)
@@ -105,7 +105,7 @@ def sufficiency(
                     "sentence": _sentence(rec["target"], int(rec["arm"]), metric, n_reps, value,
                                           lo, hi, rel, target_rel, meets, needed, min_reps),
                 }
-            )  # fmt: skip
+            )
     return pd.DataFrame(rows, columns=SUFFICIENCY_COLUMNS)
 
 
@@ -124,7 +124,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             verdicts.append(not_assessable(
                 TRAP, TITLE, target, "no parallel arm to assess", "No parallel arm to assess.",
                 threshold=target_rel, config_key=CONFIG_KEY,
-            ))  # fmt: skip
+            ))
             continue
         misses = rows[~rows["meets"]]
         n_reps = sorted({int(n) for n in rows["n_reps"].dropna()})
@@ -132,27 +132,27 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         target_text = f"±{_pct_g(target_rel)}"
         m = len(rows)
         evidence = {"rows": records(rows), "intervals": m, "misses": len(misses),
-                    "min_reps": MIN_REPS, "target_text": target_text}  # fmt: skip
+                    "min_reps": MIN_REPS, "target_text": target_text}
         if misses.empty:
             summary = f"every interval meets {target_text} with {reps_text}"
             sentence = (f"Enough reps: every interval meets {target_text} with {reps_text} "
-                        f"({count(m, 'interval')}).")  # fmt: skip
+                        f"({count(m, 'interval')}).")
         else:
             needed = pd.to_numeric(misses["reps_needed"], errors="coerce").max()
             widest = misses.loc[pd.to_numeric(misses["rel"], errors="coerce")
-                                .fillna(float("inf")).idxmax()]  # fmt: skip
+                                .fillna(float("inf")).idxmax()]
             need_text = "" if pd.isna(needed) else f"; about {int(needed)} reps would meet them all"
             summary = (f"{len(misses)} of {count(m, 'interval')} miss {target_text} with "
-                       f"{reps_text}{need_text}")  # fmt: skip
+                       f"{reps_text}{need_text}")
             widest_rel = "n/a" if pd.isna(widest["rel"]) else f"±{float(widest['rel']) * 100:.1f}%"
             evidence |= {
                 "reps_needed": None if pd.isna(needed) else int(needed),
                 "widest": f"{arm_name(widest['arm'])} {widest['metric']} {widest_rel}",
             }
             sentence = (f"Too few reps: {summary} if the spread stays as it is (widest: "
-                        f"{evidence['widest']}).")  # fmt: skip
+                        f"{evidence['widest']}).")
         verdicts.append(judged(
             TRAP, TITLE, target, len(misses), summary, sentence, threshold=target_rel,
             config_key=CONFIG_KEY, evidence=evidence, arms=sorted({int(a) for a in misses["arm"]}),
-        ))  # fmt: skip
+        ))
     return verdicts, {"sufficiency": table}

@@ -26,7 +26,7 @@ TABLES = ("thermal",)
 SUMMARY_COLUMNS = [
     "target", "run", "samples", "sources", "max_temp_c", "min_freq_mhz", "max_freq_mhz",
     "throttle_events", "first_event_t_s", "first_event_t_unix", "errors",
-]  # fmt: skip
+]
 # Event groups (one per rep) listed in the evidence; the rest stay in thermal.parquet.
 MAX_EVENT_GROUPS = 10
 
@@ -71,7 +71,7 @@ def thermal_summary(thermal_rows: pd.DataFrame) -> pd.DataFrame:
             "first_event_t_s": float(hits["t_s"].iloc[0]) if len(hits) else np.nan,
             "first_event_t_unix": float(hits["t_unix"].iloc[0]) if len(hits) else np.nan,
             "errors": int(detail.str.startswith("error").sum()),
-        })  # fmt: skip
+        })
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
 
 
@@ -84,12 +84,12 @@ def event_groups(target_events: pd.DataFrame) -> list[dict]:
     groups = []
     for (run, rep), grp in list(target_events.groupby(["run", "rep"], sort=True, dropna=False)):
         details = sorted({f"{s}: {d}" if isinstance(d, str) and d else str(s)
-                          for s, d in zip(grp["sensor"], grp["detail"])})[:3]  # fmt: skip
+                          for s, d in zip(grp["sensor"], grp["detail"])})[:3]
         groups.append({"run": str(run), "rep": None if pd.isna(rep) else int(rep),
                        "readings": len(grp), "from_t_s": float(grp["t_s"].min()),
                        "text": f"{_rep_text(run, rep)}: {count(len(grp), 'reading')} from "
                                f"{fmt_num(grp['t_s'].min())} s into the rep "
-                               f"({'; '.join(details)})"})  # fmt: skip
+                               f"({'; '.join(details)})"})
     return groups[:MAX_EVENT_GROUPS]
 
 
@@ -103,13 +103,13 @@ def _facts(rows: pd.DataFrame) -> list[str]:
     if not pd.isna(lo):
         same = fmt_num(lo, 0) == fmt_num(hi, 0)
         facts.append(f"clock {fmt_num(lo, 0)} MHz throughout" if same
-                     else f"clock {fmt_num(lo, 0)}–{fmt_num(hi, 0)} MHz")  # fmt: skip
+                     else f"clock {fmt_num(lo, 0)}–{fmt_num(hi, 0)} MHz")
     return facts
 
 
 def _cooldown(fps: list[dict]) -> dict:
     return {str(fp.get("run", "?")): ((fp.get("config") or {}).get("measurement") or {})
-            .get("cooldown_s") for fp in fps}  # fmt: skip
+            .get("cooldown_s") for fp in fps}
 
 
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
@@ -128,11 +128,11 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         observable = bool(mine["throttled"].notna().any() or mine["pressure"].notna().any())
         first = {str(run): {"rep": None if pd.isna(g.iloc[0]["rep"]) else int(g.iloc[0]["rep"]),
                             "t_s": float(g.iloc[0]["t_s"])}
-                 for run, g in ev.groupby("run", sort=True)}  # fmt: skip
+                 for run, g in ev.groupby("run", sort=True)}
         evidence = {"samples": n_samples, "sources": sources, "facts": facts,
                     "events": n_events, "first_events": first, "event_groups": event_groups(ev),
                     "errors": int(rows["errors"].fillna(0).sum()), "rows": records(rows),
-                    "cooldown_s": _cooldown(tables.fingerprints_of(target))}  # fmt: skip
+                    "cooldown_s": _cooldown(tables.fingerprints_of(target))}
         facts_text = f"; {'; '.join(facts)}" if facts else ""
         if not n_samples:
             verdict, summary, assessable = (
@@ -145,7 +145,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             if len(ev):
                 e = ev.iloc[0]
                 where = (f" (first: {_rep_text(e['run'], e['rep'])}, {fmt_num(e['t_s'])} s into "
-                         "the rep)")  # fmt: skip
+                         "the rep)")
             verdict, assessable = "yes", True
             summary = (
                 f"{count(n_events, 'throttle/pressure reading')} in "
@@ -154,12 +154,12 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         elif not observable:
             verdict, assessable = "not assessable", False
             summary = (f"no source reports throttling here (only {sources}); "
-                       f"{count(n_samples, 'sample')}{facts_text}")  # fmt: skip
+                       f"{count(n_samples, 'sample')}{facts_text}")
         else:
             verdict, assessable = "no", True
             summary = f"no throttling or pressure in {count(n_samples, 'sample')}{facts_text}"
         verdicts.append(Verdict(
             TRAP, TITLE, target, assessable=assessable, fired=bool(n_events), verdict=verdict,
             summary=summary, sentence=f"Thermal state: {summary}.", evidence=evidence,
-        ))  # fmt: skip
+        ))
     return verdicts, {"thermal": table}

@@ -41,7 +41,7 @@ MIN_PAIRS = 2
 PAIR_COLUMNS = [
     "target", "run", "rep", "arm", "closed_rate", "closed_ttft_p95_s", "rate_arm",
     "rate_achieved", "rate_ttft_p95_s", "ratio", "closed_cell", "rate_cell",
-]  # fmt: skip
+]
 
 
 def closed_rates(cells: pd.DataFrame) -> pd.Series:
@@ -65,7 +65,7 @@ def pairs(cells: pd.DataFrame, overloaded: dict[str, set[int]]) -> pd.DataFrame:
     for (target, run, rep), grp in cells.groupby(["target", "run", "rep"], sort=True):
         skip = overloaded.get(str(target), set())
         rate = grp[(grp["arm"] < 0) & ~grp["arm"].isin(skip) & grp["_rate"].notna()
-                   & grp["ttft_p95_s"].notna()]  # fmt: skip
+                   & grp["ttft_p95_s"].notna()]
         for _, closed in grp[grp["arm"] > 1].sort_values("arm").iterrows():
             cr = closed["_rate"]
             if not cr > 0 or pd.isna(closed["ttft_p95_s"]) or rate.empty:
@@ -83,7 +83,7 @@ def pairs(cells: pd.DataFrame, overloaded: dict[str, set[int]]) -> pd.DataFrame:
                 "ratio": float(best["ttft_p95_s"]) / float(closed["ttft_p95_s"]),
                 "closed_cell": cell_label(target, run, rep, closed["arm"]),
                 "rate_cell": cell_label(target, run, rep, best["arm"]),
-            })  # fmt: skip
+            })
     return pd.DataFrame(rows, columns=PAIR_COLUMNS)
 
 
@@ -96,14 +96,14 @@ def per_arm(paired: pd.DataFrame, settings: dict) -> list[dict]:
     rows = []
     for arm, grp in paired.groupby("arm", sort=True):
         ratio, lo, hi = stats.median_ci(grp["ratio"], stats.resample_indices(len(grp), n_boot,
-                                                                             seed), ci)  # fmt: skip
+                                                                             seed), ci)
         rows.append({
             "arm": int(arm), "pairs": len(grp), "closed_rate": stats.median(grp["closed_rate"]),
             "closed_ttft_p95_s": stats.median(grp["closed_ttft_p95_s"]),
             "rate_ttft_p95_s": stats.median(grp["rate_ttft_p95_s"]),
             "ratio": ratio, "ratio_lo": lo, "ratio_hi": hi,
             "rate_arms": sorted({int(a) for a in grp["rate_arm"]}, key=lambda a: -a),
-        })  # fmt: skip
+        })
     return rows
 
 
@@ -115,7 +115,7 @@ def _clause(row: dict) -> str:
     if row["pairs"] < MIN_PAIRS:
         return text + f"({fmt_times(row['ratio'], 1)}, one pair only: no interval)"
     return text + (f"({fmt_times(row['ratio'], 1)} [{fmt_times(row['ratio_lo'], 1)}, "
-                   f"{fmt_times(row['ratio_hi'], 1)}])")  # fmt: skip
+                   f"{fmt_times(row['ratio_hi'], 1)}])")
 
 
 def _achieved(cells: pd.DataFrame, which: pd.Series) -> dict[int, float]:
@@ -134,7 +134,7 @@ def _suggestion(cells: pd.DataFrame, overloaded: set[int]) -> str:
     achieved = ", ".join(f"{arm_name(a)} {rate_text(r)} req/s" for a, r in closed.items())
     got = ", ".join(f"{arm_name(a)} {rate_text(r)} req/s"
                     + (" (overloaded: never paired)" if a in overloaded else "")
-                    for a, r in opened.items())  # fmt: skip
+                    for a, r in opened.items())
     wanted = ", ".join(f"{{rate: {rate_text(r)}}}" for r in closed.values() if r == r)
     which = "rate arm the server sustained" if overloaded else "rate arm"
     return (f"no {which} came within ±{NEAR:.0%} of a closed-loop arm's achieved rate in the "
@@ -143,44 +143,44 @@ def _suggestion(cells: pd.DataFrame, overloaded: set[int]) -> str:
 
 
 def judge(target: str, cells: pd.DataFrame, paired: pd.DataFrame, overloaded: set[int],
-          settings: dict) -> Verdict:  # fmt: skip
+          settings: dict) -> Verdict:
     """One target's verdict from its cells and its pairs."""
     rows = per_arm(paired, settings)
     evidence = {"arms": {str(r["arm"]): plain(r) for r in rows}, "near": NEAR,
-                "overloaded": sorted(overloaded)}  # fmt: skip
+                "overloaded": sorted(overloaded)}
     labels = sorted(set(paired["closed_cell"]) | set(paired["rate_cell"]), key=label_key)
     common = {"evidence": evidence, "cells": labels}
     if not (cells["arm"] > 1).any():
         return not_assessable(
             TRAP, TITLE, target, "no closed-loop arm above serial-1",
             "Closed-loop understatement is not assessable: there is no closed-loop arm above "
-            "serial-1 to set beside the rate arms.", **common)  # fmt: skip
+            "serial-1 to set beside the rate arms.", **common)
     if not rows:
         why = _suggestion(cells, overloaded)
         return not_assessable(TRAP, TITLE, target, "no rate arm near a closed arm's rate",
                               f"Closed-loop understatement is not assessable: {why}.",
-                              **common)  # fmt: skip
+                              **common)
     unpaired = {a: r for a, r in _achieved(cells, cells["arm"] > 1).items()
-                if a not in {row["arm"] for row in rows}}  # fmt: skip
+                if a not in {row["arm"] for row in rows}}
     evidence["unpaired"] = {str(a): r for a, r in unpaired.items()}
     text = "; ".join([_clause(r) for r in rows] + [
         f"no rate arm came within ±{NEAR:.0%} of {arm_name(a)}'s {rate_text(r)} req/s"
-        for a, r in unpaired.items()])  # fmt: skip
+        for a, r in unpaired.items()])
     if all(r["pairs"] < MIN_PAIRS for r in rows):
         return not_assessable(
             TRAP, TITLE, target, "one rep paired each closed arm: no interval",
             f"Closed-loop understatement is not assessable: only one rep paired each closed "
             f"arm with a rate arm ({text}), too few for an interval; run more reps.",
-            **common)  # fmt: skip
+            **common)
     under = [r for r in rows if r["pairs"] >= MIN_PAIRS and r["ratio_lo"] > 1]
     if under:
         tail = f"understates waiting: {text}. {WHY}"
         return judged(TRAP, TITLE, target, True, f"understated: {text}", f"Closed loop {tail}",
                       effect="warn", evidence=evidence | {
                           "warnings": [f"Warning: the closed loop {tail}"]},
-                      cells=labels)  # fmt: skip
+                      cells=labels)
     return judged(TRAP, TITLE, target, False, text,
-                  f"The closed loop did not understate waiting: {text}.", **common)  # fmt: skip
+                  f"The closed loop did not understate waiting: {text}.", **common)
 
 
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
@@ -193,5 +193,5 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         if not (mine["arm"] < 0).any():  # no rate arm: no verdict, the report does not change
             continue
         verdicts.append(judge(target, mine, paired[paired["target"] == target],
-                              hot.get(target, set()), settings))  # fmt: skip
+                              hot.get(target, set()), settings))
     return verdicts, {"closed_loop_understatement": paired}

@@ -71,7 +71,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         evidence = {"code": [{"commit": c, "dirty": d, "reps": reps_text(p)}
                              for (c, d), p in code.items()],
                     "server_builds": [{"build": b, "reps": reps_text(p)}
-                                      for b, p in server.items()]}  # fmt: skip
+                                      for b, p in server.items()]}
         if not mixed:
             line = _one_version(code, server)
             verdicts.append(Verdict(
@@ -79,10 +79,10 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 verdict="no" if code or server else "not assessable",
                 summary=line.removeprefix("Versions: ").rstrip("."), sentence=line,
                 evidence=evidence,
-            ))  # fmt: skip
+            ))
             continue
         code_txt = _describe(code, lambda cd: code_text(*cd), "pipeline code versions",
-                             "pipeline code version not recorded")  # fmt: skip
+                             "pipeline code version not recorded")
         server_txt = _describe(server, lambda b: b, "server builds", "server build not recorded")
         text = (
             f"Warning: the cells of {target} were not all produced by the same versions. "
@@ -92,7 +92,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         )
         if any(dirty for _, dirty in code):
             text += (" A dirty work tree's changes are not recorded, so dirty cells of one "
-                     "commit may differ too.")  # fmt: skip
+                     "commit may differ too.")
         summary = f"{len(code)} code versions, {len(server)} server builds pooled"
         verdicts.append(
             judged(

@@ -17,7 +17,7 @@ from slotbench.report.blocks import Heading, Paragraph, Table
 from slotbench.report.traps import TargetContext
 
 METRICS = {"speedup": "speedup", "user_ratio": "per-user change", "ttft_ratio": "TTFT ratio",
-           "efficiency": "efficiency", "gen_gain": "gen_gain"}  # fmt: skip
+           "efficiency": "efficiency", "gen_gain": "gen_gain"}
 ACROSS_ID = "across"
 
 
@@ -35,12 +35,12 @@ def blocks(summary: pd.DataFrame, index: prov.CellIndex, ci: str) -> list:
     out: list = [Heading(2, "Across targets"),
                  Paragraph(f"Every target at {name}, the widest arm they all ran, ordered by "
                            f"speedup (highest first); medians with {ci} intervals over the "
-                           "reps.")]  # fmt: skip
+                           "reps.")]
     columns = ["target", *(f"{label} [{ci}]" for label in METRICS.values()),
-               "aggregate tok/s", "per-user tok/s", "reps"]  # fmt: skip
+               "aggregate tok/s", "per-user tok/s", "reps"]
     table = [[r["target"], *(_cell(r, m) for m in METRICS),
               fmt_num(r["agg_tps"], 1), fmt_num(r["user_tps"], 1), str(int(r["n_reps"]))]
-             for r in rows.to_dict("records")]  # fmt: skip
+             for r in rows.to_dict("records")]
     out.append(Table(f"Targets at {name}", columns, table, "The cells behind each row are that "
                      f"target's {name} and serial-1 cells, listed below.", anchor=ACROSS_ID))
     sentences = []
@@ -50,11 +50,11 @@ def blocks(summary: pd.DataFrame, index: prov.CellIndex, ci: str) -> list:
         if pairs:
             sentences.append(f"{label}: " + ("; ".join(beyond) + " differ beyond their intervals"
                                              if beyond else "no neighbours differ beyond "
-                                             "their intervals"))  # fmt: skip
+                                             "their intervals"))
     if sentences:
         out.append(Paragraph("Neighbours in this order, " + ". ".join(sentences) + "."))
     labels = [lab for t in rows["target"] for a in (arm, SERIAL_ARM)
-              for lab in index.labels(t, arm=a)]  # fmt: skip
+              for lab in index.labels(t, arm=a)]
     ref = prov.Ref(ACROSS_ID, "table", f"Targets at {name}", prov.with_roles((labels, "source")),
                    ACROSS_ID)
     out.append(TargetContext("", labels, index).sources(labels, ACROSS_ID, (ref,)))

@@ -65,7 +65,7 @@ def load(inputs: dict, config: dict | None = None, md_out: str | None = None) ->
     image_dir = "figures"
     if by_name and md_out is not None:
         image_dir = os.path.relpath(Path(next(iter(by_name.values()))).parent,
-                                    Path(md_out).parent).replace(os.sep, "/")  # fmt: skip
+                                    Path(md_out).parent).replace(os.sep, "/")
     checks = Path(inputs["checks"])
     return ReportData(
         summary=pd.read_csv(inputs["summary"]),
@@ -79,7 +79,7 @@ def load(inputs: dict, config: dict | None = None, md_out: str | None = None) ->
         else {},
         openloop=json.loads(Path(inputs["openloop"]).read_text()) if inputs.get("openloop")
         else {},
-    )  # fmt: skip
+    )
 
 
 def _intro(data: ReportData, targets: list[str]) -> list:
@@ -91,7 +91,7 @@ def _intro(data: ReportData, targets: list[str]) -> list:
         listed = (" (" + ", ".join(f"{n} in {arm_name(a)}" for a, n in sorted(
             per_arm.items(), key=lambda kv: int(kv[0]))) + ")") if isinstance(per_arm, dict) else ""
         same = (f"Every arm sends requests of the same kind and length{listed}; arms differ in "
-                "how many are")  # fmt: skip
+                "how many are")
     return [
         Heading(1, "slotbench: what concurrency does to an inference server"),
         Paragraph(
@@ -108,12 +108,12 @@ def target_blocks(data: ReportData, target: str, index: prov.CellIndex) -> list:
     verdicts = [v for v in data.verdicts if v["target"] == target]
     decision = data.decision.get(target)
     fps = sorted((fp for fp in data.fingerprints if str(fp.get("target")) == target),
-                 key=lambda fp: str(fp.get("run")))  # fmt: skip
+                 key=lambda fp: str(fp.get("run")))
     cells = index.labels(target)
     ctx = TargetContext(target, cells, index, prov.integrity_id(target), ci_label(data.ci),
-                        tuple(fps))  # fmt: skip
+                        tuple(fps))
     serialised = frozenset(a for v in verdicts if v["trap"] == "serialisation" and v["fired"]
-                           for a in v["arms"])  # fmt: skip
+                           for a in v["arms"])
     blocks: list = [Heading(2, f"Target: {target}")]
     # Before anything is read as a result: what the checks say must be read first.
     blocks += [Paragraph(w["text"], "warning") for w in (decision or {}).get("warnings", [])]
@@ -131,14 +131,14 @@ def build_document(data: ReportData) -> tuple[list, dict]:
     """(blocks, provenance record)."""
     index = prov.CellIndex(data.cells)
     targets = sorted(set(data.summary["target"].astype(str)) | set(data.decision)
-                     | set(index.targets()))  # fmt: skip
+                     | set(index.targets()))
     blocks = _intro(data, targets)
     for target in targets:
         blocks += target_blocks(data, target, index)
     blocks += across_blocks(data.summary, index, ci_label(data.ci))
     # the open loop's section, only when some target has rate arms (its figures are shown there)
     blocks += openloop_blocks(data.openloop, data.verdicts, data.figures_sources,
-                              data.figure_paths, index, ci_label(data.ci))  # fmt: skip
+                              data.figure_paths, index, ci_label(data.ci))
 
     sources = TargetContext("", [], index).sources
     blocks += figure_blocks(general_figures(data.figures_sources), data.figure_paths, sources)

@@ -32,12 +32,12 @@ def headline_sentence(row, ci: str = "95%") -> str | None:
         return None
     gain = (s - 1) * 100
     operator = (f"buys the operator {gain:.0f}% more throughput" if s >= 1
-                else f"costs the operator {-gain:.0f}% of its throughput")  # fmt: skip
+                else f"costs the operator {-gain:.0f}% of its throughput")
     loss = (1 - u) * 100
     user = (f"costs each user {loss:.0f}% of their generation rate" if u <= 1
-            else f"gives each user {-loss:.0f}% more generation rate")  # fmt: skip
+            else f"gives each user {-loss:.0f}% more generation rate")
     ttft = (f"multiplies time to first token by {t:.1f}×" if t >= 1
-            else f"cuts time to first token to {t:.1f}× its serial value")  # fmt: skip
+            else f"cuts time to first token to {t:.1f}× its serial value")
     text = f"{way(row['arm']).capitalize()} concurrency {operator}. It {user} and {ttft}."
     if row.get("speedup_includes_one") is True:
         text += (
@@ -70,9 +70,9 @@ def decomposition_sentence(row, serialised: bool = False) -> str | None:
     if not missing(queued) and int(queued) > 0 and not missing(row.get("streams")):
         w = (f"{w} (the server generated for {row['streams']:.1f} of the {n} requests in flight "
              f"at once, time-weighted, and queued the rest for a slot in {int(queued)} "
-             "cells; gen_gain counts those streams)")  # fmt: skip
+             "cells; gen_gain counts those streams)")
     loses = (f"At {w} the generation stage delivers {g:.2f}×: {n} streams together produce "
-             f"{(1 - g) * 100:.0f}% fewer tokens per second than one stream alone. ")  # fmt: skip
+             f"{(1 - g) * 100:.0f}% fewer tokens per second than one stream alone. ")
     text = {
         "pipelining": loses + f"The {(s - 1) * 100:.0f}% aggregate gain is therefore "
         "pipelining (one request's prefill overlapping another's decode), not batching.",
@@ -93,7 +93,7 @@ def summary_columns(ci: str) -> list[str]:
     return ["arm", "reps", "aggregate tok/s", f"speedup [{ci} CI]", "per-user tok/s",
             f"per-user change [{ci} CI]", "TTFT s", f"TTFT ratio [{ci} CI]",
             f"efficiency [{ci} CI]", f"gen_gain [{ci} CI]", f"pipelining [{ci} CI]",
-            "generating at once"]  # fmt: skip
+            "generating at once"]
 
 
 def summary_row(row) -> list[str]:
@@ -131,7 +131,7 @@ def streams_cell(row) -> str:
 
 # Which column of the per-arm table prints each headline number.
 METRIC_COLUMNS = {"agg_tps": 2, "speedup": 3, "user_tps": 4, "user_ratio": 5, "ttft_s": 6,
-                  "ttft_ratio": 7, "efficiency": 8, "gen_gain": 9, "pipelining": 10}  # fmt: skip
+                  "ttft_ratio": 7, "efficiency": 8, "gen_gain": 9, "pipelining": 10}
 
 
 def headline_refs(target, records, table_rows, columns, index, refused: bool) -> tuple:
@@ -142,7 +142,7 @@ def headline_refs(target, records, table_rows, columns, index, refused: bool) ->
     table_id = prov.headline_id(target)
     title = f"Per-arm results of {target}" + (" (not a headline: refused)" if refused else "")
     refs = [prov.Ref(table_id, "table", title,
-                     prov.with_roles((index.labels(target), "source")), table_id)]  # fmt: skip
+                     prov.with_roles((index.labels(target), "source")), table_id)]
     for r, text in zip(records, table_rows):
         arm = int(r["arm"])
         row_id = prov.headline_id(target, arm)
@@ -152,7 +152,7 @@ def headline_refs(target, records, table_rows, columns, index, refused: bool) ->
             row_id, "table-row", f"Per-arm results of {target}, {arm_name(arm)}",
             prov.metric_cells(index, target, arm, metrics[-1], fallback), anchor=row_id,
             parent=table_id, row=dict(zip(columns, text)),
-        ))  # fmt: skip
+        ))
         for m in metrics:
             refs.append(prov.Ref(
                 prov.headline_id(target, arm, m), "table-cell",
@@ -161,7 +161,7 @@ def headline_refs(target, records, table_rows, columns, index, refused: bool) ->
                 parent=row_id,
                 metric={"name": m, "value": r.get(m), "ci_low": r.get(f"{m}_lo"),
                         "ci_high": r.get(f"{m}_hi"), "text": text[METRIC_COLUMNS[m]]},
-            ))  # fmt: skip
+            ))
     return tuple(refs)
 
 
@@ -171,7 +171,7 @@ def _refusal(target: str, decision: dict | None) -> str | None:
     if decision["status"] != "refused":
         return None
     reasons = "; ".join(str(r.get("reason") or r["sentence"]).rstrip(".")
-                        for r in decision["refusals"])  # fmt: skip
+                        for r in decision["refusals"])
     return f"Refused: no headline for {target}. Reason: {reasons}."
 
 
@@ -187,7 +187,7 @@ def headline_blocks(target, rows, decision, serialised: frozenset, index, ci: fl
         excluded = (decision or {}).get("excluded_arms", {})
         # the headline and its reading are the closed-loop arms' (rate arms: the open loop)
         parallel = [r for r in records if int(r["arm"]) > SERIAL_ARM
-                    and not missing(r.get("speedup")) and str(int(r["arm"])) not in excluded]  # fmt: skip
+                    and not missing(r.get("speedup")) and str(int(r["arm"])) not in excluded]
         top = headline_sentence(parallel[-1], label) if parallel else None
         if top and int(parallel[-1]["arm"]) in serialised:
             top += (
@@ -204,11 +204,11 @@ def headline_blocks(target, rows, decision, serialised: frozenset, index, ci: fl
                 "Both are true at once. The aggregate is the number that sets the operator's "
                 "bill; the per-user rate is the number that decides whether anyone wants to use "
                 "the server."
-            ))  # fmt: skip
+            ))
         else:
             blocks.append(Paragraph("No parallel arm has a speedup to headline.", "note"))
         readings = [s for s in (decomposition_sentence(r, int(r["arm"]) in serialised)
-                                for r in parallel) if s]  # fmt: skip
+                                for r in parallel) if s]
         if readings:
             blocks += [Heading(3, "Batching or pipelining"), Bullets(readings)]
     title = "Per-arm results"
@@ -241,5 +241,5 @@ def headline_blocks(target, rows, decision, serialised: frozenset, index, ci: fl
     refs = headline_refs(target, records, table_rows, columns, index, bool(refusal))
     cells = union(rows.get("cells", []))
     blocks.append(Sources(cells, union(rows.get("raw_sha256", [])), table_id, refs,
-                          index.scope(cells)))  # fmt: skip
+                          index.scope(cells)))
     return blocks

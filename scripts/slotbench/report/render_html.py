@@ -148,10 +148,10 @@ def _named_sources(b: kinds.Sources) -> tuple[str, str]:
     full lists are."""
     e = html.escape
     where = (f"<code>python -m slotbench explain {e(b.prov)}</code> lists them" if b.prov
-             else "provenance.json lists them")  # fmt: skip
+             else "provenance.json lists them")
     return (f"{e(b.scope or count(len(b.cells), 'cell'))}; {where}",
             f"<li>{count(len(b.hashes), 'raw file')}, one per rep; {where} with their "
-            "SHA-256s</li>")  # fmt: skip
+            "SHA-256s</li>")
 
 
 def _html_provenance_entry(entry: dict) -> str:
@@ -177,7 +177,7 @@ def _html_provenance_entry(entry: dict) -> str:
     )
     if entry["cells"] is None:  # named by set: explain lists them
         cells = "; ".join(f"{e(title)}" + ("" if role == "source" else f" ({e(role)})")
-                          for role, title in entry["sets"])  # fmt: skip
+                          for role, title in entry["sets"])
         raw = (f"<li>one per rep of these cells, {count(entry['n_raw_files'], 'raw file')}: "
                f"<code>python -m slotbench explain {e(eid)}</code> lists and checks them</li>")
     else:

@@ -8,7 +8,7 @@ from slotbench.fmt import count
 from slotbench.report import blocks as kinds
 
 PARAGRAPH_STYLES = {"refusal": "> **{}**", "warning": "> ⚠ **{}**", "headline": "**{}**",
-                    "note": "_{}_"}  # fmt: skip
+                    "note": "_{}_"}
 
 
 def escape(text: str) -> str:
@@ -57,7 +57,7 @@ def _table(b: kinds.Table) -> str:
         if len(set(short)) == len(short):
             rows = [[*r[:at], cut, *r[at + 1 :]] for r, cut in zip(rows, short)]
     lines = [title, "", "| " + " | ".join(map(_cell, columns)) + " |",
-             "|" + "|".join(" --- " for _ in columns) + "|"]  # fmt: skip
+             "|" + "|".join(" --- " for _ in columns) + "|"]
     lines += ["| " + " | ".join(map(_cell, r)) + " |" for r in rows]
     if b.note:
         lines += ["", f"_{escape(b.note)}_"]

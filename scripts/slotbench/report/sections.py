@@ -36,7 +36,7 @@ def timing_source_line(rows) -> str | None:
             parts.append(f"{arm_name(r['arm'])}: {'client' if c else 'server'}")
         else:
             parts.append(f"{arm_name(r['arm'])}: client for {count(c, 'request')}, server for "
-                         f"{count(n - c, 'request')}")  # fmt: skip
+                         f"{count(n - c, 'request')}")
     return "Timing source (per-user numbers per arm): " + "; ".join(parts) + f" ({CLIENT_TIMING})."
 
 
@@ -83,7 +83,7 @@ def flatten(obj, prefix: str = "") -> list[tuple[str, str]]:
         if not obj:
             return [(prefix, "{}")] if prefix else []
         return [pair for key in obj for pair in flatten(obj[key], f"{prefix}.{key}" if prefix
-                                                       else str(key))]  # fmt: skip
+                                                       else str(key))]
     if isinstance(obj, (list, tuple)):
         if all(not isinstance(v, (dict, list, tuple)) for v in obj):
             return [(prefix, ", ".join("null" if v is None else str(v) for v in obj))]
@@ -106,17 +106,17 @@ def fingerprint_blocks(fingerprints: list[dict], index: prov.CellIndex, sources)
         if target not in first:
             first[target] = (run, pairs)
             blocks.append(Table(title, ["key", "value"], [[k, v] for k, v in pairs.items()],
-                                kind="kv", anchor=fid))  # fmt: skip
+                                kind="kv", anchor=fid))
         else:  # later runs of a target: what differs from its first run
             base_run, base = first[target]
             differ = [[k, pairs.get(k, "(absent)"), base.get(k, "(absent)")]
-                      for k in sorted(set(pairs) | set(base)) if pairs.get(k) != base.get(k)]  # fmt: skip
+                      for k in sorted(set(pairs) | set(base)) if pairs.get(k) != base.get(k)]
             same = len(set(pairs) & set(base)) - sum(1 for d in differ
-                                                     if d[0] in base and d[0] in pairs)  # fmt: skip
+                                                     if d[0] in base and d[0] in pairs)
             blocks += [Paragraph(f"The same as {target}/{base_run} in {same} keys; the keys that "
                                  "differ:"),
                        Table(title, ["key", "value", f"value in {base_run}"], differ, kind="kv",
-                             anchor=fid)]  # fmt: skip
+                             anchor=fid)]
         blocks.append(sources(cells, fid, (ref,)))
     return blocks
 
@@ -129,10 +129,10 @@ def figure_blocks(figures_sources: dict, figure_paths: dict, sources) -> list:
         path = figure_paths.get(fig_id)
         blocks.append(Figure(fig_id, src.get("title", fig_id), src.get("caption", ""),
                              src.get("file", f"{fig_id}.png"),
-                             None if path is None else str(path)))  # fmt: skip
+                             None if path is None else str(path)))
         cells, fid = list(src.get("cells", [])), prov.figure_id(fig_id)
         ref = prov.Ref(fid, "figure", src.get("title", fig_id),
-                       prov.with_roles((cells, "source")), f"fig-{fig_id}")  # fmt: skip
+                       prov.with_roles((cells, "source")), f"fig-{fig_id}")
         blocks.append(sources(cells, fid, (ref,)))
     return blocks
 
@@ -161,7 +161,7 @@ def provenance_blocks(record: dict, order: list[str], listed: dict | None = None
     to (cells, raw files) (provenance.listing), the others name their sets."""
     entries, listed = record["entries"], listed or {}
     example = next((i for i in order if entries[i]["kind"] == "table-cell"),
-                   next(iter(order), "ID"))  # fmt: skip
+                   next(iter(order), "ID"))
     digest = record.get("config_sha256") or "not recorded"
     return [
         Heading(2, "Provenance"),
@@ -190,7 +190,7 @@ def _raw_files_by_run(by_file: dict) -> list:
     for target, run, rep, _path, _sha in by_file:
         runs.setdefault((target, run), []).append(int(rep))
     rows = [[t, r, f"{len(reps):,}", f"rep{min(reps)} to rep{max(reps)}"]
-            for (t, r), reps in sorted(runs.items())]  # fmt: skip
+            for (t, r), reps in sorted(runs.items())]
     return [
         Heading(2, "Cells and raw files"),
         Paragraph(f"Every cell above comes from one of these {count(len(by_file), 'raw file')}, "
@@ -198,7 +198,7 @@ def _raw_files_by_run(by_file: dict) -> list:
                   "list here: provenance.json names each with its SHA-256 (under reps), and "
                   "`python -m slotbench explain ID` lists and checks those behind any id."),
         Table("Raw files", ["target", "run", "raw files", "reps"], rows),
-    ]  # fmt: skip
+    ]
 
 
 def raw_files_blocks(index: prov.CellIndex) -> list:
@@ -207,14 +207,14 @@ def raw_files_blocks(index: prov.CellIndex) -> list:
     for label in sorted(index.cells, key=label_key):
         info = index.cells[label]
         key = (info["target"], info["run"], info["rep"], info.get("raw_file"),
-               info.get("raw_sha256"))  # fmt: skip
+               info.get("raw_sha256"))
         by_file.setdefault(key, []).append(f"arm{info['arm']}")
     if len(by_file) > RAW_LIST_LIMIT:
         return _raw_files_by_run(by_file)
     arm_sets = {", ".join(arms) for arms in by_file.values()}
     same = len(arm_sets) == 1  # every rep holds the same arms: say so once
     rows = [[str(path), "n/a" if missing(sha) else str(sha), *([] if same else [", ".join(arms)])]
-            for (t, run, rep, path, sha), arms in by_file.items()]  # fmt: skip
+            for (t, run, rep, path, sha), arms in by_file.items()]
     held = f" Each holds the cells {arm_sets.pop()} of its rep." if same and rows else ""
     return [
         Heading(2, "Cells and raw files"),
@@ -223,4 +223,4 @@ def raw_files_blocks(index: prov.CellIndex) -> list:
                   "(SHA-256s cut to 16 digits here; whole in report.html.)"),
         Table("Raw files", ["raw file", "SHA-256", *([] if same else ["cells"])], rows,
               kind="hashes"),
-    ]  # fmt: skip
+    ]

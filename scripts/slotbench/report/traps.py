@@ -58,9 +58,9 @@ def default_details(verdict: dict, ctx: TargetContext) -> list:
     cells = verdict.get("cells") or ctx.cells
     kind = "warning" if verdict["fired"] else ""
     ref = prov.Ref(tid, "table", f"{verdict['title']} ({ctx.target}): {verdict['summary']}",
-                   prov.with_roles((cells, "source")), tid, parent=ctx.overview_id)  # fmt: skip
+                   prov.with_roles((cells, "source")), tid, parent=ctx.overview_id)
     return [Heading(4, verdict["title"]), Paragraph(verdict["sentence"], kind, anchor=tid),
-            ctx.sources(cells, tid, (ref,))]  # fmt: skip
+            ctx.sources(cells, tid, (ref,))]
 
 
 def threshold_text(verdict: dict) -> str:
@@ -82,13 +82,13 @@ def trap_blocks(verdicts: list[dict], ctx: TargetContext) -> list:
         blocks = (found.get(v["trap"]) or default_details)(v, ctx)
         ids = [b.prov for b in blocks if isinstance(b, Sources) and b.prov]
         rows.append([v["title"], v["verdict"], threshold_text(v), v["summary"],
-                     ids[0] if ids else DASH])  # fmt: skip
+                     ids[0] if ids else DASH])
         detail_blocks += blocks
     ref = prov.Ref(
         ctx.overview_id, "table",
         f"Measurement integrity of {ctx.target}: each trap, its verdict and the evidence",
         prov.with_roles((ctx.cells, "source")), ctx.overview_id,
-    )  # fmt: skip
+    )
     return [
         Heading(3, "Measurement integrity"),
         Paragraph(
@@ -102,7 +102,7 @@ def trap_blocks(verdicts: list[dict], ctx: TargetContext) -> list:
               rows, anchor=ctx.overview_id, link_column=4),
         ctx.sources(ctx.cells, ctx.overview_id, (ref,)),
         *detail_blocks,
-    ]  # fmt: skip
+    ]
 
 
 def flagged_table(ctx, trap, rows, columns, make_row, title, row_title, metric, max_rows):
@@ -113,13 +113,13 @@ def flagged_table(ctx, trap, rows, columns, make_row, title, row_title, metric, 
     for r in rows[:max_rows]:
         table_rows.append(make_row(r))
         rid = prov.integrity_id(ctx.target, trap, r["run"], f"rep{int(r['rep'])}",
-                                f"arm{int(r['arm'])}", f"request{int(r['request'])}")  # fmt: skip
+                                f"arm{int(r['arm'])}", f"request{int(r['request'])}")
         row_ids.append(rid)
         refs.append(prov.Ref(
             rid, "table-row", f"{row_title} {r['cell']} request {int(r['request'])}",
             prov.with_roles(([r["cell"]], "deviant")), anchor=rid, parent=tid,
             metric=metric(r), row=dict(zip(columns, table_rows[-1])),
-        ))  # fmt: skip
+        ))
     note = ""
     if len(rows) > max_rows:
         note = f"{len(rows) - max_rows} more in results/checks/{trap}.csv (first {max_rows} shown)."
@@ -127,9 +127,9 @@ def flagged_table(ctx, trap, rows, columns, make_row, title, row_title, metric, 
     others = [c for c in ctx.cells if c not in set(flagged)]
     table_ref = prov.Ref(tid, "table", f"{title} ({ctx.target})",
                          prov.with_roles((flagged, "deviant"), (others, "comparison")), tid,
-                         parent=ctx.overview_id)  # fmt: skip
+                         parent=ctx.overview_id)
     return [Table(title, columns, table_rows, note, anchor=tid, row_ids=row_ids),
-            ctx.sources(flagged, tid, (table_ref, *refs))]  # fmt: skip
+            ctx.sources(flagged, tid, (table_ref, *refs))]
 
 
 def cells_ref(ctx, tid, title):

@@ -34,13 +34,13 @@ def render(verdict: dict, ctx) -> list:
 
     def make_row(r):
         return [r["cell"], fmt_int(r["position"]), fmt_int(r["request"]), fmt_int(r["prompt_tokens"]),
-                fmt_int(r.get("evaluated")), str(r.get("reason") or "")]  # fmt: skip
+                fmt_int(r.get("evaluated")), str(r.get("reason") or "")]
 
     def metric(r):
         return {"name": "evaluated", "value": r.get("evaluated"),
-                "text": fmt_int(r.get("evaluated"))}  # fmt: skip
+                "text": fmt_int(r.get("evaluated"))}
 
     return [Heading(4, "Prefix cache"), Paragraph(text, "warning"),
             *flagged_table(ctx, "cache", rows, columns, make_row,
                            "Requests served from a prefix cache", "Prefix-cache hit:", metric,
-                           MAX_ROWS)]  # fmt: skip
+                           MAX_ROWS)]

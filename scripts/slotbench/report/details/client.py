@@ -30,26 +30,26 @@ def render(verdict: dict, ctx) -> list:
          f"{fmt_pct(info.get('cpu_share_threshold'))} of an inter-token interval",
          ("yes" if info.get("cpu_fired") else "no") if assessed else "n/a",
          ", ".join(over_cpu) or "none"],
-    ]  # fmt: skip
+    ]
     worst = [str(info["worst_cpu_cell"])] if info.get("worst_cpu_cell") else []
     metrics = ({"name": "lag_p95_s", "value": info.get("lag_p95_s"), "text": table_rows[0][1]},
-               {"name": "cpu_share", "value": share, "text": table_rows[1][1]})  # fmt: skip
+               {"name": "cpu_share", "value": share, "text": table_rows[1][1]})
     row_ids, refs = [], []
     for key, row, flagged, metric, what in zip(
         ("lag", "cpu"), table_rows, (over_lag, over_cpu or worst), metrics,
         ("send lag of every request", "client CPU per streamed token"),
-    ):  # fmt: skip
+    ):
         rid = prov.integrity_id(ctx.target, "client", key)
         row_ids.append(rid)
         refs.append(prov.Ref(
             rid, "table-row", f"Client self-check of {ctx.target}: {what}",
             prov.with_roles((flagged, "deviant"), (ctx.cells, "source")), anchor=rid,
             parent=tid, metric=metric, row=dict(zip(COLUMNS, row)),
-        ))  # fmt: skip
+        ))
     flagged = sorted(verdict["cells"], key=label_key)
     table_ref = prov.Ref(tid, "table", f"Client self-check of {ctx.target}",
                          prov.with_roles((flagged, "deviant"), (ctx.cells, "source")), tid,
-                         parent=ctx.overview_id)  # fmt: skip
+                         parent=ctx.overview_id)
     return [
         Heading(4, "Client self-check"),
         Paragraph(verdict["sentence"], "warning" if verdict["fired"] else ""),

@@ -32,6 +32,6 @@ def render(verdict: dict, ctx) -> list:
         parent=ctx.overview_id,
         metric={"name": "inflation", "value": ev["inflation"],
                 "text": fmt_change(1 + ev["inflation"])},
-    )  # fmt: skip
+    )
     return [heading, Paragraph(verdict["sentence"], anchor=tid), Paragraph(explain, "note"),
-            ctx.sources(set(control) | set(measured), tid, (ref,))]  # fmt: skip
+            ctx.sources(set(control) | set(measured), tid, (ref,))]

@@ -11,7 +11,7 @@ TRAP = "deviance"
 # results/checks/deviance.csv (a report of a million requests summarises, it does not list).
 MAX_ROWS = 30
 COLUMNS = ["cell", "tokens", "modal", "deviation", "wall s", "wall effect", "agg tok/s",
-           "throughput effect"]  # fmt: skip
+           "throughput effect"]
 WHY = (
     "Each is named below with its wall-clock and throughput effect against the same arm's "
     "normal cells in its run (a wall effect of +13% with a throughput effect of +14% is the "
@@ -27,17 +27,17 @@ def render(verdict: dict, ctx) -> list:
     threshold = f"{round(verdict['threshold'] * 100, 6):g}%"
     if not rows:
         ref = prov.Ref(dev_id, "table", f"Output deviance of {ctx.target}: {verdict['sentence']}",
-                       prov.with_roles((ctx.cells, "source")), dev_id)  # fmt: skip
+                       prov.with_roles((ctx.cells, "source")), dev_id)
         return [Heading(4, "Output deviance"), Paragraph(verdict["sentence"], anchor=dev_id),
-                ctx.sources(ctx.cells, dev_id, (ref,))]  # fmt: skip
+                ctx.sources(ctx.cells, dev_id, (ref,))]
     labels = [r["cell"] for r in rows]
     n = len(rows)
     refs = [prov.Ref(dev_id, "table", f"Output deviance of {ctx.target}: cells more than "
                      f"{threshold} from their run's modal output",
-                     prov.with_roles((labels, "deviant")), dev_id)]  # fmt: skip
+                     prov.with_roles((labels, "deviant")), dev_id)]
     table_rows, row_ids = [], []
     shown = rows if n <= MAX_ROWS else sorted(
-        rows, key=lambda r: -abs(r["deviation"]))[:MAX_ROWS]  # fmt: skip
+        rows, key=lambda r: -abs(r["deviation"]))[:MAX_ROWS]
     deviant = set(labels)
     comparisons: dict[tuple, list[str]] = {}  # (arm, run) → that arm's normal cells in the run
     for r in shown:
@@ -47,14 +47,14 @@ def render(verdict: dict, ctx) -> list:
             fmt_change(1 + r["deviation"]), fmt_num(r.get("wall_s"), 2),
             "n/a" if missing(wall) else fmt_change(1 + wall), fmt_num(r.get("agg_tps")),
             "n/a" if missing(tps) else fmt_change(1 + tps),
-        ])  # fmt: skip
+        ])
         row_id = prov.deviance_id(ctx.target, r["cell"])
         row_ids.append(row_id)
         # its effects are against the same arm's normal cells of the same run
         key = (r["arm"], r["run"])
         if key not in comparisons:
             comparisons[key] = [c for c in ctx.index.labels(ctx.target, r["arm"], r["run"])
-                                if c not in deviant]  # fmt: skip
+                                if c not in deviant]
         comparison = comparisons[key]
         refs.append(prov.Ref(
             row_id, "table-row",
@@ -65,12 +65,12 @@ def render(verdict: dict, ctx) -> list:
             metric={"name": "deviation", "value": r.get("deviation"),
                     "text": fmt_change(1 + r["deviation"])},
             row=dict(zip(COLUMNS, table_rows[-1])),
-        ))  # fmt: skip
+        ))
     lead = (f"{count(n, 'cell')} deviate{'s' if n == 1 else ''} more than {threshold} from "
-            f"{'its' if n == 1 else 'their'} run's modal output. ")  # fmt: skip
+            f"{'its' if n == 1 else 'their'} run's modal output. ")
     note = "" if len(shown) == n else (
         f"The {len(shown)} largest deviations of {n}; every deviant cell is in "
-        "results/checks/deviance.csv.")  # fmt: skip
+        "results/checks/deviance.csv.")
     return [
         Heading(4, "Output deviance"),
         Paragraph(lead + WHY),

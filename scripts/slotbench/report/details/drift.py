@@ -49,7 +49,7 @@ def render(verdict: dict, ctx) -> list:
         parent=ctx.overview_id,
         metric={"name": "change", "value": change,
                 "text": "n/a" if missing(change) else fmt_change(1 + change, 1)},
-    )  # fmt: skip
+    )
     cells = set(ev["burst_cells"]) | set(ev["plateau_cells"])
     return [Heading(4, "Drift"), Paragraph(text, "warning" if verdict["fired"] else "", tid),
-            ctx.sources(cells, tid, (ref,))]  # fmt: skip
+            ctx.sources(cells, tid, (ref,))]

@@ -13,7 +13,7 @@ ALL_ROWS_UP_TO = 10
 BUSIEST = 3
 MAX_ROWS = 30  # at most this many shared reps listed, the busiest
 COLUMNS = ["rep", "samples", "other CPU, cores (share)", "other CPU max", "steal (share)",
-           "load avg", "server CPU", "top other processes", "shared machine"]  # fmt: skip
+           "load avg", "server CPU", "top other processes", "shared machine"]
 
 
 def render(verdict: dict, ctx) -> list:
@@ -26,7 +26,7 @@ def render(verdict: dict, ctx) -> list:
     if len(rows) > ALL_ROWS_UP_TO:
         busiest = sorted(rows, key=lambda r: -(r["other_share"] or 0))
         keep = {id(r) for r in ([r for r in busiest if r["contended"]][:MAX_ROWS]
-                                or busiest[:BUSIEST])}  # fmt: skip
+                                or busiest[:BUSIEST])}
         shown = [r for r in rows if id(r) in keep]  # in rep order
     table_rows, row_ids, refs = [], [], []
     for r in shown:
@@ -37,7 +37,7 @@ def render(verdict: dict, ctx) -> list:
             fmt_num(r["other_max_cores"], 2), steal, fmt_num(r["load1"], 2),
             fmt_num(r["server_cores"], 2), r["top"] or "none",
             "yes" if r["contended"] else "no",
-        ])  # fmt: skip
+        ])
         rid = prov.integrity_id(ctx.target, "host", r["run"], f"rep{r['rep']}")
         row_ids.append(rid)
         prefix = f"{ctx.target}/{r['run']}/rep{r['rep']}/"
@@ -64,7 +64,7 @@ def render(verdict: dict, ctx) -> list:
         n_shared = sum(1 for r in rows if r["contended"])
         which = ("the busiest reps" if not shown[0]["contended"] else
                  "the reps that shared the machine" if len(shown) == n_shared else
-                 f"the {len(shown)} busiest of the {n_shared} reps that shared the machine")  # fmt: skip
+                 f"the {len(shown)} busiest of the {n_shared} reps that shared the machine")
         note += (
             f" Listed: {which}; the other {len(quiet)} (at most "
             f"{fmt_pct(busiest['other_share'], 1)} other CPU, {busiest['run']} rep "
@@ -74,11 +74,11 @@ def render(verdict: dict, ctx) -> list:
     flagged = [c for c in ctx.cells if c[: c.rfind("/") + 1] in contended]
     table_ref = prov.Ref(tid, "table", f"Host contention of {ctx.target}",
                          prov.with_roles((flagged, "deviant"), (ctx.cells, "source")), tid,
-                         parent=ctx.overview_id)  # fmt: skip
+                         parent=ctx.overview_id)
     # fired, the whole sentence is the warning at the top of the target: here its summary
     said = (f"{verdict['summary']} (what to do is in the warning at the top of this target)"
-            if verdict["fired"] else verdict["sentence"])  # fmt: skip
+            if verdict["fired"] else verdict["sentence"])
     return [heading, Paragraph(said, "warning" if verdict["fired"] else ""),
             Table("What else ran on the machine, per rep", COLUMNS, table_rows, note, anchor=tid,
                   row_ids=row_ids),
-            ctx.sources(ctx.cells, tid, (table_ref, *refs))]  # fmt: skip
+            ctx.sources(ctx.cells, tid, (table_ref, *refs))]

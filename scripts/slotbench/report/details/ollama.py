@@ -30,7 +30,7 @@ def ollama_facts(fp: dict) -> list[list[str]]:
         ["parameter_size", _first(details.get("parameter_size"), model.get("parameter_size"))],
         ["family", _first(details.get("family"), model.get("family"))],
         ["requested num_ctx", _first(server.get("requested_num_ctx"), target_conf.get("num_ctx"))],
-    ]  # fmt: skip
+    ]
     env = server.get("ollama_env")
     if isinstance(env, dict) and env:
         rows += [[f"stated {k}", v] for k, v in sorted(env.items())]
@@ -79,7 +79,7 @@ def render(verdict: dict, ctx) -> list:
     ps_id = prov.ollama_id(ctx.target, "ps")
     blocks.append(Table(title, PS_COLUMNS, [_ps_row(r) for r in snapshots],
                         note="size, size_vram and context_length as /api/ps reports them; on "
-                        "CPU = 1 − size_vram / size.", anchor=ps_id))  # fmt: skip
+                        "CPU = 1 − size_vram / size.", anchor=ps_id))
     ref = prov.Ref(
         ps_id, "table", f"{title} ({ctx.target})", prov.with_roles((labels, "source")), ps_id
     )

@@ -15,13 +15,13 @@ def tokenizer_sentence(said: list[str]) -> str:
     if not said:
         return ("Whether the plan equalised lengths with the server's own tokenizer is not "
                 "recorded in the fingerprint; the equality stated here is measured from the prompt "
-                "lengths the server reported.")  # fmt: skip
+                "lengths the server reported.")
     if said == ["server"]:
         return ("The plan equalised lengths with the server's own tokenizer (recorded in the "
-                "fingerprint), and the server's reported lengths are checked here.")  # fmt: skip
+                "fingerprint), and the server's reported lengths are checked here.")
     return (f"The plan counted prompt tokens with {', '.join(said)} (recorded in the "
             "fingerprint), not necessarily the server's tokenizer; the server's reported lengths "
-            "are what is checked here.")  # fmt: skip
+            "are what is checked here.")
 
 
 def render(verdict: dict, ctx) -> list:
@@ -35,12 +35,12 @@ def render(verdict: dict, ctx) -> list:
             f"length in tokens gives every arm the same prefill work. {tokenizer}"
         )
         return [Heading(4, "Prompt length"),
-                *quiet_evidence(ctx, "prompts", text, verdict["title"])]  # fmt: skip
+                *quiet_evidence(ctx, "prompts", text, verdict["title"])]
     rows, n_req = ev["rows"], ev["measured_requests"]
     modal = ev["modal_prompt_tokens"]
     values = sorted(set(modal.values()))
     modal_text = (f"{values[0]} tokens" if len(values) == 1 else
-                  ", ".join(f"{m} tokens in {run}" for run, m in modal.items()))  # fmt: skip
+                  ", ".join(f"{m} tokens in {run}" for run, m in modal.items()))
     k = len(rows)
     text = (
         f"Warning: {count(k, 'measured request')} of {n_req} had a prompt length different from "
@@ -54,13 +54,13 @@ def render(verdict: dict, ctx) -> list:
     def make_row(r):
         diff = r["prompt_tokens"] - r["modal_prompt_tokens"]
         return [r["cell"], fmt_int(r["position"]), fmt_int(r["request"]), fmt_int(r["prompt_tokens"]),
-                fmt_int(r["modal_prompt_tokens"]), signed(f"{int(diff):+d}")]  # fmt: skip
+                fmt_int(r["modal_prompt_tokens"]), signed(f"{int(diff):+d}")]
 
     def metric(r):
         return {"name": "prompt_tokens", "value": r["prompt_tokens"],
-                "text": fmt_int(r["prompt_tokens"])}  # fmt: skip
+                "text": fmt_int(r["prompt_tokens"])}
 
     return [Heading(4, "Prompt length"), Paragraph(text, "warning"),
             *flagged_table(ctx, "prompts", rows, columns, make_row,
                            "Requests with an unequal prompt length", "Unequal prompt length:",
-                           metric, MAX_ROWS)]  # fmt: skip
+                           metric, MAX_ROWS)]

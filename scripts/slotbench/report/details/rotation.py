@@ -22,15 +22,15 @@ def render(verdict: dict, ctx) -> list:
     table_id = prov.rotation_id(ctx.target)
     labels = union(r["cells"] for r in rows)
     metric = None if bias is None else {"name": "position_effect", "value": bias,
-                                        "text": fmt_pct(bias, 1)}  # fmt: skip
+                                        "text": fmt_pct(bias, 1)}
     refs = [prov.Ref(table_id, "table", f"Rotation bias of {ctx.target}: median aggregate tok/s "
                      "of each arm at each position", prov.with_roles((labels, "source")),
-                     table_id, metric=metric)]  # fmt: skip
+                     table_id, metric=metric)]
     table_rows, row_ids = [], []
     for arm in sorted({int(r["arm"]) for r in rows}):
         by_pos = {int(r["position"]): r for r in rows if int(r["arm"]) == arm}
         texts = [f"{fmt_num(by_pos[p]['median_agg_tps'])} (n={int(by_pos[p]['n_cells'])})"
-                 if p in by_pos else DASH for p in slots]  # fmt: skip
+                 if p in by_pos else DASH for p in slots]
         spread = (ev.get("arms") or {}).get(str(arm), {}).get("spread")
         table_rows.append([arm_name(arm), *texts, fmt_pct(spread, 1)])
         row_id = prov.positions_id(ctx.target, arm)
@@ -42,7 +42,7 @@ def render(verdict: dict, ctx) -> list:
             prov.with_roles((arm_labels, "arm")), anchor=row_id, parent=table_id,
             metric={"name": "spread", "value": spread, "text": fmt_pct(spread, 1)},
             row=dict(zip(columns, table_rows[-1])),
-        ))  # fmt: skip
+        ))
         for p in slots:
             if p not in by_pos:
                 continue
@@ -53,8 +53,8 @@ def render(verdict: dict, ctx) -> list:
                 parent=row_id, metric={"name": "median_agg_tps",
                                        "value": by_pos[p]["median_agg_tps"],
                                        "text": texts[slots.index(p)]},
-            ))  # fmt: skip
+            ))
     blocks.append(Table("Median aggregate tok/s by position (n = cells)", columns, table_rows,
-                        anchor=table_id, row_ids=row_ids))  # fmt: skip
+                        anchor=table_id, row_ids=row_ids))
     blocks.append(ctx.sources(labels, table_id, tuple(refs)))
     return blocks

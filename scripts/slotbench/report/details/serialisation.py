@@ -12,7 +12,7 @@ COLUMNS = [
     "arm", "cells", "in flight (client, median)", "generating at once (median of cell max)",
     "serialised cells", "queue-wait slope s/place (Ollama)", "TTFT-wait slope s/place (client)",
     "served one at a time",
-]  # fmt: skip
+]
 HOW = (
     "Whether the server really ran a parallel arm's requests at once, from request timings: "
     "the most requests whose generation windows (first token to last chunk, 5 ms tolerance) "
@@ -35,7 +35,7 @@ def render(verdict: dict, ctx) -> list:
             fmt_num(r.get("max_overlap_median"), 1), fmt_int(r.get("serialised_cells")),
             fmt_num(r.get("queue_gap_slope_s"), 3), fmt_num(r.get("wait_slope_s"), 3),
             "yes" if r["serialised"] else "no",
-        ])  # fmt: skip
+        ])
         row_id = prov.serialisation_id(ctx.target, r["arm"])
         row_ids.append(row_id)
         refs.append(prov.Ref(
@@ -43,17 +43,17 @@ def render(verdict: dict, ctx) -> list:
             f"Server concurrency of {ctx.target}, {arm_name(r['arm'])}: requests generating at "
             "once", prov.with_roles((split_list(r.get("cells")), "arm")), anchor=row_id,
             parent=table_id, row=dict(zip(COLUMNS, table_rows[-1])),
-        ))  # fmt: skip
+        ))
     labels = union(r.get("cells") for r in rows)
     table_ref = prov.Ref(table_id, "table",
                          f"Server concurrency of {ctx.target}: requests generating at once",
-                         prov.with_roles((labels, "source")), table_id)  # fmt: skip
+                         prov.with_roles((labels, "source")), table_id)
     blocks = [
         Heading(4, "Server concurrency"),
         Paragraph(HOW),
         Table("Requests generating at once", COLUMNS, table_rows, anchor=table_id,
               row_ids=row_ids),
         ctx.sources(labels, table_id, (table_ref, *refs)),
-    ]  # fmt: skip
+    ]
     capped = verdict["evidence"].get("capped") or []
     return blocks + ([Bullets(capped)] if capped else [])

@@ -14,7 +14,7 @@ ORDER = ("speedup", "user_ratio", "ttft_ratio", "gen_gain", "pipelining")
 
 def columns(ci: str) -> list[str]:
     return ["arm", "metric", "reps", f"value [{ci} CI]", "CI half-width", "target",
-            "meets target", "reps needed"]  # fmt: skip
+            "meets target", "reps needed"]
 
 
 def render(verdict: dict, ctx) -> list:
@@ -35,11 +35,11 @@ def render(verdict: dict, ctx) -> list:
     for r in rows:
         arm, metric = int(r["arm"]), str(r["metric"])
         value = (f"{fmt_times(r['value'])} [{fmt_times(r['lo'])}, {fmt_times(r['hi'])}]"
-                 if not missing(r.get("lo")) else fmt_times(r.get("value")))  # fmt: skip
+                 if not missing(r.get("lo")) else fmt_times(r.get("value")))
         rel = "n/a" if missing(r.get("rel")) else f"±{float(r['rel']) * 100:.1f}%"
         table_rows.append([arm_name(arm), metric, fmt_int(r.get("n_reps")), value, rel,
                            ev["target_text"], "yes" if r.get("meets") else "no",
-                           fmt_int(r.get("reps_needed"))])  # fmt: skip
+                           fmt_int(r.get("reps_needed"))])
         rid = prov.integrity_id(ctx.target, "sufficiency", f"arm{arm}", metric)
         row_ids.append(rid)
         refs.append(prov.Ref(
@@ -47,7 +47,7 @@ def render(verdict: dict, ctx) -> list:
             prov.metric_cells(ctx.index, ctx.target, arm, metric), anchor=rid, parent=tid,
             metric={"name": "rel_half_width", "value": r.get("rel"), "text": rel},
             row=dict(zip(cols, table_rows[-1])),
-        ))  # fmt: skip
+        ))
     if verdict["fired"]:
         text = (
             f"{verdict['sentence'][:-1]}. An interval narrows as 1/√reps, so reps needed = reps "
@@ -68,4 +68,4 @@ def render(verdict: dict, ctx) -> list:
               f"CI half-width = (high − low) / 2 of the {ctx.ci} bootstrap interval, relative to "
               "the value.", anchor=tid, row_ids=row_ids),
         ctx.sources(ctx.cells, tid, (table_ref, *refs)),
-    ]  # fmt: skip
+    ]

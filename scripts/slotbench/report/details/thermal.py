@@ -9,7 +9,7 @@ from slotbench.report.traps import quiet_evidence
 
 TRAP = "thermal"
 COLUMNS = ["run", "samples", "sources", "max °C", "clock MHz (min–max)",
-           "throttle/pressure events", "first event", "read errors"]  # fmt: skip
+           "throttle/pressure events", "first event", "read errors"]
 NOTE = (
     "Sampled about once a second from before each rep's warm-up to its last cell; an event is a "
     "reading with throttled set or a pressure other than nominal. The first event's time is "
@@ -28,9 +28,9 @@ def cooldown_line(cooldown: dict) -> str:
 
     if len(set(known.values())) == 1 and len(known) == len(cooldown):
         return (f"Cooldown between reps: {text(next(iter(known.values())))} (recorded in the "
-                "fingerprint).")  # fmt: skip
+                "fingerprint).")
     per_run = ", ".join(f"{text(v)} in {run}" if v is not None else f"not recorded in {run}"
-                        for run, v in sorted(cooldown.items()))  # fmt: skip
+                        for run, v in sorted(cooldown.items()))
     return f"Cooldown between reps: {per_run} (recorded in the fingerprint)."
 
 
@@ -91,7 +91,7 @@ def render(verdict: dict, ctx) -> list:
         clock = "n/a" if missing(lo) else f"{fmt_num(lo, 0)}–{fmt_num(hi, 0)}"
         table_rows.append([run, fmt_int(r["samples"]), str(r.get("sources") or "none"),
                            fmt_num(r.get("max_temp_c")), clock, fmt_int(r.get("throttle_events")),
-                           first, fmt_int(r.get("errors"))])  # fmt: skip
+                           first, fmt_int(r.get("errors"))])
         rid = prov.integrity_id(ctx.target, "thermal", run)
         row_ids.append(rid)
         refs.append(prov.Ref(
@@ -100,16 +100,16 @@ def render(verdict: dict, ctx) -> list:
             parent=tid, metric={"name": "throttle_events", "value": r.get("throttle_events"),
                                 "text": table_rows[-1][5]},
             row=dict(zip(COLUMNS, table_rows[-1])),
-        ))  # fmt: skip
+        ))
     table_ref = prov.Ref(
         tid, "table", f"Thermal state of {ctx.target} during its reps",
         prov.with_roles((ctx.cells, "source")), tid, parent=ctx.overview_id,
         metric={"name": "throttle_events", "value": ev["events"], "text": str(ev["events"])},
-    )  # fmt: skip
+    )
     blocks = [heading, cooldown, Paragraph(text, kind)]
     if ev["event_groups"]:
         blocks.append(Bullets([g["text"] for g in ev["event_groups"]]))
     blocks += [Table("Thermal samples per run", COLUMNS, table_rows, NOTE, anchor=tid,
                      row_ids=row_ids),
-               ctx.sources(ctx.cells, tid, (table_ref, *refs))]  # fmt: skip
+               ctx.sources(ctx.cells, tid, (table_ref, *refs))]
     return blocks
