@@ -28,9 +28,9 @@ def levels_text(slo: dict, open_loop: bool = False) -> str:
     if slo.get("user_tps_min") is not None:
         parts.append(f"≥ {fmt_num(slo['user_tps_min'])} tok/s each")
     if slo.get("ttft_s_max") is not None:
-        where = (("", " from the planned arrival") if open_loop
-                 else (f" {slo.get('ttft_percentile', 'p95')}", ""))
-        parts.append(f"TTFT{where[0]} ≤ {fmt_num(slo['ttft_s_max'], 2)} s{where[1]}")
+        ceiling = f"≤ {fmt_num(slo['ttft_s_max'], 2)} s"
+        parts.append(f"TTFT {ceiling} from the planned arrival" if open_loop
+                     else f"TTFT {slo.get('ttft_percentile', 'p95')} {ceiling}")
     return (" and " if open_loop else " with ").join(parts)
 
 
