@@ -3,7 +3,9 @@ pacer (benchmarks/pacer.py, a scripted server whose every write is logged), pinn
 server and the pipeline do not grade each other.
 
 - A server that scales perfectly (every stream 100 tokens/s whatever the concurrency): the
-  speedups the report gives must be the arms' concurrency, and the per-user rate must not move.
+  speedups and per-user ratios the report gives must be those the server's truth log shows
+  (within 2%), and those must be the arms' concurrency and 1 (within 10%: the pacer shares the
+  machine and writes some tokens late on a busy day).
 - 256 streams at a token every 2 ms, sent by two client processes: nothing lost or sent twice,
   every request's TTFT within 5 ms of the server's truth, a self-check verdict for every cell.
 - A client starved on purpose (CPU burnt on every chunk it reads): the self-check names it and
@@ -26,6 +28,8 @@ from e2e_helpers import REPO, copy_repo, wait_for_no_processes
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from pacer import start_subprocess  # noqa: E402
+
+pytestmark = pytest.mark.alone  # the pacer and the pipeline each take a core, and the speedups are graded
 
 NONCE = re.compile(r"Request (\S+)\.")
 TWO_CPUS = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2
@@ -74,6 +78,31 @@ def headline(work: Path) -> pd.DataFrame:
     return summary.set_index("arm")
 
 
+def truth_ratios(log: Path, work: Path) -> pd.DataFrame:
+    """The speedup and the per-user ratio the server really delivered, arm by arm, from its truth
+    log alone (the same formulas as the pipeline's: a cell's tokens over the time from its first
+    request's arrival to its last token, and the median of each request's tokens over its first
+    to last token; each rep's arm against the same rep's serial cell; the median over reps)."""
+    served = truth(log)
+    req = pd.read_parquet(work / "results/requests.parquet", columns=["rep", "arm", "nonce"])
+    rows = []
+    for rep, arm, nonce in req.itertuples(index=False):
+        t = served[str(nonce)]
+        first, last = t["t_tok"][0], t["t_tok"][-1]
+        rows.append({"rep": rep, "arm": arm, "start": t["t_arrive"], "end": last,
+                     "tokens": t["n_written"], "user": t["n_written"] / (last - first)})
+    cells = pd.DataFrame(rows).groupby(["rep", "arm"]).agg(
+        start=("start", "min"), end=("end", "max"), tokens=("tokens", "sum"),
+        user=("user", "median"))
+    cells["agg"] = cells["tokens"] / (cells["end"] - cells["start"])
+    serial = cells.xs(1, level="arm")
+    ratios = pd.DataFrame({
+        "speedup": cells["agg"] / serial["agg"].reindex(cells.index, level="rep"),
+        "user_ratio": cells["user"] / serial["user"].reindex(cells.index, level="rep"),
+    })
+    return ratios.groupby(level="arm").median()
+
+
 @pytest.mark.skipif(not TWO_CPUS, reason="the server and the pipeline each need a core")
 def test_a_server_that_scales_perfectly_measures_as_one(tmp_path):
     work = copy_repo(tmp_path / "ideal")
@@ -86,11 +115,18 @@ def test_a_server_that_scales_perfectly_measures_as_one(tmp_path):
     finally:
         pacer.terminate()
         pacer.wait(10)
-    summary = headline(work)
+    summary, true = headline(work), truth_ratios(log, work)
+    print(pd.concat([summary[["speedup", "user_ratio"]], true.add_prefix("true_")], axis=1))
     for arm in (16, 64, 256):
+        # the server scaled (near) perfectly: its own log says so; on a busy machine the pacer
+        # writes some tokens late, and then the truth, not the schedule, is what to measure
+        assert true.loc[arm, "speedup"] == pytest.approx(arm, rel=0.10), (arm, true.loc[arm])
+        assert true.loc[arm, "user_ratio"] == pytest.approx(1.0, abs=0.10), (arm, true.loc[arm])
+        # and the client measured what the server delivered
         speedup = summary.loc[arm, "speedup"]
-        assert speedup == pytest.approx(arm, rel=0.03), (arm, speedup)
-        assert summary.loc[arm, "user_ratio"] == pytest.approx(1.0, abs=0.02), arm
+        assert speedup == pytest.approx(true.loc[arm, "speedup"], rel=0.02), (arm, speedup)
+        assert summary.loc[arm, "user_ratio"] == pytest.approx(
+            true.loc[arm, "user_ratio"], abs=0.02), arm
     verdicts = {v["trap"]: v for f in (work / "results/checks").glob("*.json")
                 if f.name != "headline.json" for v in json.loads(f.read_text())}
     for trap in ("client", "client_saturation"):
