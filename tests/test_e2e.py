@@ -26,9 +26,6 @@ from e2e_helpers import (
 )
 
 pytestmark = pytest.mark.e2e
-# what a real server run does when it fails or is stopped, never a number the machine's speed
-# moves: these may run beside tests that start no real server (tests/conftest.py)
-BESIDE_OTHERS = pytest.mark.alone(False)
 
 
 @pytest.fixture(scope="module")
@@ -196,7 +193,6 @@ def _wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@BESIDE_OTHERS
 def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cache,
                                                                     smoke_template):
     """Two reps more on a finished smoke run; the server is killed while the first of them
@@ -250,7 +246,6 @@ def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cac
     assert len(list(raw_dir.glob("rep*.json"))) == 5
 
 
-@BESIDE_OTHERS
 @pytest.mark.parametrize("how", ["ctrl-c", "sigint to snakemake", "kill -9 snakemake"])
 def test_an_interrupt_stops_the_managed_server_and_keeps_what_was_measured(
     tmp_path, cache, smoke_template, how
@@ -304,7 +299,6 @@ def test_an_interrupt_stops_the_managed_server_and_keeps_what_was_measured(
     assert wait_for_no_processes(str(work)) == []  # nor the server's supervisor
 
 
-@BESIDE_OTHERS
 def test_a_disk_that_fills_mid_rep_keeps_the_rep_and_stops_the_server(tmp_path, cache,
                                                                         smoke_template):
     """On the real server: the raw directory's disk fills while a fourth rep measures. The rep

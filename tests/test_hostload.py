@@ -18,8 +18,6 @@ from slotbench import hostload
 from slotbench.checks import host
 from slotbench.hostload import LinuxHostLoad, PsHostLoad
 
-pytestmark = pytest.mark.alone  # it measures the machine's load
-
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 # pid: (name, parent)
 TREE = {1: ("init", 0), 100: ("snakemake", 1), 200: ("python", 100), 300: ("llama-server", 200),

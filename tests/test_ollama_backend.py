@@ -20,8 +20,6 @@ from slotbench.ollama_server import NOT_INSTALLED, ManagedOllama, managed_env
 from slotbench.server import ServerError
 from slotbench.runserver import managed_class
 
-pytestmark = pytest.mark.alone  # durations are graded against the double's pacing
-
 MODEL = "gemma3:270m"
 FAST = {"token_s": 0.004, "prompt_token_s": 0.0002, "load_s": 0.01}
 # slot tests need a service time well above thread start-up jitter

@@ -61,8 +61,6 @@ from slotbench.plan import arrival_offsets, make_rep_plan, run_plan
 sys.path.insert(0, str(REPO / "benchmarks"))
 from pacer import start_subprocess  # noqa: E402
 
-pytestmark = pytest.mark.alone  # send times are graded against the schedule, and other load counts as a shared machine
-
 FORMATS = {  # name -> target fields (benchmarks/fidelity.py's)
     "llamacpp": {"backend": "llamacpp"},
     "ollama": {"backend": "ollama"},

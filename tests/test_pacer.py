@@ -23,8 +23,6 @@ from pacer import PacerConfig, PacerThread, build  # noqa: E402
 
 from slotbench.backends import make_backend  # noqa: E402
 
-pytestmark = pytest.mark.alone  # the pacer's own timing is what these tests grade
-
 FORMATS = {
     "llamacpp": {"backend": "llamacpp"},
     "ollama": {"backend": "ollama"},

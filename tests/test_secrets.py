@@ -18,8 +18,7 @@ import yaml
 from e2e_helpers import copy_repo, snakemake
 from slotbench.server import ManagedServer
 
-# a key used and kept, never a number the machine's speed moves: beside other tests (conftest)
-pytestmark = [pytest.mark.e2e, pytest.mark.alone(False)]
+pytestmark = pytest.mark.e2e
 
 SERVER = {"parallel": 4, "ctx_size": 4096, "threads": 2, "startup_timeout_s": 120}
 KEY_VAR = "SLOTBENCH_TEST_KEY"

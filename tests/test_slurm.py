@@ -24,9 +24,6 @@ from e2e_helpers import REPO, SMOKE, copy_repo, file_states, jobs_run, llama_ser
 
 pytestmark = [
     pytest.mark.e2e,
-    # scheduling, overlap and cleanup, never a number the machine's speed moves, and most of its
-    # time is waiting on SLURM's status checks: beside other tests (tests/conftest.py)
-    pytest.mark.alone(False),
     # slurmd starts jobs as their users and munged runs as munge: the cluster needs root (CI
     # runs as root; elsewhere this shows as skipped, never as passed)
     pytest.mark.skipif(os.geteuid() != 0, reason="a private SLURM cluster needs root"),

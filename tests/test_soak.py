@@ -14,12 +14,9 @@ import subprocess
 import sys
 
 import pandas as pd
-import pytest
 
 from e2e_helpers import copy_repo, wait_for_no_processes
 from fault_server import FaultServer
-
-pytestmark = pytest.mark.alone  # 256 streams with request deadlines
 
 ARM, REPS, TOKENS = 256, 2, 8
 CONFIG = f"""\
