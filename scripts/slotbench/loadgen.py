@@ -19,6 +19,8 @@ import asyncio
 import gc
 import os
 import time
+from contextlib import contextmanager
+from typing import Iterator
 
 from .backends import Backend, BackendError
 from .backends.transport import loop_name
@@ -67,6 +69,86 @@ def _starve_hook() -> None:
     transport._Connection._starved = True
 
 
+class _Sender:
+    """One cell's requests from this process, prepared: sent closed-loop (a fixed number of
+    streams, each sending its next request when its last is done) or open (each request at its
+    planned moment), and stopped at the first failure."""
+
+    def __init__(self, backend: Backend, client, prepared: list):
+        self.backend, self.client, self.prepared = backend, client, prepared
+        self.results: list = [None] * len(prepared)
+        self.next = 0
+        self.failed: tuple[int, BackendError] | None = None
+
+    def load(self, t0: float, streams: int, arrivals: list[float] | None,
+             max_in_flight: int | None) -> list:
+        """The coroutines of the cell's load, starting at ``t0``."""
+        if arrivals is None:
+            return [self.stream() for _ in range(max(1, min(streams, len(self.prepared))))]
+        cap = asyncio.Semaphore(max_in_flight) if max_in_flight else None
+        return [self.arrive(i, t0 + offset, cap) for i, offset in enumerate(arrivals)]
+
+    async def one(self, i: int, cap: asyncio.Semaphore | None = None) -> bool:
+        """Send request i (within ``cap`` if given); False once the cell has failed."""
+        try:
+            if cap is None:
+                self.results[i] = await self.backend.send(self.client, self.prepared[i],
+                                                          finish=False)
+            else:
+                async with cap:
+                    self.results[i] = await self.backend.send(self.client, self.prepared[i],
+                                                              finish=False)
+        except BackendError as exc:
+            if self.failed is None:
+                self.failed = (i, exc)
+                self.client.abort()
+            return False
+        return True
+
+    async def stream(self) -> None:
+        while self.failed is None and self.next < len(self.prepared):
+            i = self.next
+            self.next += 1
+            if not await self.one(i):
+                return
+
+    async def arrive(self, i: int, at: float, cap: asyncio.Semaphore | None) -> None:
+        # the loop's timers have millisecond resolution and may fire up to 1 ms early: sleep
+        # until close, then yield turn by turn (other streams are read meanwhile) to the moment
+        while (delay := at - time.monotonic()) > 0:
+            await asyncio.sleep(delay - EARLY_WAKE_S if delay > 2 * EARLY_WAKE_S else 0)
+        ready = time.monotonic()  # the moment the client got round to it: launch skew
+        if self.failed is None and await self.one(i, cap):
+            self.results[i].t_planned, self.results[i].t_ready = at, ready
+
+    def finish(self) -> list:
+        """The records, parsed; CellFailed names the first request that failed."""
+        if self.failed is not None:
+            raise CellFailed(*self.failed)
+        for i, rec in enumerate(self.results):
+            try:
+                self.backend.finish(rec)
+            except BackendError as exc:
+                raise CellFailed(i, exc) from None
+        return self.results
+
+
+@contextmanager
+def _collector_paused(measure: bool) -> Iterator[None]:
+    """The garbage collector frozen and off for a measured cell."""
+    if not measure:
+        yield
+        return
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.unfreeze()
+
+
 async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
                    num_predict: int, temperature: float, start_at: float | None = None,
                    measure: bool = True, arrivals: list[float] | None = None,
@@ -85,76 +167,22 @@ async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
     when the client got round to it (its launch skew is t_ready - t_planned); a request held
     by the cap waits after that, until its t_sent."""
     _starve_hook()
-    prepared = [backend.prepare(r["prompt"], num_predict, temperature, r["seed"],
-                                bool(r.get("allow_cache"))) for r in requests]
-    results: list = [None] * len(requests)
-    state = {"next": 0, "failed": None}
-
-    async def one(i: int, cap: asyncio.Semaphore | None = None) -> bool:
-        """Send request i (within ``cap`` if given); False once the cell has failed."""
-        try:
-            if cap is None:
-                results[i] = await backend.send(client, prepared[i], finish=False)
-            else:
-                async with cap:
-                    results[i] = await backend.send(client, prepared[i], finish=False)
-        except BackendError as exc:
-            if state["failed"] is None:
-                state["failed"] = (i, exc)
-                client.abort()
-            return False
-        return True
-
-    async def stream() -> None:
-        while state["failed"] is None and state["next"] < len(prepared):
-            i = state["next"]
-            state["next"] += 1
-            if not await one(i):
-                return
-
-    async def arrive(i: int, at: float, cap: asyncio.Semaphore | None) -> None:
-        # the loop's timers have millisecond resolution and may fire up to 1 ms early: sleep
-        # until close, then yield turn by turn (other streams are read meanwhile) to the moment
-        while (delay := at - time.monotonic()) > 0:
-            await asyncio.sleep(delay - EARLY_WAKE_S if delay > 2 * EARLY_WAKE_S else 0)
-        ready = time.monotonic()  # the moment the client got round to it: launch skew
-        if state["failed"] is None and await one(i, cap):
-            results[i].t_planned, results[i].t_ready = at, ready
-
-    def load(t0: float):
-        if arrivals is None:
-            return [stream() for _ in range(max(1, min(streams, len(prepared))))]
-        cap = asyncio.Semaphore(max_in_flight) if max_in_flight else None
-        return [arrive(i, t0 + offset, cap) for i, offset in enumerate(arrivals)]
-
+    sender = _Sender(backend, client, [
+        backend.prepare(r["prompt"], num_predict, temperature, r["seed"],
+                        bool(r.get("allow_cache"))) for r in requests])
     lags: list[float] = []
     stop = asyncio.Event()
-    if measure:
-        gc.collect()
-        gc.freeze()
-        gc.disable()
-    try:
+    with _collector_paused(measure):
         if start_at is not None:
             await asyncio.sleep(max(0.0, start_at - time.monotonic()))
         probe = asyncio.ensure_future(_lag_probe(lags, stop)) if measure else None
         t0, cpu0 = time.monotonic(), time.thread_time()
-        await asyncio.gather(*load(t0))
+        await asyncio.gather(*sender.load(t0, streams, arrivals, max_in_flight))
         cpu, t1 = time.thread_time() - cpu0, time.monotonic()
         stop.set()
         if probe is not None:
             await probe
-    finally:
-        if measure:
-            gc.enable()
-            gc.unfreeze()
-    if state["failed"] is not None:
-        i, exc = state["failed"]
-        raise CellFailed(i, exc)
-    for i, rec in enumerate(results):
-        try:
-            backend.finish(rec)
-        except BackendError as exc:
-            raise CellFailed(i, exc) from None
+    results = sender.finish()
     lags.sort()
     wall = t1 - t0
     stats = {
