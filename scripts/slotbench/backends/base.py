@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field, fields
 from urllib.parse import urlsplit
 
-from .transport import Answer, LoopThread, StreamError, lines
+from .transport import Answer, LoopThread, StreamError, lines, make_session
 
 
 _RUNNER_LOCK = threading.Lock()
@@ -81,6 +81,7 @@ class Backend:
         self.timeout_s = timeout_s
         self.aborted = False
         self._runner: LoopThread | None = None
+        self.session = make_session()  # the control plane (model facts, tokenizer, load)
         # benchmarks/fidelity.py: keep each line's arrival time (never set by the pipeline)
         self.keep_arrivals = bool(self.target.get("keep_arrivals"))
 

@@ -13,7 +13,7 @@ import json
 import requests
 
 from .base import Backend, BackendError, RequestRecord, error_message, finite
-from .transport import lines, make_session
+from .transport import lines
 
 # stop_type → the done_reason vocabulary shared with Ollama and OpenAI ("stop" or "length").
 DONE_REASON = {"eos": "stop", "word": "stop", "limit": "length"}
@@ -44,7 +44,6 @@ class LlamaCppBackend(Backend):
 
     def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
         super().__init__(base_url, target, timeout_s)
-        self.session = make_session()
         # pin every output to num_predict tokens (llama-server biases the EOG tokens to -inf)
         self.ignore_eos = bool(self.target.get("ignore_eos", False))
 

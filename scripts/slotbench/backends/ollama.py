@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import requests
 
 from .base import Backend, BackendError, RequestRecord, finite
-from .transport import lines, make_session
+from .transport import lines
 
 # final-chunk field → name in RequestRecord.server (durations keep Ollama's nanoseconds)
 FINAL_FIELDS = {
@@ -61,7 +61,6 @@ class OllamaBackend(Backend):
 
     def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
         super().__init__(base_url, target, timeout_s)
-        self.session = make_session()
         self.num_ctx = self.target.get("num_ctx")
         self.keep_alive = self.target.get("keep_alive")
 

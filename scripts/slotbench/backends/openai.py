@@ -30,7 +30,7 @@ import requests
 import requests.auth
 
 from .base import Backend, BackendError, RequestRecord, error_message, finite
-from .transport import lines, make_session
+from .transport import lines
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 TIMING_FIELDS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n")
@@ -128,7 +128,6 @@ class OpenAIBackend(Backend):
         self.ignore_eos = bool(self.target.get("ignore_eos", False))
         self.api_key_env = self.target.get("api_key_env")
         self._key = _read_key(self.api_key_env)
-        self.session = make_session()
         self._llama_server: bool | None = None  # learnt from the first response's headers
         self._probe_lock = threading.Lock()
 
