@@ -7,7 +7,7 @@ import pytest
 
 from slotbench.backends import Backend, BackendError, RequestRecord
 from slotbench.consolidate import consolidate
-from slotbench.execute import RepError, run_rep
+from slotbench.execute import RepError, run_rep, warm_up_requests
 from slotbench.plan import make_rep_plan, run_plan
 from slotbench.rawfiles import write_json_atomic
 
@@ -52,13 +52,23 @@ class CountingBackend(Backend):
 
 
 class FakeConnection:
-    def __init__(self, backend):
+    """A Connection's face: ``reps_before`` as the run's server would say it."""
+
+    def __init__(self, backend, reps_before: int = 0):
         self.backend = backend
         self.server = None
         self.target = {"name": "t", "backend": "fake", "managed": False}
+        self._reps_before = reps_before
+        self.reps_measured = 0
 
     def describe(self):
         return {"backend": "fake", "managed": False}
+
+    def reps_before(self):
+        return self._reps_before
+
+    def rep_measured(self):
+        self.reps_measured += 1
 
 
 def plan():
@@ -113,3 +123,35 @@ def test_a_failing_warm_up_is_named_too():
     p = plan()
     with pytest.raises(RepError, match="rep 1, warm-up, request"):
         run_rep(FakeConnection(CountingBackend(fail_on=1)), p, p["reps"][0], SETTINGS, {})
+
+
+def test_a_server_that_measured_a_rep_is_warmed_up_with_one_request_per_client_process():
+    p = plan()
+    rep = p["reps"][0]
+    fresh, reused = FakeConnection(CountingBackend()), FakeConnection(CountingBackend(), 3)
+    first = run_rep(fresh, p, rep, SETTINGS, {})
+    later = run_rep(reused, p, rep, SETTINGS, {})
+    measured = 3 * 4
+    assert len(rep["warmup"]) == 4  # one request per stream of the widest arm
+    assert fresh.backend.calls == measured + 4 and reused.backend.calls == measured + 1
+    assert {k: first["warmup"][k] for k in ("requests", "server_reps_before")} == {
+        "requests": 4, "server_reps_before": 0}
+    assert {k: later["warmup"][k] for k in ("requests", "server_reps_before")} == {
+        "requests": 1, "server_reps_before": 3}
+    assert fresh.reps_measured == reused.reps_measured == 1
+    # a failed rep tells the server nothing
+    failing = FakeConnection(CountingBackend(fail_on=3), 1)
+    with pytest.raises(RepError):
+        run_rep(failing, p, rep, SETTINGS, {})
+    assert failing.reps_measured == 0
+
+
+def test_the_lighter_warm_up_keeps_one_request_for_each_client_process():
+    p = plan()
+    rep = make_rep_plan(p, 1, client_processes=2)
+    assert len(rep["warmup_shares"]) == 2
+    warm, shares = warm_up_requests(rep, 1)
+    assert [s["process"] for s in shares] == [0, 1] and all(s["streams"] == 1 for s in shares)
+    assert [w["request"] for w in warm] == sorted(i for s in shares for i in s["requests"])
+    assert len(warm) == 2 and all(w in rep["warmup"] for w in warm)
+    assert warm_up_requests(rep, 0) == (rep["warmup"], rep["warmup_shares"])

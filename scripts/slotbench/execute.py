@@ -80,22 +80,43 @@ def _failure(ctx: dict, arm, position, request, exc: BaseException, conn: Connec
     return RepError(msg)
 
 
+def warm_up_requests(rep_entry: dict, reps_before: int) -> tuple[list[dict], list[dict] | None]:
+    """The rep's warm-up requests and their split over client processes.
+
+    On a server that has not measured a rep yet: the plan's, one request per stream of the
+    widest arm, so the model is loaded, every slot has generated and every connection is open.
+    On the run's server after it measured a rep (it is loaded and every slot has generated):
+    one request per client process, each of which is new and opens its connection with it."""
+    warm, shares = rep_entry["warmup"], rep_entry.get("warmup_shares")
+    if not reps_before or not warm:
+        return warm, shares
+    shares = shares or split_streams(len(warm), [w["request"] for w in warm], 1)
+    light = [s | {"streams": 1, "requests": s["requests"][:1]} for s in shares]
+    kept = {i for s in light for i in s["requests"]}
+    return [w for w in warm if w["request"] in kept], light
+
+
 def _warm_up(conn: Connection, clients: Clients, rep_entry: dict, settings: dict, ctx: dict,
-             label: str, log) -> None:
-    """Load the model, then short generations on every slot, from every client process (each
-    opens its connections); nothing here is measured."""
+             label: str, log) -> dict:
+    """Load the model, then short generations (warm_up_requests), from every client process;
+    nothing here is measured. Returns what the raw file records of it."""
     t0 = time.monotonic()
-    warm = rep_entry["warmup"]
+    reps_before = conn.reps_before()
+    warm, shares = warm_up_requests(rep_entry, reps_before)
     try:
         conn.backend.load()
     except Exception as exc:  # noqa: BLE001 - any failure here fails the rep, named
         raise _failure(ctx, None, None, None, exc, conn) from exc
     try:
-        _send_all(clients, warm, rep_entry.get("warmup_shares"), len(warm),
-                  settings["warmup_predict"], settings["temperature"], measure=False)
+        _send_all(clients, warm, shares, len(warm), settings["warmup_predict"],
+                  settings["temperature"], measure=False)
     except CellFailed as failed:
         raise _failure(ctx, None, None, failed.index, failed.error, conn) from None
-    print(f"[{label}] warm-up: {len(warm)} requests in {time.monotonic() - t0:.1f} s", file=log)
+    took = time.monotonic() - t0
+    print(f"[{label}] warm-up: {len(warm)} requests in {took:.1f} s"
+          + (f" (the run's server measured {reps_before} reps before)" if reps_before else ""),
+          file=log)
+    return {"requests": len(warm), "server_reps_before": reps_before, "seconds": took}
 
 
 def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict,
@@ -162,12 +183,13 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
     except Exception as exc:  # noqa: BLE001 - a client process that cannot start fails the rep
         raise _failure(ctx, None, None, None, exc, conn) from exc
     with sampler, host_sampler, clients:
-        _warm_up(conn, clients, rep_entry, settings, ctx, label, log)
+        warmup = _warm_up(conn, clients, rep_entry, settings, ctx, label, log)
         origin = time.monotonic()
         origin_unix = time.time()
         cells = [_measure_cell(conn, clients, cell, settings, origin, ctx, label, log)
                  for cell in rep_entry["cells"]]
         loop = cells[0]["client"]["processes"][0].get("loop") if cells else None
+    conn.rep_measured()
     return {
         "schema": RAW_SCHEMA,
         "target": ctx["target"],
@@ -178,6 +200,7 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
         "origin_unix": origin_unix,
         "finished_unix": time.time(),
         "cooldown_s": cooldown_s,
+        "warmup": warmup,
         "settings": settings,
         "code": code,
         "server": conn.describe(),

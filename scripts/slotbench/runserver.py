@@ -112,6 +112,8 @@ class RunServer:
         model = state.get("model_path")
         self.model_path = Path(model) if model else None
         self.model_sha256 = state.get("model_sha256")
+        self.reps_before = state.get("reps", 0)  # reps this server measured before this job
+        self.measured_rep = False  # set when this job's rep has measured its last cell
 
     def alive(self) -> bool:
         return alive(self.pid)
@@ -131,6 +133,7 @@ class RunServer:
             "pid": self.pid,
             "started_unix": self.state["started_unix"],
             "jobs_before": self.state["served"],
+            "reps_before": self.reps_before,
         }
 
 
@@ -160,7 +163,8 @@ def run_server(target: dict, run: str, job_log: str | Path, owner_pid: int) -> I
         finally:
             _copy_log(server, offset, Path(job_log))
             if ok and alive(state["supervisor"]):
-                _write(path, state | {"served": state["served"] + 1, "holder": None})
+                _write(path, state | {"served": state["served"] + 1, "holder": None,
+                                      "reps": server.reps_before + server.measured_rep})
             else:
                 stop(path)
 

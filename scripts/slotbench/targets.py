@@ -32,6 +32,15 @@ class Connection:
             info["url"] = self.target["url"]
         return info | self.backend.describe()
 
+    def reps_before(self) -> int:
+        """Reps the run's server measured before this job (0: a server of its own, or external)."""
+        return getattr(self.server, "reps_before", 0)
+
+    def rep_measured(self) -> None:
+        """Tell the run's server a rep measured on it (the next rep's warm-up is lighter)."""
+        if isinstance(self.server, RunServer):
+            self.server.measured_rep = True
+
 
 class ConnectError(RuntimeError):
     """The target cannot be reached as configured."""
