@@ -34,7 +34,7 @@ class Connection:
 
     def reps_before(self) -> int:
         """Reps the run's server measured before this job (0: a server of its own, or external)."""
-        return getattr(self.server, "reps_before", 0)
+        return self.server.reps_before if isinstance(self.server, RunServer) else 0
 
     def rep_measured(self) -> None:
         """Tell the run's server a rep measured on it (the next rep's warm-up is lighter)."""
