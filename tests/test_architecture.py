@@ -24,7 +24,7 @@ PACKAGE = SCRIPTS / "slotbench"
 LAYERS = [
     ("vocabulary", {"slotbench", "slotbench.cells", "slotbench.fmt", "slotbench.entry",
                     "slotbench.code"}),
-    ("measurement", {"slotbench.config", "slotbench.plan", "slotbench.execute",
+    ("measurement", {"slotbench.config", "slotbench.configfile", "slotbench.plan", "slotbench.execute",
                      "slotbench.backends", "slotbench.server", "slotbench.ollama_server",
                      "slotbench.targets", "slotbench.thermal", "slotbench.rawfiles",
                      "slotbench.fingerprint", "slotbench.sampler", "slotbench.hostload",

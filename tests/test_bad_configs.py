@@ -3,12 +3,12 @@
 Each case is an override file a user could write. Every case must fail with one line that
 names the key (or the file and line) and says what is allowed, and no traceback.
 
-Every case goes through the code the command runs, in this process: the launcher's check of the
-file (slotbench.config.configfile_problem), then the config Snakemake would hand the workflow
+Every case goes through the code the command runs, in this process: the workflow profile's check
+of the file (slotbench.configfile.configfile_problem), then the config Snakemake would hand the workflow
 (config/config.yaml updated with the file by Snakemake's own loader and update_config) through
 slotbench.config.resolve, its message printed as rules/common.smk prints it. A handful, one of
 each kind of mistake (THROUGH_SNAKEMAKE), also go to the real command
-(``.venv/bin/snakemake --cores 1 --configfile bad.yaml``, the launcher setup.sh writes) in their
+(``.venv/bin/snakemake --cores 1 --configfile bad.yaml``, Snakemake's own entry point) in their
 own copy of the repository, with their own scripted llama-server as the target: there not one
 request may reach the server and nothing may be written. Each case is its own test.
 """
@@ -29,7 +29,7 @@ import yaml
 from e2e_helpers import REPO, copy_repo
 from fault_server import FaultServer
 
-SNAKEMAKE = Path(sys.executable).parent / "snakemake"  # setup.sh's launcher
+SNAKEMAKE = Path(sys.executable).parent / "snakemake"  # Snakemake's own entry point
 NAN, INF = float("nan"), float("inf")
 # one problem: on the Error line itself; several: one line each, under it
 KEY = r"^(Error: invalid configuration \(nothing was sent to any server\): |  - )config key "
@@ -285,6 +285,7 @@ def _in_process(root: Path, name: str) -> dict:
     from snakemake.utils import update_config
 
     from slotbench import config as sbconfig
+    from slotbench.configfile import configfile_problem
 
     override, _ = CASES[name]
     path = root / (re.sub(r"\W+", "_", name) + ".yaml")
@@ -293,8 +294,8 @@ def _in_process(root: Path, name: str) -> dict:
                                        sort_keys=False))
     elif override is not None:
         path.write_text(override)
-    problem = sbconfig.configfile_problem(str(path))
-    if problem:  # the launcher: one line, and Snakemake never starts (the file named as given)
+    problem = configfile_problem(str(path))
+    if problem:  # the profile's check: one line, Snakemake reads no config (the file as given)
         problem = problem.replace(str(path), "bad.yaml")
         return {"returncode": 1, "output": f"Error: {problem}; nothing was run.\n",
                 "requests": 0, "results": []}

@@ -138,7 +138,7 @@ def test_canonical_config_ignores_key_order():
 
 
 def test_configfile_args_are_found_in_every_spelling():
-    from slotbench.config import configfile_args
+    from slotbench.configfile import configfile_args
 
     argv = ["--cores", "1", "--configfile", "a.yaml", "b.yaml", "-n", "--configfiles=c.yaml",
             "--configfile", "d.yaml", "all"]
@@ -149,7 +149,7 @@ def test_configfile_args_are_found_in_every_spelling():
 
 
 def test_a_configfile_that_cannot_be_a_config_is_named_with_its_line(tmp_path):
-    from slotbench.config import configfile_problem
+    from slotbench.configfile import configfile_problem
 
     good = tmp_path / "good.yaml"
     good.write_text("reps: 3\n")

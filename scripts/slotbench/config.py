@@ -219,45 +219,6 @@ def _invalid(problems: list[str]) -> str:
     return head + "".join(f"\n  - {p}" for p in problems)
 
 
-def configfile_args(argv: list[str]) -> list[str]:
-    """The files a Snakemake command line names with --configfile (or --configfiles)."""
-    files, taking = [], False
-    for arg in argv:
-        if arg.startswith("-"):
-            name, eq, value = arg.partition("=")
-            taking = name in ("--configfile", "--configfiles")
-            if taking and eq:
-                files.append(value)
-                taking = False
-        elif taking:
-            files.append(arg)
-    return files
-
-
-def configfile_problem(path: str) -> str | None:
-    """Why a --configfile cannot be read as a config (missing, unreadable, not YAML, not a
-    mapping), naming the file and, for a YAML error, its line and column; None if it can."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return f"config file {path} does not exist"
-    except (OSError, UnicodeDecodeError) as exc:
-        return f"config file {path} cannot be read: {getattr(exc, 'strerror', None) or exc}"
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-        where = f", line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        what = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return f"config file {path}{where}: not valid YAML ({what})"
-    if data is None:
-        return f"config file {path} is empty; give keys such as `targets:` or `reps:`, or drop it"
-    if not isinstance(data, dict):
-        return (f"config file {path} must hold keys (such as `targets:`), not a "
-                f"{type(data).__name__}")
-    return None
-
-
 def resolve(config: dict, schema: dict | None = None) -> dict:
     """Fill defaults, validate, and apply the rules a schema cannot express.
 
