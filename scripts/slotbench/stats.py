@@ -2,7 +2,9 @@
 
 In the spirit of pytest-benchmark's ``stats.py`` and pyperf's helpers: the analysis, the checks
 and the figures call these and never re-derive a median, a mode or an interval of their own, so
-a number means the same thing wherever it appears.
+a number means the same thing wherever it appears. No scipy: its exact permutation test gives the
+same rank-sum p-values, its exact Mann-Whitney ignores ties, and its bootstrap would move every
+interval already reported (benchmarks/RESULTS.md, section 7).
 """
 
 from __future__ import annotations
