@@ -2,7 +2,7 @@
 
 Why: on a server that gives every stream the same rate whatever the concurrency, the true
 speedup at N streams is N and the per-user rate does not move. A client that cannot keep up
-reports less (issue: 35.3x at 64 and 45.2x at 256 streams with the threaded client). This runs
+reports less (35.3x at 64 and 45.2x at 256 streams with the old threaded client). This runs
 ``snakemake`` on a fresh copy of the checkout against benchmarks/pacer.py (pinned to one CPU,
 the pipeline to the other, so neither grades the other) and prints, per arm, the speedup and
 per-user change the report gives, their error against the truth, the client self-check and

@@ -243,6 +243,17 @@ def error_message(body) -> str:
     return str(err.get("message", err)) if isinstance(err, dict) else str(err)
 
 
+def error_text(resp) -> str:
+    """The message in an error answer's body (requests.Response or transport.Answer): the JSON
+    body's message (:func:`error_message`), else the body's first 300 characters, else the
+    reason phrase."""
+    try:
+        body = resp.json()
+    except ValueError:
+        return (resp.text or "").strip()[:300] or resp.reason or ""
+    return error_message(body)[:300]
+
+
 def finite(value, field_name: str, rec: RequestRecord):
     """A server's number as sent, or None when it is not a finite number (NaN, infinity, text),
     noted in rec.server["invalid"] so the cross-check names it and raw files stay valid JSON."""

@@ -12,21 +12,12 @@ import json
 
 import requests
 
-from .base import Backend, BackendError, RequestRecord, error_message, finite
+from .base import Backend, BackendError, RequestRecord, error_message, error_text, finite
 from .transport import lines
 
 # stop_type → the done_reason vocabulary shared with Ollama and OpenAI ("stop" or "length").
 DONE_REASON = {"eos": "stop", "word": "stop", "limit": "length"}
 TIMINGS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
-
-
-def _error_text(resp) -> str:
-    """The message in an error answer's body (requests.Response or transport.Answer)."""
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text[:300] or resp.reason
-    return error_message(body)
 
 
 def _event_error(payload: bytes) -> str:
@@ -53,7 +44,7 @@ class LlamaCppBackend(Backend):
         except requests.RequestException as exc:
             raise BackendError(f"GET {path} failed: {exc}") from exc
         if resp.status_code != 200:
-            raise BackendError(f"GET {path}: HTTP {resp.status_code}: {_error_text(resp)}")
+            raise BackendError(f"GET {path}: HTTP {resp.status_code}: {error_text(resp)}")
         try:
             return resp.json()
         except ValueError:
@@ -70,7 +61,7 @@ class LlamaCppBackend(Backend):
         except requests.RequestException as exc:
             raise BackendError(f"POST /tokenize failed: {exc}") from exc
         if resp.status_code != 200:
-            raise BackendError(f"POST /tokenize: HTTP {resp.status_code}: {_error_text(resp)}")
+            raise BackendError(f"POST /tokenize: HTTP {resp.status_code}: {error_text(resp)}")
         try:
             return len(resp.json()["tokens"])
         except (ValueError, KeyError, TypeError):
@@ -126,7 +117,7 @@ class LlamaCppBackend(Backend):
         return BackendError(f"POST /completion: cannot reach {self.base_url}: {exc}")
 
     def http_error(self, answer) -> BackendError:
-        return BackendError(f"POST /completion: HTTP {answer.status_code}: {_error_text(answer)}")
+        return BackendError(f"POST /completion: HTTP {answer.status_code}: {error_text(answer)}")
 
     def parse(self, answer, rec: RequestRecord) -> None:
         final = self._read_stream(answer, rec)

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from .base import Backend, BackendError, RequestRecord, finite
+from .base import Backend, BackendError, RequestRecord, error_text, finite
 from .transport import lines
 
 # final-chunk field → name in RequestRecord.server (durations keep Ollama's nanoseconds)
@@ -32,17 +32,6 @@ FINAL_FIELDS = {
 }
 PS_FIELDS = ("name", "model", "size", "size_vram", "context_length", "expires_at")
 TAG_FIELDS = ("name", "digest", "size", "modified_at")
-
-
-def _error_text(resp) -> str:
-    """The message in an error answer's body (requests.Response or transport.Answer)."""
-    try:
-        body = resp.json()
-    except ValueError:
-        return resp.text[:300].strip() or resp.reason
-    if isinstance(body, dict) and "error" in body:
-        return str(body["error"])
-    return str(body)[:300]
 
 
 def _drop_none(d: dict) -> dict:
@@ -77,7 +66,7 @@ class OllamaBackend(Backend):
         return BackendError(f"{what}: cannot reach Ollama at {self.base_url}; {hint} ({exc})")
 
     def _http_error(self, what: str, resp) -> BackendError:
-        text = _error_text(resp)
+        text = error_text(resp)
         if resp.status_code == 404 and "model" in text.lower() and "not found" in text:
             store = (
                 " (the managed server reads your default model store: OLLAMA_MODELS, "

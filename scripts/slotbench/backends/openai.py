@@ -29,7 +29,7 @@ import threading
 import requests
 import requests.auth
 
-from .base import Backend, BackendError, RequestRecord, error_message, finite
+from .base import Backend, BackendError, RequestRecord, error_message, error_text, finite
 from .transport import lines
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -92,15 +92,6 @@ def _read_key(env_name: str | None) -> _Secret | None:
     return _Secret(value.strip(), env_name)
 
 
-def _server_message(resp) -> str:
-    """The error message a server put in its body (OpenAI, vLLM and llama.cpp shapes)."""
-    try:
-        body = resp.json()
-    except ValueError:
-        return (resp.text or resp.reason or "").strip()[:300]
-    return error_message(body)[:300]
-
-
 def _content(choice: dict) -> str:
     """Generated text in one streamed choice: completions' ``text`` or chat's ``delta``."""
     if "text" in choice:
@@ -149,7 +140,7 @@ class OpenAIBackend(Backend):
         return BackendError(self._scrub(message))
 
     def _http_error(self, method: str, path: str, resp) -> BackendError:
-        code, said = resp.status_code, _server_message(resp)
+        code, said = resp.status_code, error_text(resp)
         if code in (401, 403):
             if self._key:
                 hint = f"check the variable named in api_key_env ({self.api_key_env})"

@@ -70,11 +70,12 @@ def incomplete_rotation(cells: pd.DataFrame) -> list[str]:
 
 
 def reps_to_resolve(n_reps: int, effect: float, lo: float, hi: float, threshold: float) -> int:
-    """Reps for the interval to leave the threshold, if it narrows as 1/sqrt(reps)."""
+    """Reps for the interval to leave the threshold, if it narrows as 1/sqrt(reps)
+    (:func:`slotbench.stats.reps_needed`, its half-width against the distance to the threshold)."""
     distance = abs(effect - threshold)
     if not distance:
         return MAX_REPS_QUOTED
-    return min(MAX_REPS_QUOTED, math.ceil(n_reps * ((hi - lo) / 2 / distance) ** 2))
+    return int(min(MAX_REPS_QUOTED, stats.reps_needed(n_reps, (hi - lo) / 2, distance, 1)))
 
 
 def judge(target: str, cells: pd.DataFrame, threshold: float, settings: dict) -> Verdict:
