@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import sysconfig
-from importlib.metadata import distribution, requires
+from importlib.metadata import distributions
 from pathlib import Path
 
 from e2e_helpers import REPO
@@ -29,11 +29,14 @@ def plain_env() -> dict[str, str]:
 
 
 def test_slotbench_is_installed_editable_from_this_checkout_with_its_pinned_dependencies():
-    dist = distribution("slotbench")
-    direct = json.loads(dist.read_text("direct_url.json"))
+    # the venv's record of the install (pytest's pythonpath also shows the build's egg-info)
+    site = sysconfig.get_path("purelib")
+    found = list(distributions(name="slotbench", path=[site]))
+    assert len(found) == 1, f"slotbench is not installed in {site}: run bash setup.sh"
+    direct = json.loads(found[0].read_text("direct_url.json"))
     assert direct["dir_info"].get("editable") is True
     assert Path(direct["url"].removeprefix("file://")).resolve() == REPO
-    assert sorted(requires("slotbench")) == sorted(requirement_lines())
+    assert sorted(found[0].requires) == sorted(requirement_lines())
     assert all("==" in line for line in requirement_lines())
 
 
