@@ -28,7 +28,7 @@ Joined by request id (the prompt starts "Request 000123"), per level and format:
 
     python benchmarks/fidelity.py             # levels 1 4 16 64 256, all formats
     python benchmarks/fidelity.py --quick     # levels 1 and 4
-    python benchmarks/fidelity.py --scripts /work/main/scripts   # another copy's backends
+    python benchmarks/fidelity.py --scripts ../other-checkout/scripts   # another copy's backends
 """
 
 from __future__ import annotations
