@@ -1,5 +1,7 @@
 """Code comes from the checkout being run: a second checkout sharing this venv runs its own
-package, and its fingerprint and raw files record its own commit and dirty state."""
+package in its rules, and its fingerprint and raw files record its own commit and dirty state.
+(`python -m slotbench` is the checkout the venv was set up from, `pip install -e .`: the
+workflow, not the venv, decides which code a rule runs.)"""
 
 from __future__ import annotations
 
@@ -44,9 +46,10 @@ def test_a_second_checkout_runs_and_records_its_own_code(tmp_path):
     assert head != git(REPO, "rev-parse", "HEAD")
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # outside the workflow, the venv's package is the one it was installed from
     found = subprocess.run([sys.executable, "-c", "import slotbench; print(slotbench.__file__)"],
                            cwd=other, capture_output=True, text=True, env=env, check=True)
-    assert Path(found.stdout.strip()) == other / "scripts/slotbench/__init__.py"
+    assert Path(found.stdout.strip()).resolve() == REPO / "scripts/slotbench/__init__.py"
 
     with FaultServer() as server:
         (other / "fault.yaml").write_text(CONFIG.format(url=server.url))

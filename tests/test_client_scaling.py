@@ -197,11 +197,12 @@ def test_256_streams_from_two_client_processes_lose_nothing_and_stamp_ttft_truly
             assert [p["process"] for p in cell["client"]["processes"]] == (
                 [0, 1] if cell["arm"] == 256 else [0])
     # three busy processes (the pacer, two clients) share two cores: the scheduler may pause a
-    # client for a slice while a token waits, so the bounds are the client's documented ones
-    # (median error under 1 ms, 99% of requests within 5 ms), and no request 25 ms off
-    errors = pd.Series(errors)
-    assert errors.min() > -0.001, errors.min()  # never before the server wrote the token
-    assert errors.abs().median() < 0.001, errors.describe()
+    # client for a slice while a token waits (the error reads long), or the pacer between its
+    # send() and the clock read that stamps the token (t_tok is taken after the write, so the
+    # error reads short), so the bounds are the client's documented ones, on the error's size
+    # either way (median under 1 ms, 99% of requests within 5 ms), and no request 25 ms off
+    errors = pd.Series(errors).abs()
+    assert errors.median() < 0.001, errors.describe()
     assert errors.quantile(0.99) < 0.005 and errors.max() < 0.025, errors.describe()
     cells = pd.read_parquet(work / "results/cells.parquet")
     assert cells["client_busy"].notna().all() and cells["client_lag_p95_s"].notna().all()
