@@ -36,13 +36,16 @@ localrules:
     compare,
 
 
-# The run's servers stop with the workflow (and, failing that, when this Snakemake is gone).
+# The run's servers stop with the workflow (and, failing that, when this Snakemake is gone);
+# the scheduler's last re-evaluation timer would hold the exit for a second.
 onsuccess:
     sbserver.stop_owned(os.getpid())
+    sbstate.drop_pending_timers()
 
 
 onerror:
     sbserver.stop_owned(os.getpid())
+    sbstate.drop_pending_timers()
 
 
 rule all:

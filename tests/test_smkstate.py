@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -114,3 +115,19 @@ def test_a_lock_that_may_be_live_is_left_and_nothing_is_touched(tmp_path, owner,
     assert smkstate.locked(tmp_path)
     assert (tmp_path / "results/cells.parquet").exists()
     assert "results/cells.parquet" in smkstate.marked_incomplete(tmp_path)
+
+
+def test_the_schedulers_pending_timer_no_longer_holds_the_exit():
+    """Snakemake's scheduler leaves a re-evaluation timer pending when the workflow ends; the
+    interpreter waits for it at exit. onsuccess/onerror cancel it: here a 60 s timer."""
+    code = ("import threading, time\n"
+            "from slotbench import smkstate\n"
+            "fired = []\n"
+            "threading.Timer(60, fired.append, (1,)).start()\n"
+            "print(smkstate.drop_pending_timers(), smkstate.drop_pending_timers())\n")
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1", "0"]
+    assert time.monotonic() - t0 < 30

