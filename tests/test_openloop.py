@@ -74,9 +74,12 @@ def test_requests_go_out_at_their_planned_moment_and_waiting_counts(tmp_path):
     # arrivals 10 ms apart: a client that sent them together or in a closed loop is off by
     # tens of ms on most; a scheduler stall on a shared machine delays one or two
     assert min(skews) >= 0 and statistics.median(skews) < 0.003 and max(skews) < 0.025, skews
+    # no cap: each is sent when ready (a cap would hold most for a slot, 20-30 ms here); as
+    # with the skews, a stall of the shared machine may delay one or two
+    sends = [rec.t_sent - rec.t_ready for rec in recs]
+    assert min(sends) >= 0 and statistics.median(sends) < 0.003 and max(sends) < 0.025, sends
     for i, rec in enumerate(recs):
         assert rec.t_planned == pytest.approx(start + offsets[i], abs=1e-9)
-        assert rec.t_ready <= rec.t_sent < rec.t_ready + 0.005, i  # no cap: sent when ready
         served = truth[f"77{i:04d}"]
         queued = served["t_slot"] - served["t_body"]
         ttft_planned = rec.t_first - rec.t_planned
