@@ -174,6 +174,40 @@ def serial_drift(ra: pd.DataFrame, rb: pd.DataFrame, named: list[str], busy: lis
             "confounded": bool(beyond and not explained and not busy), "text": text}
 
 
+def metric_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float, seed: int) -> list[dict]:
+    """One row per (arm, metric) that both sides' cells have: A, B, B − A [interval], B / A,
+    the rank-sum p-value, whether Holm over the rows detected a change and the verdict ("too
+    few reps to decide" where the test never could), with the cells of both sides."""
+    rows = []
+    for arm in sorted(set(ra["arm"].astype(int)) & set(rb["arm"].astype(int))):
+        ca, cb = ra[ra["arm"] == arm], rb[rb["arm"] == arm]
+        for metric, (label, higher) in METRICS.items():
+            if (arm == SERIAL_ARM and metric not in ABSOLUTE) or metric not in ca:
+                continue
+            va, vb = ca[metric].to_numpy(float), cb[metric].to_numpy(float)
+            diff, lo, hi = stats.median_diff_ci(va, vb, n_boot, ci, seed)
+            med_a, med_b = stats.median(va), stats.median(vb)
+            rows.append({
+                "arm": arm, "metric": metric, "label": label, "a": med_a, "b": med_b,
+                "diff": diff, "diff_lo": lo, "diff_hi": hi,
+                "ratio": med_b / med_a if med_a else np.nan,
+                "p": stats.rank_sum_p(va, vb), "higher_better": higher,
+                "min_p": stats.rank_sum_min_p(int(np.isfinite(va).sum()),
+                                              int(np.isfinite(vb).sum())),
+                "cells_a": cell_labels(ca), "cells_b": cell_labels(cb),
+                "raw_a": raw_hashes(ca), "raw_b": raw_hashes(cb),
+            })
+    detected = stats.holm([r["p"] for r in rows], 1 - ci)
+    reachable = stats.holm_reachable([r.pop("min_p") for r in rows], 1 - ci)
+    for row, found, can in zip(rows, detected, reachable):
+        row["detected"] = found
+        row["verdict"] = verdict(row["diff_lo"], row["diff_hi"], row.pop("higher_better"), found)
+        if row["verdict"] and not can:
+            row["verdict"] = TOO_FEW
+            row["reps_to_decide"] = stats.reps_to_decide(len(rows), 1 - ci)
+    return rows
+
+
 def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None,
             seed: int | None = None, declared: tuple = ()) -> dict:
     """Per target in both: the refusal (or None), the fingerprint differences and one row per
@@ -197,36 +231,13 @@ def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None
         if guarded:
             refusal.append("the fingerprints differ in " + ", ".join(guarded) + " (declare an "
                            "intended difference with --declare)")
-        rows = []
-        for arm in sorted(set(ra["arm"].astype(int)) & set(rb["arm"].astype(int))):
-            ca, cb = ra[ra["arm"] == arm], rb[rb["arm"] == arm]
-            for metric, (label, higher) in METRICS.items():
-                if (arm == SERIAL_ARM and metric not in ABSOLUTE) or metric not in ca:
-                    continue
-                va, vb = ca[metric].to_numpy(float), cb[metric].to_numpy(float)
-                diff, lo, hi = stats.median_diff_ci(va, vb, n_boot, ci, seed)
-                med_a, med_b = stats.median(va), stats.median(vb)
-                rows.append({
-                    "arm": arm, "metric": metric, "label": label, "a": med_a, "b": med_b,
-                    "diff": diff, "diff_lo": lo, "diff_hi": hi,
-                    "ratio": med_b / med_a if med_a else np.nan,
-                    "p": stats.rank_sum_p(va, vb), "higher_better": higher,
-                    "min_p": stats.rank_sum_min_p(int(np.isfinite(va).sum()),
-                                                  int(np.isfinite(vb).sum())),
-                    "cells_a": cell_labels(ca), "cells_b": cell_labels(cb),
-                    "raw_a": raw_hashes(ca), "raw_b": raw_hashes(cb),
-                })
-        detected = stats.holm([r["p"] for r in rows], 1 - ci)
-        reachable = stats.holm_reachable([r.pop("min_p") for r in rows], 1 - ci)
+        rows = metric_rows(ra, rb, n_boot, ci, seed)
         busy = [label for side, label in ((a, "A"), (b, "B")) if target in side.busy]
         drift = serial_drift(ra, rb, named, busy)
-        for row, found, can in zip(rows, detected, reachable):
-            row["detected"] = found
-            row["verdict"] = None if refusal else verdict(row["diff_lo"], row["diff_hi"],
-                                                          row.pop("higher_better"), found)
-            if row["verdict"] and not can:
-                row["verdict"] = TOO_FEW
-                row["reps_to_decide"] = stats.reps_to_decide(len(rows), 1 - ci)
+        for row in rows:
+            if refusal:
+                row["verdict"] = None
+                row.pop("reps_to_decide", None)
             if row["verdict"] and row["metric"] in ABSOLUTE:
                 # the ratios, taken within each rep, still compare
                 if busy:
