@@ -15,6 +15,7 @@ include: "rules/rep.smk"
 include: "rules/consolidate.smk"
 include: "rules/checks.smk"
 include: "rules/analyse.smk"
+include: "rules/paired.smk"
 include: "rules/figures.smk"
 include: "rules/report.smk"
 include: "rules/archive.smk"
@@ -30,6 +31,7 @@ localrules:
     consolidate,
     checks,
     analyse,
+    paired,
     figures,
     report,
     archive,

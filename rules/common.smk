@@ -8,6 +8,7 @@ sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
 from slotbench import code as sbcode
 from slotbench import config as sbconfig
+from slotbench import plan as sbplan
 from slotbench import rawfiles as sbraw
 from slotbench import resources as sbres
 from slotbench import runserver as sbserver
@@ -72,11 +73,39 @@ for _target in CFG["targets"]:
             workflow.register_resource(_name, 1)
 
 
+# The paired design (design: paired): rep k of every target is pair k of its run, its sides
+# measured back to back in the order plan.pair_order derives from (seed, run, pair), reversed
+# every other pair (ABBA). The sides are rep jobs taken in that sequence (their priority) and
+# one at a time (the paired_turn resource), after every target's fingerprint and plan.
+PAIRED = CFG["design"] == "paired"
+PAIR_ORDER = (
+    {run: {rep: sbplan.pair_order(TARGETS, CFG["seed"], run, rep) for rep in REPS} for run in RUNS}
+    if PAIRED
+    else {}
+)
+_SIDES = [(run, rep, t) for run in PAIR_ORDER for rep in REPS for t in PAIR_ORDER[run][rep]]
+_SIDE_PRIORITY = {side: len(_SIDES) - i for i, side in enumerate(_SIDES)}
+if PAIRED:
+    for _spec in _JOB_RESOURCES.values():
+        _spec["paired_turn"] = 1
+    if "paired_turn" not in workflow.global_resources:
+        workflow.register_resource("paired_turn", 1)
+
+
 def run_priority(wildcards):
     """A measuring job's priority: the jobs of one target and run go together, runs in order,
-    so the run's server serves them all rather than restarting as runs interleave."""
+    so the run's server serves them all rather than restarting as runs interleave. In the
+    paired design, every fingerprint and plan comes before the first side."""
     order = [(r, t) for r in RUNS for t in TARGETS]
-    return len(order) - order.index((wildcards.run, wildcards.target))
+    return len(_SIDES) + len(order) - order.index((wildcards.run, wildcards.target))
+
+
+def rep_priority(wildcards):
+    """A rep's priority: its run's (run_priority), or in the paired design its place in the
+    sequence of sides."""
+    if PAIRED:
+        return _SIDE_PRIORITY[(wildcards.run, int(wildcards.rep), wildcards.target)]
+    return run_priority(wildcards)
 
 
 def measuring_resources(runtime_min=None):

@@ -12,7 +12,7 @@ rule rep:
     log:
         progress="results/logs/rep/{target}/{run}/rep{rep}.log",
         server="results/logs/rep/{target}/{run}/rep{rep}.server.log",
-    priority: run_priority
+    priority: rep_priority
     conda:
         "../envs/measure.yaml"
     resources:

@@ -18,6 +18,15 @@ rule report:
         sources="results/figures/sources.json",
         figures=expand("results/figures/{name}.png", name=FIGURES + OPEN_FIGURES),
         fingerprints=fingerprint_files,
+        # the paired design's comparison (design: paired) and its figure
+        **(
+            {
+                "paired": "results/analysis/paired.json",
+                "paired_figure": "results/figures/paired.png",
+            }
+            if PAIRED
+            else {}
+        ),
     output:
         md="results/report.md",
         html="results/report.html",

@@ -18,7 +18,8 @@ It speaks the subset of llama-server's HTTP API that slotbench uses, as llama.cp
 
 At most ``slots`` requests generate at once (llama-server's slots); the rest wait. Each token
 takes ``token_s * (1 + alpha * (generating - 1))``: the slots share the machine, as a real
-server's do. Every ``/completion`` body is recorded, with the most requests that were
+server's do; with ``drift_per_s``, every token is that much slower per second of the server's
+clock (``clock_start``), a machine that drifts on purpose. Every ``/completion`` body is recorded, with the most requests that were
 generating at one time (``max_in_flight``), so a test can check that nothing was lost, sent
 twice, or sent at all.
 
@@ -67,10 +68,13 @@ WEB_PAGE = (b"<!DOCTYPE html>\n<html><head><title>Welcome to nginx!</title></hea
 
 class FaultServer(Served):
     def __init__(self, slots: int = 4, token_s: float = 0.002, measured_predict: int = 8,
-                 hold_s: float = 30.0, trickle_s: float = 1.0, alpha: float = 0.0):
+                 hold_s: float = 30.0, trickle_s: float = 1.0, alpha: float = 0.0,
+                 drift_per_s: float = 0.0, clock_start: float | None = None):
         self.slots = slots
         self.token_s = token_s
         self.alpha = alpha
+        self.drift_per_s = drift_per_s
+        self.clock_start = time.monotonic() if clock_start is None else clock_start
         self.measured_predict = measured_predict
         self.hold_s = hold_s
         self.trickle_s = trickle_s
@@ -100,6 +104,13 @@ class FaultServer(Served):
         """Close the listening socket: from now on connections are refused."""
         self._stopping.set()
         super().stop()
+
+    def token_delay(self, busy: int) -> float:
+        """One token's time with ``busy`` requests generating, ``drift_per_s`` slower for every
+        second since ``clock_start`` (a machine that drifts on purpose; several servers given
+        one clock_start drift alike)."""
+        drift = 1 + self.drift_per_s * max(0.0, time.monotonic() - self.clock_start)
+        return self.token_s * (1 + self.alpha * max(0, busy - 1)) * drift
 
     # --- scripting ----------------------------------------------------------------------------
 
@@ -267,7 +278,7 @@ class _Handler(BaseHTTPRequestHandler):
         for k in range(n):
             with d.lock:
                 busy = d.in_flight
-            time.sleep(d.token_s * (1 + d.alpha * max(0, busy - 1)))
+            time.sleep(d.token_delay(busy))
             if k == 2 and fault == "die":
                 self.wfile.flush()
                 self.connection.shutdown(socket.SHUT_RDWR)

@@ -39,7 +39,9 @@ LAYERS = [
                  "slotbench.captions"}),
     ("report", {"slotbench.report", "slotbench.provenance", "slotbench.cellsets",
                 "slotbench.explain"}),
-    ("archive", {"slotbench.archive", "slotbench.compare", "slotbench.__main__"}),
+    # compare reads archives; the paired design's comparison shares compare's rows and verdicts
+    ("archive", {"slotbench.archive", "slotbench.compare", "slotbench.paired",
+                 "slotbench.__main__"}),
 ]
 
 

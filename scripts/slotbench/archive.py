@@ -52,8 +52,8 @@ WORKFLOW = ["Snakefile", "rules", "scripts", "config", "envs", "profiles", "repo
 RESOLVED_CONFIG = "results/config.resolved.yaml"
 # Rules a re-render may run: none of them talks to a server. fingerprint, plan and rep are not
 # in the DAG at all, so their outputs are read as they were archived.
-RENDER_RULES = ["consolidate_block", "consolidate", "checks", "analyse", "figures", "report",
-                "all"]
+RENDER_RULES = ["consolidate_block", "consolidate", "checks", "analyse", "paired", "figures",
+                "report", "all"]
 # Tables a re-render must reproduce byte for byte.
 TABLE_GLOBS = ["results/analysis/summary.csv", "results/checks/*.csv"]
 REPORT_MD = "results/report.md"

@@ -297,6 +297,11 @@ def _semantic_problems(cfg: dict) -> list[str]:
     problems += _arm_problems(cfg["arms"], cfg["requests_per_cell"])
     from .plan import max_reps  # the nonce holds the rep number
 
+    if cfg["design"] == "paired" and len(cfg["targets"]) < 2:
+        problems.append(
+            "config key `design`: paired needs two targets or more to pair (a matrix with one "
+            f"varied key, usually); this config has {len(cfg['targets'])}"
+        )
     most = max_reps(cfg["prompt"]["nonce_digits"])
     if cfg["reps"] > most:
         problems.append(

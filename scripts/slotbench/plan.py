@@ -54,6 +54,17 @@ def rotation(arms: list[int], reps: int, seed: int) -> list[list[int]]:
     return [rotation_order(arms, rep, seed) for rep in range(1, reps + 1)]
 
 
+def pair_order(targets: list[str], seed: int, run: str, pair: int) -> list[str]:
+    """The paired design's order of pair ``pair``'s sides (one rep of every target): a seeded
+    order of the targets, reversed in every other pair, so that A B, B A, A B … (ABBA) puts
+    every target at the same mean position over two pairs and linear drift cancels in the
+    comparison. From (seed, run, pair) alone, like a rep's arm order."""
+    rng = random.Random(derive_seed(seed, run, "pairs"))
+    base = list(targets)
+    rng.shuffle(base)
+    return base if pair % 2 == 1 else base[::-1]
+
+
 def rep_digits(nonce_digits: int) -> int:
     """Leading digits of a nonce that hold the rep number."""
     return (nonce_digits + 1) // 2

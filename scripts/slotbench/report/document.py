@@ -21,6 +21,7 @@ from slotbench.report.capacity import blocks as capacity_blocks
 from slotbench.report.headline import ci_label, headline_blocks
 from slotbench.report.openloop import blocks as openloop_blocks
 from slotbench.report.openloop import general_figures
+from slotbench.report.paired import blocks as paired_blocks
 from slotbench.report.render_html import render_html
 from slotbench.report.render_md import render_markdown
 from slotbench.report.sections import (
@@ -50,6 +51,8 @@ class ReportData:
     image_dir: str = "figures"
     capacity: dict = field(default_factory=dict)  # results/analysis/capacity.json
     openloop: dict = field(default_factory=dict)  # results/analysis/openloop.json
+    paired: dict = field(default_factory=dict)  # results/analysis/paired.json (design: paired)
+    paired_figure: str | None = None
 
     @property
     def ci(self) -> float:
@@ -79,6 +82,8 @@ def load(inputs: dict, config: dict | None = None, md_out: str | None = None) ->
         else {},
         openloop=json.loads(Path(inputs["openloop"]).read_text()) if inputs.get("openloop")
         else {},
+        paired=json.loads(Path(inputs["paired"]).read_text()) if inputs.get("paired") else {},
+        paired_figure=str(inputs["paired_figure"]) if inputs.get("paired_figure") else None,
     )
 
 
@@ -136,6 +141,7 @@ def build_document(data: ReportData) -> tuple[list, dict]:
     for target in targets:
         blocks += target_blocks(data, target, index)
     blocks += across_blocks(data.summary, index, ci_label(data.ci))
+    blocks += paired_blocks(data.paired, data.paired_figure, index, ci_label(data.ci))
     # the open loop's section, only when some target has rate arms (its figures are shown there)
     blocks += openloop_blocks(data.openloop, data.verdicts, data.figures_sources,
                               data.figure_paths, index, ci_label(data.ci))

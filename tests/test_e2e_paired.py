@@ -1,0 +1,137 @@
+"""The paired design end to end, on scripted servers whose speed drifts on purpose.
+
+Three scripted llama-servers (tests/fault_server.py) share one clock and slow down together by
+half a percent every second, a machine drifting by about a third over the run: ``a`` and
+``same`` generate alike, ``slow`` takes 10% longer per token. The real pipeline measures them
+as a paired design (10 pairs, ABBA) and the test reads what it concluded:
+
+- paired, ``same`` against ``a`` is "no detectable change" on every row;
+- paired, the 10% slower server is "B slower" on every absolute rate, and its within-rep ratios
+  are unchanged;
+- the same server's first and second halves, compared unpaired as two results measured at
+  different times, are never "B slower": the absolute rates are "confounded with time";
+- every pair was measured in its planned order, and the report shows the section.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from e2e_helpers import copy_repo
+from fault_server import FaultServer
+from slotbench import compare
+from slotbench.plan import pair_order
+
+PAIRS = 10
+CONFIG = """\
+design: paired
+matrix:
+  - base: {{name: drift, backend: llamacpp}}
+    vary:
+      url: {{a: "{a}", same: "{same}", slow: "{slow}"}}
+arms: [1, 2]
+requests_per_cell: 4
+reps: {pairs}
+runs: 1
+num_predict: 16
+warmup_predict: 2
+analysis:
+  bootstrap: 400
+"""
+TARGETS = ["drift-a", "drift-same", "drift-slow"]
+ABSOLUTE_ROWS = {(1, "agg_tps"), (1, "user_tps"), (2, "agg_tps"), (2, "user_tps")}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    start = time.monotonic()
+    servers = [FaultServer(token_s=token_s, measured_predict=8, drift_per_s=0.005,
+                           clock_start=start).start() for token_s in (0.01, 0.01, 0.011)]
+    try:
+        work = copy_repo(tmp_path_factory.mktemp("paired") / "work")
+        (work / "paired.yaml").write_text(CONFIG.format(
+            a=servers[0].url, same=servers[1].url, slow=servers[2].url, pairs=PAIRS))
+        proc = subprocess.run(
+            [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", "paired.yaml"],
+            cwd=work, capture_output=True, text=True, timeout=900,
+            env=os.environ | {"PYTHONUNBUFFERED": "1"})
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        return work, json.loads((work / "results/analysis/paired.json").read_text())
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def rows_of(result, target):
+    return {(r["arm"], r["metric"]): r for r in result["comparisons"][target]["rows"]}
+
+
+def test_every_pair_was_measured_back_to_back_in_its_planned_abba_order(run):
+    work, result = run
+    assert result["baseline"] == "drift-a" and result["targets"] == TARGETS
+    assert result["order"] == {"pairs_in_order": PAIRS, "pairs_out_of_order": []}
+    # and the sides of one pair are adjacent in time: no side of another pair in between
+    cells = pd.read_parquet(work / "results/cells.parquet")
+    starts = cells.groupby(["target", "rep"])["t_start_unix"].min().sort_values()
+    measured = [(rep, target) for target, rep in starts.index]
+    seed = yaml.safe_load((work / "results/config.resolved.yaml").read_text())["seed"]
+    planned = [(pair, t) for pair in range(1, PAIRS + 1)
+               for t in pair_order(TARGETS, seed, "run1", pair)]
+    assert [p for p, _ in measured] == [p for p, _ in planned]
+    assert measured == planned
+    # the machine drifted, and the drift line measured it
+    assert result["drift"]["drift-a"]["change"] < -0.15, result["drift"]["drift-a"]
+
+
+def test_paired_a_against_an_identical_server_is_no_detectable_change_on_every_row(run):
+    _, result = run
+    verdicts = {k: r["verdict"] for k, r in rows_of(result, "drift-same").items()}
+    assert set(verdicts.values()) == {compare.NO_CHANGE}, verdicts
+
+
+def test_paired_a_ten_percent_slower_server_is_found_slower_and_its_ratios_unchanged(run):
+    _, result = run
+    rows = rows_of(result, "drift-slow")
+    for key in ABSOLUTE_ROWS:
+        assert rows[key]["verdict"] == compare.SLOWER, (key, rows[key])
+        assert 0.8 < rows[key]["ratio"] < 0.97 and rows[key]["ratio_hi"] < 1, rows[key]
+        assert rows[key]["pairs"] == PAIRS
+    for key, row in rows.items():  # within each rep, the ratios did not change
+        if key not in ABSOLUTE_ROWS:
+            assert row["verdict"] == compare.NO_CHANGE, (key, row)
+
+
+def test_unpaired_halves_measured_at_different_times_are_never_called_slower(run):
+    work, _ = run
+    ratios = pd.read_parquet(work / "results/analysis/ratios.parquet")
+    twins = ratios[ratios["target"].isin(["drift-a", "drift-same"])].assign(target="drift")
+    half = PAIRS // 2
+    fingerprint = {"drift": {"config.measurement.num_predict": 16}}
+    early = compare.Side("early", twins[twins["rep"] <= half], {}, fingerprint)
+    late = compare.Side("late", twins[twins["rep"] > half], {}, fingerprint)
+    result = compare.compare(early, late, n_boot=400)
+    rec = result["targets"]["drift"]
+    assert rec["drift"]["confounded"], rec["drift"]
+    verdicts = {(r["arm"], r["metric"]): r["verdict"] for r in rec["rows"]}
+    assert compare.SLOWER not in verdicts.values(), verdicts
+    assert {verdicts[k] for k in ABSOLUTE_ROWS} == {compare.CONFOUNDED}, verdicts
+
+
+def test_the_report_has_the_paired_section_and_its_figure(run):
+    work, _ = run
+    report = (work / "results/report.md").read_text()
+    assert "## Paired comparison" in report
+    assert "drift-slow (B) against drift-a (A), paired" in report
+    assert f"{PAIRS} of {PAIRS} pairs were measured in their planned order" in report
+    assert (work / "results/figures/paired.png").stat().st_size > 10_000
+    provenance = json.loads((work / "results/provenance.json").read_text())
+    assert "paired" in json.dumps(provenance)
