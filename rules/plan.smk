@@ -18,5 +18,8 @@ rule plan:
         seed=CFG["seed"],
         prompt=CFG["prompt"],
         control_arm=CFG["control_arm"],
+        # design: paired: the sides of a pair share their arm order and arrivals (a param only
+        # then: a run's plan without it is as it was, so nothing measured reruns)
+        **({"paired": True} if PAIRED else {}),
     script:
         "../scripts/plan.py"

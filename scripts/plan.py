@@ -19,7 +19,7 @@ def main(sm) -> None:
                     target, run, list(p.arms), p.requests_per_cell, p.seed,
                     p.prompt["template"], p.prompt["nonce_digits"],
                     count_tokens=conn.backend.tokenizer(), nonces=p.prompt["nonces"],
-                    control_arm=p.control_arm,
+                    control_arm=p.control_arm, paired=getattr(p, "paired", False),
                 )
         except (ServerError, BackendError) as exc:
             fail(f"target {target}, run {run}, plan: {exc}", log)

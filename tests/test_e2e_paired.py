@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from e2e_helpers import copy_repo
+from e2e_helpers import copy_repo, jobs_run
 from fault_server import FaultServer
 from slotbench import compare
 from slotbench.plan import pair_order
@@ -51,6 +51,13 @@ TARGETS = ["drift-a", "drift-same", "drift-slow"]
 ABSOLUTE_ROWS = {(1, "agg_tps"), (1, "user_tps"), (2, "agg_tps"), (2, "user_tps")}
 
 
+def snakemake(work):
+    return subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", "paired.yaml"],
+        cwd=work, capture_output=True, text=True, timeout=900,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"})
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     start = time.monotonic()
@@ -60,12 +67,9 @@ def run(tmp_path_factory):
         work = copy_repo(tmp_path_factory.mktemp("paired") / "work")
         (work / "paired.yaml").write_text(CONFIG.format(
             a=servers[0].url, same=servers[1].url, slow=servers[2].url, pairs=PAIRS))
-        proc = subprocess.run(
-            [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", "paired.yaml"],
-            cwd=work, capture_output=True, text=True, timeout=900,
-            env=os.environ | {"PYTHONUNBUFFERED": "1"})
+        proc = snakemake(work)
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-        return work, json.loads((work / "results/analysis/paired.json").read_text())
+        yield work, json.loads((work / "results/analysis/paired.json").read_text())
     finally:
         for server in servers:
             server.stop()
@@ -135,3 +139,22 @@ def test_the_report_has_the_paired_section_and_its_figure(run):
     assert (work / "results/figures/paired.png").stat().st_size > 10_000
     provenance = json.loads((work / "results/provenance.json").read_text())
     assert "paired" in json.dumps(provenance)
+
+
+def test_a_lost_side_is_measured_again_alone_and_its_pair_is_named_out_of_order(run):
+    """Resume works per side: the next plain run measures the missing side only, and the
+    comparison says its pair was not measured back to back. (Last: it changes the results.)"""
+    work, _ = run
+    raw = work / "results/raw/drift-slow/run1/rep3.json"
+    kept = {p: p.read_bytes() for p in (work / "results/raw").rglob("rep*.json") if p != raw}
+    raw.unlink()
+    raw.with_name("rep3.json.sha256").unlink()
+    proc = snakemake(work)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert [j for j in jobs_run(proc) if j == "rep"] == ["rep"], jobs_run(proc)
+    assert raw.is_file()
+    assert {p: p.read_bytes() for p in kept} == kept  # every other side as it was
+    result = json.loads((work / "results/analysis/paired.json").read_text())
+    assert result["order"] == {"pairs_in_order": PAIRS - 1, "pairs_out_of_order": ["run1/pair3"]}
+    report = (work / "results/report.md").read_text()
+    assert "(not: run1/pair3, measured again or resumed)" in report

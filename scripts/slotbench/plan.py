@@ -99,8 +99,13 @@ def run_plan(
     count_tokens: Callable[[str], int] | None = None,
     nonces: bool = True,
     control_arm: bool = False,
+    paired: bool = False,
 ) -> dict:
-    """What every rep of a run shares. Nothing here depends on how many reps there are."""
+    """What every rep of a run shares. Nothing here depends on how many reps there are.
+
+    ``paired`` (design: paired): the arm order and the open loop's arrivals of rep k come from
+    (seed, run, k) without the target, so the sides of a pair run their arms in one order and
+    drift within a rep touches them alike; nonces and prompts stay the target's own."""
     run_seed = derive_seed(seed, target, run)
     prompt_tokens = None
     if count_tokens is not None:
@@ -119,6 +124,8 @@ def run_plan(
         "nonce_digits": nonce_digits, "prompt_tokens": prompt_tokens,
         "tokenizer": "server" if count_tokens is not None else None, "nonces": nonces,
         "shared": shared, "control_arm": control_arm,
+        # only in the paired design, so that a run's plan stays as it was without it
+        **({"order_seed": derive_seed(seed, run, "pair-arms")} if paired else {}),
     }
 
 
@@ -213,7 +220,10 @@ def make_rep_plan(
     one prompt and may use the cache (MLPerf TEST04's idea); it is never part of the headline.
     """
     specs, per_cell = {arm_id(a): a for a in plan["arms"]}, plan["requests_per_cell"]
-    order = rotation_order(list(specs), rep, plan["run_seed"])
+    # the arms' order and arrivals: the run's own, or the pair's (a plan older than pairs has
+    # no order_seed, and its reps were ordered by the run's seed)
+    order_seed = plan.get("order_seed", plan["run_seed"])
+    order = rotation_order(list(specs), rep, order_seed)
     rng = random.Random(derive_seed(plan["run_seed"], "rep", rep))
     widest = max(a for a in specs if not is_rate_arm(a))
     n_warm = widest
@@ -236,7 +246,7 @@ def make_rep_plan(
             cell["open"] = {k: spec.get(k) for k in ("rate", "arrival", "burstiness",
                                                      "max_in_flight")}
             cell["arrivals"] = arrival_offsets(
-                len(requests), spec["rate"], derive_seed(plan["run_seed"], "arrivals", rep, arm),
+                len(requests), spec["rate"], derive_seed(order_seed, "arrivals", rep, arm),
                 spec["arrival"], spec["burstiness"])
         cell["shares"] = _shares(len(requests) if is_rate_arm(arm) else arm, requests,
                                  client_processes)
