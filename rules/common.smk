@@ -79,11 +79,16 @@ for _target in CFG["targets"]:
 # one at a time (the paired_turn resource), after every target's fingerprint and plan.
 PAIRED = CFG["design"] == "paired"
 PAIR_ORDER = (
-    {run: {rep: sbplan.pair_order(TARGETS, CFG["seed"], run, rep) for rep in REPS} for run in RUNS}
+    {
+        run: {rep: sbplan.pair_order(TARGETS, CFG["seed"], run, rep) for rep in REPS}
+        for run in RUNS
+    }
     if PAIRED
     else {}
 )
-_SIDES = [(run, rep, t) for run in PAIR_ORDER for rep in REPS for t in PAIR_ORDER[run][rep]]
+_SIDES = [
+    (run, rep, t) for run in PAIR_ORDER for rep in REPS for t in PAIR_ORDER[run][rep]
+]
 _SIDE_PRIORITY = {side: len(_SIDES) - i for i, side in enumerate(_SIDES)}
 if PAIRED:
     for _spec in _JOB_RESOURCES.values():

@@ -12,14 +12,14 @@ rule plan:
     resources:
         **measuring_resources(runtime_min=10),
     params:
+        # design: paired: the sides of a pair share their arm order and arrivals (a param only
+        # then: a run's plan without it is as it was, so nothing measured reruns)
+        **({"paired": True} if PAIRED else {}),
         target=target_cfg,
         arms=CFG["arms"],
         requests_per_cell=CFG["requests_per_cell"],
         seed=CFG["seed"],
         prompt=CFG["prompt"],
         control_arm=CFG["control_arm"],
-        # design: paired: the sides of a pair share their arm order and arrivals (a param only
-        # then: a run's plan without it is as it was, so nothing measured reruns)
-        **({"paired": True} if PAIRED else {}),
     script:
         "../scripts/plan.py"

@@ -9,15 +9,6 @@ rule report:
     change re-renders the report; no request is sent for that.
     """
     input:
-        code=code("report.py"),
-        summary="results/analysis/summary.csv",
-        capacity="results/analysis/capacity.json",
-        openloop="results/analysis/openloop.json",
-        checks="results/checks",
-        cells="results/cells.parquet",
-        sources="results/figures/sources.json",
-        figures=expand("results/figures/{name}.png", name=FIGURES + OPEN_FIGURES),
-        fingerprints=fingerprint_files,
         # the paired design's comparison (design: paired) and its figure
         **(
             {
@@ -27,6 +18,15 @@ rule report:
             if PAIRED
             else {}
         ),
+        code=code("report.py"),
+        summary="results/analysis/summary.csv",
+        capacity="results/analysis/capacity.json",
+        openloop="results/analysis/openloop.json",
+        checks="results/checks",
+        cells="results/cells.parquet",
+        sources="results/figures/sources.json",
+        figures=expand("results/figures/{name}.png", name=FIGURES + OPEN_FIGURES),
+        fingerprints=fingerprint_files,
     output:
         md="results/report.md",
         html="results/report.html",
