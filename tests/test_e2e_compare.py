@@ -105,3 +105,24 @@ def test_a_one_slot_server_is_slower_at_four_way_and_its_slots_are_named(archive
     assert len(row["cells_a"]) == 8 and len(row["cells_b"]) == 6
     assert row["cells_b"][0].startswith("embedded/run1/rep") and len(row["raw_b"]) == 6
     assert "server.slots: A 4; B 1" in md
+
+
+def test_three_reps_a_side_are_too_few_to_decide_never_no_detectable_change(archives):
+    """The 4-slot and the one-slot archives cut to their first 3 reps, as two smoke runs would
+    be: the exact rank-sum test's smallest p at 3 against 3 is 0.1, so however far apart the
+    4-way speedups are, the verdict is "too few reps to decide", with the interval and the reps
+    that would decide; never "no detectable change"."""
+    from slotbench import compare as sbcompare
+    from slotbench import stats
+
+    a, one_slot = sbcompare.load_side(archives[0]), sbcompare.load_side(archives[2])
+    for side in (a, one_slot):
+        side.ratios = side.ratios[side.ratios["rep"] <= 3]
+    rec = sbcompare.compare(a, one_slot)["targets"]["embedded"]
+    assert rec["refusal"] is None, rec["refusal"]
+    row = next(r for r in rec["rows"] if r["arm"] == 4 and r["metric"] == "speedup")
+    assert len(row["cells_a"]) == len(row["cells_b"]) == 3
+    assert row["verdict"] == sbcompare.TOO_FEW, row
+    assert row["reps_to_decide"] == stats.reps_to_decide(len(rec["rows"]), 0.05) == 6
+    assert row["diff_lo"] <= row["diff"] <= row["diff_hi"] and row["b"] < row["a"], row
+    assert sbcompare.NO_CHANGE not in {r["verdict"] for r in rec["rows"]}, rec["rows"]

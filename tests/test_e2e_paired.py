@@ -1,7 +1,7 @@
 """The paired design end to end, on scripted servers whose speed drifts on purpose.
 
 Three scripted llama-servers (tests/fault_server.py) share one clock and slow down together by
-half a percent every second, a machine drifting by about a third over the run: ``a`` and
+half a percent every second, a machine drifting by about a fifth over the run: ``a`` and
 ``same`` generate alike, ``slow`` takes 10% longer per token. The real pipeline measures them
 as a paired design (10 pairs, ABBA) and the test reads what it concluded:
 
