@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -158,3 +159,26 @@ def test_a_lost_side_is_measured_again_alone_and_its_pair_is_named_out_of_order(
     assert result["order"] == {"pairs_in_order": PAIRS - 1, "pairs_out_of_order": ["run1/pair3"]}
     report = (work / "results/report.md").read_text()
     assert "(not: run1/pair3, measured again or resumed)" in report
+
+
+def test_a_paired_archive_re_renders_offline_with_its_paired_comparison(run, tmp_path):
+    """The archive of a paired run re-renders with no server, the paired comparison included
+    (its rule is one a re-render may run), to the same numbers."""
+    work, _ = run
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", "--cores", "1", "archive", "--configfile",
+         "paired.yaml"], cwd=work, capture_output=True, text=True, timeout=600,
+        env=os.environ | {"PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    out = tmp_path / "render"
+    render = subprocess.run(
+        [sys.executable, "-m", "slotbench", "archive-render",
+         str(work / "results/archive/slotbench.tar.gz"), "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+        env=os.environ | {"PYTHONPATH": str(work / "scripts")})
+    text = render.stdout + render.stderr
+    assert render.returncode == 0, text[-4000:]
+    assert "localrule paired:" in text, text[-4000:]
+    assert re.search(r"re-render: all \d+ tables are byte-identical to the archive", text), text
+    again = json.loads((out / "results/analysis/paired.json").read_text())
+    assert again == json.loads((work / "results/analysis/paired.json").read_text())
