@@ -179,11 +179,11 @@ def plot(result: dict, path) -> None:
     left.set_yticks([t for t, _ in ticks], [lab for _, lab in ticks], fontsize=7)
     left.set_xlabel(f"B / {result['baseline']} per pair (median, {result['ci']:.0%} interval)")
     left.set_title("paired ratios")
+    t0 = min((p["t_unix"] for d in result["drift"].values() for p in d["points"]), default=0.0)
     for target, line in result["drift"].items():
         pts = line["points"]
         if not pts:
             continue
-        t0 = min(p["t_unix"] for d in result["drift"].values() for p in d["points"])
         right.plot([(p["t_unix"] - t0) / 60 for p in pts], [p["agg_tps"] for p in pts],
                    marker="o", ms=3, label=target)
     right.set_xlabel("minutes into the measurement")
