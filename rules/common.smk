@@ -108,8 +108,10 @@ def run_priority(wildcards):
 def rep_priority(wildcards):
     """A rep's priority: its run's (run_priority), or in the paired design its place in the
     sequence of sides."""
-    if PAIRED:
-        return _SIDE_PRIORITY[(wildcards.run, int(wildcards.rep), wildcards.target)]
+    if PAIRED:  # a rep the config does not list (asked for by its file) comes last
+        return _SIDE_PRIORITY.get(
+            (wildcards.run, int(wildcards.rep), wildcards.target), 0
+        )
     return run_priority(wildcards)
 
 
