@@ -24,19 +24,11 @@ import pandas as pd
 
 from slotbench import stats
 from slotbench.cells import SERIAL_ARM, arm_name, cell_labels
-from slotbench.compare import ABSOLUTE, FASTER, METRICS, NO_CHANGE, SLOWER, metric_rows
+from slotbench.compare import ABSOLUTE, METRICS, metric_rows, verdict
 
 PAIR_KEYS = ["run", "rep"]  # a pair: one rep of every target, the same run and rep number
 TOO_FEW_PAIRS = "too few pairs to decide"
 SCHEMA = "slotbench.paired/1"
-
-
-def _verdict(lo: float, hi: float, higher_better: bool, detected: bool) -> str | None:
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        return None
-    if lo <= 1 <= hi or not detected:
-        return NO_CHANGE
-    return FASTER if (lo > 1) == higher_better else SLOWER
 
 
 def pair_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float, seed: int) -> list[dict]:
@@ -80,8 +72,10 @@ def pair_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float, seed: 
     reachable = stats.holm_reachable([r.pop("min_p") for r in rows], 1 - ci)
     for row, found, can in zip(rows, detected, reachable):
         row["detected"] = found
-        row["verdict"] = _verdict(row["ratio_lo"], row["ratio_hi"], row.pop("higher_better"),
-                                  found)
+        # compare's verdict on the ratio's distance from 1: B faster or slower only where the
+        # test detected a change and the interval excludes 1
+        row["verdict"] = verdict(row["ratio_lo"] - 1, row["ratio_hi"] - 1,
+                                 row.pop("higher_better"), found)
         if row["verdict"] and not can:
             row["verdict"] = TOO_FEW_PAIRS
             row["pairs_to_decide"] = stats.pairs_to_decide(len(rows), 1 - ci)
