@@ -1,7 +1,7 @@
 """The paired design end to end, on scripted servers whose speed drifts on purpose.
 
 Three scripted llama-servers (tests/fault_server.py) share one clock and slow down together by
-half a percent every second, a machine drifting by about a fifth over the run: ``a`` and
+one percent every second, a machine drifting by about a fifth over the run: ``a`` and
 ``same`` generate alike, ``slow`` takes 10% longer per token. The real pipeline measures them
 as a paired design (10 pairs, ABBA) and the test reads what it concluded:
 
@@ -62,8 +62,8 @@ def snakemake(work):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     start = time.monotonic()
-    servers = [FaultServer(token_s=token_s, measured_predict=8, drift_per_s=0.005,
-                           clock_start=start).start() for token_s in (0.01, 0.01, 0.011)]
+    servers = [FaultServer(token_s=token_s, measured_predict=8, drift_per_s=0.01,
+                           clock_start=start).start() for token_s in (0.005, 0.005, 0.0055)]
     try:
         work = copy_repo(tmp_path_factory.mktemp("paired") / "work")
         (work / "paired.yaml").write_text(CONFIG.format(
