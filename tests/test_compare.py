@@ -222,3 +222,45 @@ def test_absolute_rates_measured_at_another_speed_are_confounded_with_time_but_r
     two = compare.compare(side("A", ratios(reps=2, seed=1)), side("B", ratios(reps=2, seed=2)),
                           n_boot=200)["targets"]["t"]["drift"]
     assert two == {"assessable": False, "why": "fewer than 3 serial cells on a side"}
+
+
+def test_an_absolute_change_the_serial_arms_own_move_could_give_is_confounded_with_time():
+    """The same engine measured twice, B a little slower (serial −4%, within both sides'
+    spread, and a consistent −9% at 4-way that the rank-sum test detects): the serial arm's
+    interval from A to B reaches −15%, so the machine alone could give the 4-way change, and
+    its absolute rates say "confounded with time", by name; the ratios compare. A 4-way change
+    far beyond the serial arm's reach is still called; so is one a fingerprint difference
+    explains."""
+    spread = np.array([0.90, 0.94, 0.97, 0.99, 1.01, 1.03, 1.06, 1.10])
+    tight = np.array([0.99, 0.995, 0.998, 1.0, 1.0, 1.002, 1.005, 1.01])
+
+    def frame(serial, four, seed):
+        f = ratios(seed=seed)
+        for arm, values in ((1, serial), (4, four)):
+            at = f["arm"] == arm
+            f.loc[at, "agg_tps"] = values
+            f.loc[at, "user_tps"] = values / arm
+        return f
+
+    a = side("A", frame(50 * spread, 75 * tight, 1))
+    for four, expected in ((0.91, compare.CONFOUNDED), (0.60, compare.SLOWER)):
+        b = side("B", frame(48 * spread[::-1], 75 * four * tight[::-1], 2))
+        result = compare.compare(a, b, n_boot=500)
+        rec = result["targets"]["t"]
+        assert not rec["drift"]["confounded"] and not rec["drift"]["beyond_spread"]
+        rows = {(r["arm"], r["metric"]): r for r in rec["rows"]}
+        four_way = rows[(4, "agg_tps")]
+        assert four_way["p"] < 0.001 and four_way["diff_hi"] < 0
+        # the serial arm's interval reaches the 4-way change (0.91), or falls short of it (0.60)
+        reach = rec["drift"]["change_lo"] <= four_way["diff_hi"] / four_way["a"]
+        assert reach == (expected == compare.CONFOUNDED), (rec["drift"], four_way)
+        assert rows[(4, "agg_tps")]["verdict"] == rows[(4, "user_tps")]["verdict"] == expected
+        assert rows[(4, "speedup")]["verdict"] != compare.CONFOUNDED
+        md = "\n".join(str(blk) for blk in compare.document(result))
+        named = "Confounded with time: parallel-4 aggregate tok/s, parallel-4 per-user tok/s."
+        assert (named in md) == (expected == compare.CONFOUNDED), md
+    declared = side("B", frame(48 * spread[::-1], 75 * 0.91 * tight[::-1], 2),
+                    **{"server.version": "b5678"})
+    explained = compare.compare(a, declared, n_boot=500)["targets"]["t"]
+    assert explained["drift"]["explained_by"] == ["server.version"]
+    assert verdicts({"targets": {"t": explained}})["agg_tps"] == compare.SLOWER

@@ -79,17 +79,26 @@ def test_two_runs_of_one_config_show_no_detectable_change(archives, tmp_path):
     # the within-rep ratios always compare, and find nothing. The absolute rates compare only
     # when neither side's host check saw other processes take the CPU, and the machine itself
     # ran at one speed for both: a serial rate that moved beyond both sides' spread over their
-    # reps makes them "confounded with time" (a shared 2-core machine drifts between runs)
+    # reps makes them all "confounded with time" (a shared 2-core machine drifts between runs),
+    # and so is any one whose change the serial arm's own move could give (a CI run once found
+    # 4-way 9% slower in the second run, serial −4% with an interval reaching −15%). Never
+    # "B faster" or "B slower": nothing changed but the time
     drift = rec["drift"]
     assert drift["assessable"] and drift["explained_by"] == [], drift
     absolute = ("not comparable (busy host)" if rec["busy"]
                 else "confounded with time" if drift["confounded"] else "no detectable change")
-    expected = {r["metric"]: absolute if r["metric"] in ("agg_tps", "user_tps")
-                else "no detectable change" for r in rows}
-    assert all(r["verdict"] == expected[r["metric"]] for r in rows), [drift] + [
+
+    def expected(row):
+        if row["metric"] not in ("agg_tps", "user_tps"):
+            return "no detectable change"
+        return "confounded with time" if row.get("within_serial") else absolute
+
+    assert all(r["verdict"] == expected(r) for r in rows), [drift] + [
         (r["arm"], r["metric"], r["verdict"], r["p"], r["diff_lo"], r["diff_hi"]) for r in rows]
+    assert all(r["verdict"] not in ("B faster", "B slower") for r in rows)
     assert "server.slots" not in rec["differences"]
-    assert "embedded: 16 no detectable change" in out or rec["busy"] or drift["confounded"]
+    assert ("embedded: 16 no detectable change" in out or rec["busy"] or drift["confounded"]
+            or any(r.get("within_serial") for r in rows))
     assert "| parallel-4 | speedup |" in md
 
 

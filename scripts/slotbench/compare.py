@@ -10,8 +10,9 @@ benchstat: "B faster" or "B slower" when a rank-sum test of the two sides' cells
 (3 reps against 3 can never reach p < 0.05, let alone after Holm), the verdict is "too few reps
 to decide", with the reps a side that could. Absolute rates measured at different times are
 "confounded with time" when the serial arm's rate moved beyond both sides' spread over their
-reps and no fingerprint difference explains it; the ratios, taken within each rep, still
-compare. A verdict
+reps and no fingerprint difference explains it, and so is any one absolute rate whose change
+lies within what the serial arm's own rate may have moved (their intervals overlap): the machine
+alone could give it. The ratios, taken within each rep, still compare. A verdict
 refuses to speak when either side's headline was refused, or when the fingerprints differ in
 something that defines the measurement (CPU, model digest, num_predict, prompt length) and was
 not declared with ``--declare``; every other fingerprint difference (slots, server version,
@@ -166,12 +167,23 @@ def serial_drift(ra: pd.DataFrame, rb: pd.DataFrame, named: list[str], busy: lis
     move = med_b / med_a - 1 if med_a else np.nan
     beyond = not (va.min() <= med_b <= va.max()) and not (vb.min() <= med_a <= vb.max())
     explained = [k for k in named if k.rsplit(".", 1)[-1].lower() not in SERIAL_NEUTRAL]
-    text = (f"{arm_name(SERIAL_ARM)} " + f"{move:+.0%}".replace("-", "−")
+    text = (f"{arm_name(SERIAL_ARM)} " + _pct(move)
             + (" with no host contention detected" if not busy else "")
             + ("" if beyond else ", within the sides' spread over their reps"))
     return {"assessable": True, "serial_a": med_a, "serial_b": med_b, "move": move,
             "beyond_spread": beyond, "explained_by": explained,
             "confounded": bool(beyond and not explained and not busy), "text": text}
+
+
+def within_serial(row: dict, serial: dict | None) -> bool:
+    """Whether an absolute rate's change (its B − A interval, relative to A) overlaps the serial
+    arm's own (the aggregate tok/s of one request at a time): a change the machine's own move
+    between the two measurements could give. The serial row overlaps itself."""
+    if serial is None or not serial["a"] or not row["a"]:
+        return False
+    lo, hi = row["diff_lo"] / row["a"], row["diff_hi"] / row["a"]
+    s_lo, s_hi = serial["diff_lo"] / serial["a"], serial["diff_hi"] / serial["a"]
+    return lo <= s_hi and s_lo <= hi
 
 
 def metric_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float, seed: int) -> list[dict]:
@@ -234,6 +246,11 @@ def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None
         rows = metric_rows(ra, rb, n_boot, ci, seed)
         busy = [label for side, label in ((a, "A"), (b, "B")) if target in side.busy]
         drift = serial_drift(ra, rb, named, busy)
+        serial = next((r for r in rows if r["arm"] == SERIAL_ARM and r["metric"] == "agg_tps"),
+                      None)
+        if drift.get("assessable") and serial is not None and serial["a"]:
+            drift["change_lo"] = serial["diff_lo"] / serial["a"]
+            drift["change_hi"] = serial["diff_hi"] / serial["a"]
         for row in rows:
             if refusal:
                 row["verdict"] = None
@@ -244,6 +261,11 @@ def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None
                     row["verdict"] = BUSY
                 elif drift.get("confounded"):
                     row["verdict"] = CONFOUNDED
+                elif (row["verdict"] in (FASTER, SLOWER) and drift.get("assessable")
+                      and not drift["explained_by"] and within_serial(row, serial)):
+                    # a change no larger than the machine's own move may be the machine's
+                    row["verdict"] = CONFOUNDED
+                    row["within_serial"] = True
         out["targets"][target] = {"refusal": "; ".join(refusal) or None, "guarded": guarded,
                                   "busy": {label: side.busy[target] for side, label in
                                            ((a, "A"), (b, "B")) if target in side.busy},
@@ -264,10 +286,46 @@ def _num(x, metric) -> str:
     return fmt_num(x, 1 if metric in ABSOLUTE else 3)
 
 
+def _pct(x: float) -> str:
+    return f"{x:+.0%}".replace("-", "−")
+
+
 def _verdict_text(row: dict) -> str:
     if row["verdict"] == TOO_FEW:
         return f"{TOO_FEW} (about {row['reps_to_decide']} reps a side would)"
     return row["verdict"] or "refused"
+
+
+def _drift_notes(rec: dict, ci: str) -> list:
+    """The notes on time: every absolute rate confounded (the serial arm moved beyond its
+    spread), the serial arm's move, and the rows whose change that move could give."""
+    from slotbench.report.blocks import Paragraph
+
+    out: list = []
+    drift = rec.get("drift") or {}
+    if drift.get("confounded"):
+        out.append(Paragraph(
+            f"The absolute rates are confounded with time: {drift['text']}, beyond both "
+            "sides' spread over their reps, and no fingerprint difference explains the "
+            "move. The machine itself ran at another speed, so aggregate and per-user "
+            "tok/s are not compared; the ratios, taken within each rep, are. To compare "
+            "absolute rates, measure A and B in one run, interleaved.", "note"))
+    elif drift.get("assessable"):
+        out.append(Paragraph(f"The serial arm's rate from A to B: {drift['text']}"
+                             + (f" (the fingerprints differ in "
+                                f"{', '.join(drift['explained_by'])})"
+                                if drift["explained_by"] else "") + ".", "note"))
+    within = [r for r in rec["rows"] if r.get("within_serial")]
+    if within:
+        names = ", ".join(f"{arm_name(r['arm'])} {METRICS[r['metric']][0]}" for r in within)
+        out.append(Paragraph(
+            f"Confounded with time: {names}. Each changed by no more than the serial arm's "
+            f"own rate may have moved from A to B ({_pct(drift['change_lo'])} to "
+            f"{_pct(drift['change_hi'])}, its {ci} interval), and no fingerprint difference "
+            "explains a move, so the machine alone could give the change. The ratios, "
+            "taken within each rep, compare. To compare absolute rates, measure A and B in "
+            "one run, interleaved.", "note"))
+    return out
 
 
 def document(result: dict, figure: str | None = None) -> list:
@@ -290,19 +348,7 @@ def document(result: dict, figure: str | None = None) -> list:
         blocks.append(Heading(2, f"Target: {target}"))
         if rec["refusal"]:
             blocks.append(Paragraph(f"No verdict: {rec['refusal']}.", "refusal"))
-        drift = rec.get("drift") or {}
-        if drift.get("confounded"):
-            blocks.append(Paragraph(
-                f"The absolute rates are confounded with time: {drift['text']}, beyond both "
-                "sides' spread over their reps, and no fingerprint difference explains the "
-                "move. The machine itself ran at another speed, so aggregate and per-user "
-                "tok/s are not compared; the ratios, taken within each rep, are. To compare "
-                "absolute rates, measure A and B in one run, interleaved.", "note"))
-        elif drift.get("assessable"):
-            blocks.append(Paragraph(f"The serial arm's rate from A to B: {drift['text']}"
-                                    + (f" (the fingerprints differ in "
-                                       f"{', '.join(drift['explained_by'])})"
-                                       if drift["explained_by"] else "") + ".", "note"))
+        blocks += _drift_notes(rec, ci)
         too_few = [r for r in rec["rows"] if r["verdict"] == TOO_FEW]
         if too_few:
             blocks.append(Paragraph(
