@@ -175,15 +175,15 @@ def serial_drift(ra: pd.DataFrame, rb: pd.DataFrame, named: list[str], busy: lis
             "confounded": bool(beyond and not explained and not busy), "text": text}
 
 
-def within_serial(row: dict, serial: dict | None) -> bool:
+def within_serial(row: dict, drift: dict) -> bool:
     """Whether an absolute rate's change (its B − A interval, relative to A) overlaps the serial
-    arm's own (the aggregate tok/s of one request at a time): a change the machine's own move
-    between the two measurements could give. The serial row overlaps itself."""
-    if serial is None or not serial["a"] or not row["a"]:
+    arm's own (``drift``'s change_lo and change_hi, the aggregate tok/s of one request at a
+    time): a change the machine's own move between the two measurements could give. The serial
+    row overlaps itself."""
+    if "change_lo" not in drift or not row["a"]:
         return False
     lo, hi = row["diff_lo"] / row["a"], row["diff_hi"] / row["a"]
-    s_lo, s_hi = serial["diff_lo"] / serial["a"], serial["diff_hi"] / serial["a"]
-    return lo <= s_hi and s_lo <= hi
+    return lo <= drift["change_hi"] and drift["change_lo"] <= hi
 
 
 def metric_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float, seed: int) -> list[dict]:
@@ -262,7 +262,7 @@ def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None
                 elif drift.get("confounded"):
                     row["verdict"] = CONFOUNDED
                 elif (row["verdict"] in (FASTER, SLOWER) and drift.get("assessable")
-                      and not drift["explained_by"] and within_serial(row, serial)):
+                      and not drift["explained_by"] and within_serial(row, drift)):
                     # a change no larger than the machine's own move may be the machine's
                     row["verdict"] = CONFOUNDED
                     row["within_serial"] = True
