@@ -39,6 +39,12 @@ one gets the fault; warm-up requests, with ``n_predict`` below ``measured_predic
 ``nan_timings``           ``predicted_ms`` and ``prompt_ms`` are ``NaN`` (bare, as Python writes it)
 ========================  =====================================================================
 
+``buffering`` holds the tokens on their way, as something between a server and its client
+can: ``"nagle"`` leaves Nagle's algorithm on (no ``TCP_NODELAY``), so on a reused connection
+each small write waits for the client's delayed ACK and the tokens arrive in bursts; ``"end"``
+holds the whole response and sends it when the generation is over (a buffering proxy). The
+server still generates each token on time, and its ``timings`` say so.
+
 ``close_after_stream = True`` closes the connection 20 ms after every streamed response, as
 llama-server does (while its headers still say ``Keep-Alive``). ``web_page = True`` turns the
 whole server into a web site: every path answers an HTML page with
@@ -80,6 +86,7 @@ class FaultServer(Served):
         self.trickle_s = trickle_s
         self.web_page = False
         self.close_after_stream = False
+        self.buffering: str | None = None  # None, "nagle" or "end"
         self.fault: str | None = None
         self.skip = 0
         self.lock = threading.Lock()
@@ -146,8 +153,14 @@ def _tokens(text: str, add_special: bool) -> list[int]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive and chunked streams, as llama-server (cpp-httplib)
-    disable_nagle_algorithm = True  # headers and body are separate writes: no 40 ms delayed ACK
     double: FaultServer
+    _held: list[bytes] | None = None  # the response so far, when buffering == "end"
+
+    @property
+    def disable_nagle_algorithm(self) -> bool:
+        """TCP_NODELAY (socketserver sets it when this is true): headers and body are separate
+        writes, so without it they wait for the client's 40 ms delayed ACK."""
+        return self.double.buffering != "nagle"
 
     def log_message(self, *args) -> None:  # quiet
         pass
@@ -246,7 +259,11 @@ class _Handler(BaseHTTPRequestHandler):
     # --- the stream -----------------------------------------------------------------------------
 
     def _chunk(self, data: bytes) -> None:
-        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        framed = f"{len(data):x}\r\n".encode() + data + b"\r\n"
+        if self._held is not None:
+            self._held.append(framed)
+            return
+        self.wfile.write(framed)
         self.wfile.flush()
 
     def _event(self, obj, field: str = "data") -> None:
@@ -275,6 +292,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
             return
         t_first = None
+        self._held = [] if d.buffering == "end" else None
         for k in range(n):
             with d.lock:
                 busy = d.in_flight
@@ -297,6 +315,9 @@ class _Handler(BaseHTTPRequestHandler):
                          "tokens_evaluated": prompt_n})
         else:
             self._event(self._final(n, prompt_n, t0, t_first, fault))
+        if self._held is not None:
+            self.wfile.write(b"".join(self._held))
+            self._held = None
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
         if d.close_after_stream:

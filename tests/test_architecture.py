@@ -31,8 +31,8 @@ LAYERS = [
                      "slotbench.smkstate", "slotbench.matrix", "slotbench.resources",
                      "slotbench.loadgen", "slotbench.clients", "slotbench.runserver"}),
     # stats sits with the tables: consolidation takes its per-cell median and quantiles
-    ("tables", {"slotbench.consolidate", "slotbench.crosscheck", "slotbench.openloop",
-                "slotbench.stats"}),
+    ("tables", {"slotbench.consolidate", "slotbench.crosscheck", "slotbench.delivery",
+                "slotbench.openloop", "slotbench.stats"}),
     ("checks and statistics", {"slotbench.analyse", "slotbench.checks", "slotbench.capacity",
                                "slotbench.across", "slotbench.ratearms"}),
     ("figures", {"slotbench.figures", "slotbench.figures_open", "slotbench.figures_thermal",

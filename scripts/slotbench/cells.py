@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 CELL_KEYS = ["target", "run", "rep", "arm"]
+REP_KEYS = CELL_KEYS[:3]  # one rep of one run of one target
 # The queueing control every within-rep ratio divides by (docs/method.md#arms and
 # docs/method.md#within-rep-ratios).
 SERIAL_ARM = 1
@@ -162,10 +163,11 @@ def most_at_once_by_cell(labels, starts, ends, tolerance_s: float = OVERLAP_TOLE
     return out
 
 
-def mean_at_once(starts: list, ends: list) -> float:
+def mean_at_once(starts: list, ends: list, tolerance_s: float = 0.0) -> float:
     """The time-weighted number of windows [start, end] open while at least one is: their summed
-    length over the length of their union (NaN when none has a length)."""
-    spans = sorted((s, e) for s, e in zip(starts, ends) if e > s)
+    length over the length of their union (NaN when none has a length). With ``tolerance_s``
+    trimmed off each end, as :func:`most_at_once` trims it, the mean never exceeds that most."""
+    spans = sorted((s, e - tolerance_s) for s, e in zip(starts, ends) if e - tolerance_s > s)
     total = union = 0.0
     reach = None
     for s, e in spans:

@@ -16,14 +16,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .cells import SERIAL_ARM, mean_at_once, most_at_once
-from .crosscheck import crosscheck
+from .cells import OVERLAP_TOLERANCE_S, REP_KEYS, mean_at_once, most_at_once
+from .crosscheck import crosscheck, exclusions
+from .delivery import generation_window
 from .openloop import open_metrics
 from .rawfiles import RAW_SCHEMA, RawFileChanged, read_json, sha256_file, verify_raw_file
 from .stats import cell_median, cell_quantile
 
-SCHEMA_VERSION = "3"  # 3: the client process columns of cells and requests
-REP_KEYS = ["target", "run", "rep"]  # one rep of one run of one target
+# 3: the client process columns of cells and requests; 4: how each request's text arrived
+# (text_reads, last_read_chunks, most_read_chunks) and why a cell is out of the headline (excluded)
+SCHEMA_VERSION = "4"
 
 KEYS = [
     pa.field("target", pa.string(), nullable=False),
@@ -47,6 +49,10 @@ REQUESTS_SCHEMA = pa.schema(
         pa.field("t_planned_s", pa.float64()),
         pa.field("t_ready_s", pa.float64()),  # when the client got round to it (launch skew)
         pa.field("chunks", pa.int64()),  # chunks of generated text the client received
+        # the socket reads that carried generated text, the chunks in the last of them and the
+        # most in one (checks/buffering.py; null: a raw file from before they were kept)
+        pa.field("text_reads", pa.int64()), pa.field("last_read_chunks", pa.int64()),
+        pa.field("most_read_chunks", pa.int64()),
         pa.field("gen_s", pa.float64()),
         pa.field("done_reason", pa.string()),
         # llama.cpp server fields (null on other backends)
@@ -83,6 +89,9 @@ CELLS_SCHEMA = pa.schema(
         # requests whose server numbers failed the cross-check: the cell is kept out of the
         # headline, the checks and the figures
         pa.field("suspect_requests", pa.int64()),
+        # why the cell is kept out of the headline, the checks and the figures (null: it is
+        # behind them): its own server numbers, or its rep's serial cell's (headline_cells)
+        pa.field("excluded", pa.string()),
         pa.field("tokens_out", pa.int64()),
         pa.field("wall_s", pa.float64()),
         pa.field("agg_tps", pa.float64()),
@@ -149,6 +158,9 @@ SERVER_FIELDS = [
 ]
 
 
+READ_FIELDS = ("text_reads", "last_read_chunks", "most_read_chunks")
+
+
 class RawFileError(ValueError):
     """A raw file is not a complete slotbench rep record."""
 
@@ -167,6 +179,7 @@ def request_rows(raw: dict, raw_file: str) -> list[dict]:
                     "output_tokens": req.get("output_tokens"), "t_sent_s": req.get("t_sent_s"),
                     "t_first_s": req.get("t_first_s"), "t_last_s": req.get("t_last_s"),
                     "t_done_s": req.get("t_done_s"), "chunks": req.get("chunks"),
+                    **{k: req.get(k) for k in READ_FIELDS},
                     "t_planned_s": req.get("t_planned_s"), "t_ready_s": req.get("t_ready_s"),
                     "gen_s": req.get("gen_s"), "done_reason": req.get("done_reason"),
                     **{k: server.get(k) for k in SERVER_FIELDS},
@@ -198,8 +211,7 @@ def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
     done = [num(r, "t_done_s") for r in rows]
     t_start = min((v for v in sent if v is not None), default=np.nan)
     wall_s = float(max((v for v in done if v is not None), default=np.nan) - t_start)
-    windows = [(num(r, "t_first_s"), num(r, "t_done_s")) for r in rows]
-    windows = [(a, b) for a, b in windows if a is not None and b is not None]
+    windows = [w for w in (generation_window(r, num) for r in rows) if w is not None]
     per_user, ttft = [], []
     for r, t0 in zip(rows, sent):
         gen, out, first = num(r, "gen_s"), num(r, "output_tokens"), num(r, "t_first_s")
@@ -207,12 +219,14 @@ def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
             per_user.append(out / gen)
         if first is not None and t0 is not None:
             ttft.append(first - t0)
+    suspect = [r for r in rows if isinstance(r.get("suspect_reason"), str)]
     return {
         "n_requests": len(rows),
         "n_client_timed": sum(1 for r in rows if r.get("timing_source") == "client"),
-        "suspect_requests": sum(1 for r in rows if r.get("suspect_reason") is not None
-                                and not (isinstance(r["suspect_reason"], float)
-                                         and math.isnan(r["suspect_reason"]))),
+        "suspect_requests": len(suspect),
+        "excluded": (f"server numbers: {len(suspect)} of {len(rows)} requests disagreed with the "
+                     f"client (request {suspect[0]['request']}: {suspect[0]['suspect_reason']})"
+                     if suspect else None),
         "tokens_out": tokens_out,
         "wall_s": wall_s,
         "agg_tps": tokens_out / wall_s if wall_s > 0 else np.nan,
@@ -224,7 +238,8 @@ def cell_metrics(requests: pd.DataFrame | list[dict]) -> dict:
         # how many requests the server generated for at once: at most, and time-weighted over
         # the time any was generating (fewer than the arm when the server queues the rest)
         "gen_streams_max": most_at_once(*zip(*windows)) if windows else 0,
-        "gen_streams": mean_at_once(*zip(*windows)) if windows else np.nan,
+        # judged with one tolerance, so the time-weighted number never exceeds the most
+        "gen_streams": mean_at_once(*zip(*windows), OVERLAP_TOLERANCE_S) if windows else np.nan,
     }
 
 
@@ -357,9 +372,10 @@ def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None
             into.extend(_samples_of(raw, kind))
         states.append(_state_of(raw, path))
     check_same_experiment(experiments)
+    cells = pd.DataFrame(cell_rows, columns=CELLS_SCHEMA.names)
     return _ordered({
         "requests": pd.DataFrame(req_rows, columns=REQUESTS_SCHEMA.names),
-        "cells": pd.DataFrame(cell_rows, columns=CELLS_SCHEMA.names),
+        "cells": cells.assign(excluded=exclusions(cells)),
         "thermal": pd.DataFrame(samples["thermal"], columns=THERMAL_SCHEMA.names),
         "host": pd.DataFrame(samples["host"], columns=HOST_SCHEMA.names),
         "servers": states,
@@ -427,24 +443,11 @@ def consolidate(
     return tables["requests"], tables["cells"]
 
 
-def trusted(cells: pd.DataFrame) -> pd.DataFrame:
-    """The cells whose every request passed the cross-check with the client (crosscheck.py)."""
-    if "suspect_requests" not in cells:
-        return cells
-    return cells[cells["suspect_requests"].fillna(0) == 0].reset_index(drop=True)
-
-
 def headline_cells(cells: pd.DataFrame) -> pd.DataFrame:
     """The cells behind the headline, and the only ones the analysis, the checks and the
-    figures use: the trusted cells, in reps whose serial cell (the ratios' denominator) is
-    trusted too. A rep whose serial cell failed the cross-check leaves with all its cells."""
-    kept = trusted(cells)
-    dropped = cells.merge(kept[REP_KEYS + ["arm"]], how="left", indicator=True)
-    dropped = dropped[(dropped["_merge"] == "left_only") & (dropped["arm"] == SERIAL_ARM)]
-    if dropped.empty:
-        return kept
-    lost = kept.merge(dropped[REP_KEYS].drop_duplicates(), how="left", indicator=True)
-    return kept[(lost["_merge"] == "left_only").to_numpy()].reset_index(drop=True)
+    figures use: those :func:`exclusions` keeps. A rep whose serial cell failed the
+    cross-check leaves with all its cells."""
+    return cells[exclusions(cells).isna().to_numpy()].reset_index(drop=True)
 
 
 def split_control(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

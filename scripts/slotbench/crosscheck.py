@@ -20,6 +20,10 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
+
+from .cells import REP_KEYS, SERIAL_ARM
+
 MAX_TOKENS_PER_CHUNK = 16
 TIME_RATIO = 1.05
 TIME_SLACK_S = 0.05
@@ -75,3 +79,27 @@ def crosscheck(req: dict, num_predict: int | None = None) -> str | None:
             return (f"the server reported {gen:.3f} s of generation, but the client saw its "
                     f"tokens arrive over {span:.3f} s")
     return None
+
+
+# Why a cell is kept out of the headline (cells.parquet's `excluded`), from its requests' flags.
+SERIAL_EXCLUDED = ("its rep's serial cell (the denominator of every ratio of the rep) is out of "
+                   "the headline: ")
+
+
+def exclusions(cells: pd.DataFrame) -> pd.Series:
+    """Why each cell is kept out of the headline, or None: a cell with a request whose server
+    numbers failed the cross-check with the client (:func:`crosscheck`), and every cell of a rep
+    whose serial cell (the ratios' denominator) did. The one rule behind consolidate.headline_cells and
+    cells.parquet's ``excluded`` column."""
+    if "suspect_requests" not in cells or cells.empty:
+        return pd.Series([None] * len(cells), index=cells.index, dtype=object)
+    bad = cells["suspect_requests"].fillna(0) > 0
+    own = (cells["excluded"] if "excluded" in cells
+           else pd.Series("server numbers: a request disagreed with the client", cells.index))
+    why = own.astype(object).where(bad, None)
+    serial = cells[(cells["arm"] == SERIAL_ARM) & bad]
+    if not serial.empty:
+        keys = cells[REP_KEYS].apply(tuple, axis=1)
+        lost = dict(zip(serial[REP_KEYS].apply(tuple, axis=1), why[serial.index]))
+        why = why.where(bad, keys.map(lambda k: SERIAL_EXCLUDED + lost[k] if k in lost else None))
+    return why.astype(object).where(why.notna(), None)

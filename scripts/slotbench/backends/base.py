@@ -35,6 +35,13 @@ class RequestRecord:
     done_reason: str | None = None
     server: dict = field(default_factory=dict)
     chunks: int = 0
+    # how the generated text arrived: the reads (socket reads, stamped on arrival) that carried
+    # any, the text chunks in the last of them, and the most in any one; a stream buffered on
+    # its way (a proxy, Nagle's algorithm) comes in few reads of many chunks
+    # (checks/buffering.py)
+    text_reads: int = 0
+    last_read_chunks: int = 0
+    most_read_chunks: int = 0
     # "server" when gen_s/output_tokens come from the server's own timings, "client" when they
     # were derived from token arrival times on this side (e.g. an OpenAI server without timings)
     timing_source: str = "server"
@@ -44,6 +51,18 @@ class RequestRecord:
     t_ready: float | None = None  # when the client got round to sending it (launch skew)
     # arrival of each non-blank line of the body, kept only for benchmarks (keep_arrivals)
     arrivals: list | None = field(default=None, repr=False)
+
+    def text_arrived(self, t: float) -> None:
+        """A chunk of generated text arrived in the read stamped ``t``: the first and last
+        token's times and the reads that carried text (chunks are counted by the caller)."""
+        if self.t_first is None:
+            self.t_first = t
+        if t != self.t_last:
+            self.text_reads += 1
+            self.last_read_chunks = 0
+        self.t_last = t
+        self.last_read_chunks += 1
+        self.most_read_chunks = max(self.most_read_chunks, self.last_read_chunks)
 
     def to_raw(self, origin: float) -> dict:
         """Times relative to ``origin`` (the rep's start), as stored in raw files."""
@@ -203,6 +222,11 @@ class Backend:
         Without one the plan cannot equalise prompt lengths up front; the checks still verify
         equality from the server-reported prompt token counts.
         """
+        return None
+
+    def slot_context(self) -> tuple[int, str] | None:
+        """The tokens one request may hold (prompt and output together), and where that number
+        comes from; None where the server does not say."""
         return None
 
     def load(self) -> None:

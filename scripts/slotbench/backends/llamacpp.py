@@ -93,6 +93,14 @@ class LlamaCppBackend(Backend):
             "ignore_eos": self.ignore_eos,
         }
 
+    def slot_context(self) -> tuple[int, str] | None:
+        props = self._get("/props")
+        gen = props.get("default_generation_settings", {}) if isinstance(props, dict) else {}
+        n_ctx = gen.get("n_ctx") if isinstance(gen, dict) else None
+        if isinstance(n_ctx, int) and not isinstance(n_ctx, bool) and n_ctx > 0:
+            return n_ctx, "each slot's context, as llama-server's /props reports it"
+        return None
+
     def model_facts(self, described: dict) -> dict:
         props = described.get("props", {})
         return {"quantisation": props.get("model_ftype"), "file": props.get("model_path")}
@@ -145,9 +153,7 @@ class LlamaCppBackend(Backend):
                                    f"{_event_error(line[6:])}")
             if event.get("stop"):
                 return event
-            rec.t_last = t
-            if rec.t_first is None:
-                rec.t_first = t
+            rec.text_arrived(t)
             rec.chunks += 1
         if answer.error is not None:
             raise BackendError(f"stream broke after {rec.chunks} tokens: {answer.error}")

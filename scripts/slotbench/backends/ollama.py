@@ -190,9 +190,7 @@ class OllamaBackend(Backend):
             if first_any is None:
                 first_any = now
             if chunk.get("response"):
-                rec.t_last = now
-                if rec.t_first is None:
-                    rec.t_first = now
+                rec.text_arrived(now)
         if answer.error is not None:
             raise BackendError(
                 f"POST /api/generate: stream from {self.base_url} broke after {rec.chunks} "
@@ -217,6 +215,10 @@ class OllamaBackend(Backend):
         rec.done_reason = final.get("done_reason")
 
     # -- description ----------------------------------------------------------------------
+
+    def slot_context(self) -> tuple[int, str] | None:
+        ctx = self.target.get("num_ctx")
+        return (int(ctx), "num_ctx, the context every request asks for") if ctx else None
 
     def describe(self) -> dict:
         version = self._get("/api/version").get("version")

@@ -312,9 +312,8 @@ class OpenAIBackend(Backend):
             if not isinstance(choice, dict) or choice.get("index", 0) != 0:
                 continue
             if _content(choice):
-                if rec.t_first is None:
-                    rec.t_first = now
-                state["t_last"] = rec.t_last = now
+                rec.text_arrived(now)
+                state["t_last"] = now
                 rec.chunks += 1
             if choice.get("finish_reason"):
                 state["finish_reason"] = choice["finish_reason"]

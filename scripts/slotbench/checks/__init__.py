@@ -3,7 +3,12 @@
 A trap module defines ``TRAP`` (its id and file name), ``TITLE``, ``ORDER`` (its place in the
 traps table), ``TABLES`` (the detail CSVs it writes) and ``check(tables, settings)``, which
 returns one :class:`~slotbench.checks.base.Verdict` per target it applies to and the detail
-tables. Modules are found by looking in this package, so adding a trap means adding one module
+tables. A module that can judge a target from all of its cells and requests, those kept out of
+the headline too, says ``ALL_CELLS = True``; every other module reads the targets that have
+cells behind the headline, and a target with none gets its "not assessable" verdict, unless
+the module's ``applies(tables, target)`` says the trap does not apply to it (no rate arm, not
+an Ollama target).
+Modules are found by looking in this package, so adding a trap means adding one module
 here (and, if it needs one, a detail renderer in ``slotbench/report/details/``); nothing else
 changes. ``decision`` turns the verdicts into each target's headline decision.
 """
@@ -17,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from slotbench.checks.base import Tables, Verdict
+from slotbench.checks.base import Tables, Verdict, no_cells_behind_headline
 from slotbench.checks.decision import headline_decision
 
 # Its modules are found by looking (slotbench.code follows them as a rule's code).
@@ -41,8 +46,15 @@ def trap_modules() -> list:
 def run_checks(tables: Tables, settings: dict) -> tuple[list[Verdict], dict[str, pd.DataFrame]]:
     """Every trap's verdicts (traps-table order) and detail tables."""
     verdicts, details = [], {}
+    headline = tables.behind_headline()
+    lost = [t for t in tables.targets if t not in headline.targets]
     for module in trap_modules():
-        found, written = module.check(tables, settings)
+        everything = getattr(module, "ALL_CELLS", False)
+        found, written = module.check(tables if everything else headline, settings)
+        if not everything:
+            applies = getattr(module, "applies", lambda tables, target: True)
+            found += [no_cells_behind_headline(module.TRAP, module.TITLE, t) for t in lost
+                      if applies(tables, t)]
         if set(written) != set(module.TABLES):
             raise RuntimeError(
                 f"check {module.TRAP} wrote tables {sorted(written)}, but declares "

@@ -11,6 +11,7 @@ renders any list of them without knowing the trap.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 from dataclasses import asdict, dataclass, field
@@ -82,7 +83,19 @@ class Tables:
 
     @property
     def targets(self) -> list[str]:
-        return sorted(set(self.cells["target"].astype(str))) if not self.cells.empty else []
+        """Every measured target, those none of whose cells is behind the headline included:
+        every check gives each of them a verdict."""
+        cells = self.cells if self.all_cells is None else self.all_cells
+        return sorted(set(cells["target"].astype(str))) if not cells.empty else []
+
+    def has_rate_arms(self, target: str) -> bool:
+        """Whether any cell of ``target`` (behind the headline or not) is a rate arm's."""
+        cells = self.cells if self.all_cells is None else self.all_cells
+        return bool((cells[cells["target"] == target]["arm"] < 0).any())
+
+    def behind_headline(self) -> "Tables":
+        """These tables with only the targets that have a cell behind the headline."""
+        return dataclasses.replace(self, all_cells=None)
 
     @functools.cached_property
     def measured_requests(self) -> pd.DataFrame:
@@ -142,6 +155,15 @@ def judged(
     return Verdict(trap, title, target, assessable=True, fired=bool(fired),
                    verdict=verdict or ("yes" if fired else "no"), summary=summary,
                    sentence=sentence, effect=effect if fired else "none", **fields)
+
+
+def no_cells_behind_headline(trap: str, title: str, target: str) -> Verdict:
+    """The verdict of a check that reads the headline's cells, for a target with none left."""
+    return not_assessable(
+        trap, title, target, "no cell is behind the headline",
+        f"No cell of {target} is behind the headline (see the server numbers check), so this "
+        "check had nothing to read.", evidence={"no_cells": True},
+    )
 
 
 def not_assessable(

@@ -3,7 +3,9 @@ marked provisional or refused.
 
 A verdict's ``effect`` says what it does to the headline: "refuse", "provisional" (a check that
 could not look, or could not decide, never passes by default), "exclude" (its arms get no
-headline; with evidence ``no_percentiles`` their latency figures are not quoted either), "warn" (its warnings go before the headline) or "none". The report presents the decision.
+headline; with evidence ``no_percentiles`` their latency figures are not quoted either), "warn" (its warnings go before the headline) or "none". A verdict's evidence
+``unquoted_metrics`` ("ttft", "user") names numbers that no arm may quote as a headline (e.g.
+a buffered stream's client-timed ones). The report presents the decision.
 """
 
 from __future__ import annotations
@@ -16,7 +18,11 @@ def headline_decision(records: list[dict]) -> dict:
         entry = out.setdefault(rec["target"], {"status": "allowed", "refusals": [],
                                                "provisional": [], "warnings": [],
                                                "excluded_arms": {},
-                                               "no_percentiles": []})
+                                               "no_percentiles": [],
+                                               "unquoted_metrics": []})
+        for metric in rec["evidence"].get("unquoted_metrics") or [] if rec["fired"] else []:
+            if metric not in entry["unquoted_metrics"]:
+                entry["unquoted_metrics"].append(metric)
         if rec["effect"] == "refuse":
             entry["refusals"].append({"trap": rec["trap"], "sentence": rec["sentence"],
                                       "reason": rec["evidence"].get("reason")})

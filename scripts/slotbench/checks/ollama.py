@@ -120,6 +120,12 @@ def warnings(rows: list[dict], models: set, requested: set, total: int) -> list[
     return out
 
 
+def applies(tables: Tables, target: str) -> bool:
+    """Only an Ollama target gets a verdict."""
+    return any((fp.get("server") or {}).get("backend") == "ollama"
+               for fp in tables.fingerprints_of(target))
+
+
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     verdicts = []
     for target in tables.targets:

@@ -194,6 +194,11 @@ def judge(target: str, rows: list[dict], cells: dict, threshold: float) -> Verdi
                   **common)
 
 
+def applies(tables: Tables, target: str) -> bool:
+    """Only a target with rate arms gets a verdict (a closed-loop report does not change)."""
+    return tables.has_rate_arms(target)
+
+
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     threshold = float(setting(settings, CONFIG_KEY))
     table = arm_rows(tables, settings)

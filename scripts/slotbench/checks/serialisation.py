@@ -6,7 +6,9 @@ had ``arm`` in flight; "no batching gain" in that arm is then a server setting, 
 the engine. The verdict rests on that overlap alone; the queue gap (Ollama's total - load -
 prompt_eval - eval, the time spent waiting for a slot) and the client-side wait (TTFT over the
 serial arm's median TTFT) growing with service order are reported as corroboration, as slopes in
-seconds per place and as median Spearman trends.
+seconds per place and as median Spearman trends. A cell with a request whose stream was buffered
+on its way (slotbench.delivery) is not read: its windows say when bursts arrived, not when the
+server generated, and would blame the server's slots for what a proxy or a socket did.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from slotbench import stats
 from slotbench.cells import (OVERLAP_TOLERANCE_S, SERIAL_ARM, arm_name, label_series,
                              most_at_once_by_cell)
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records
+from slotbench.delivery import buffered
 from slotbench.fmt import count, fmt_num
 
 TRAP = "serialisation"
@@ -72,6 +75,8 @@ def _trend(grp: pd.DataFrame, value: str) -> tuple[float, float]:
 
 def serialisation(requests: pd.DataFrame, tolerance_s: float = OVERLAP_TOLERANCE_S) -> pd.DataFrame:
     """Per (target, parallel arm): did the server ever generate two of its requests at once?"""
+    if requests.empty:
+        return pd.DataFrame(columns=SERIALISATION_COLUMNS)
     df = _service_frame(requests)
     rows = []
     for (target, arm), grp in df[df["arm"] > SERIAL_ARM].groupby(["target", "arm"], sort=True):
@@ -172,11 +177,32 @@ def capped_note(row: dict) -> str | None:
     )
 
 
+def unbuffered_cells(requests: pd.DataFrame) -> pd.DataFrame:
+    """The requests of the cells none of whose requests arrived in bursts."""
+    if requests.empty:
+        return requests
+    labels = label_series(requests)
+    held = set(labels[buffered(requests).to_numpy()])
+    return requests[~labels.isin(held).to_numpy()]
+
+
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
-    table = serialisation(tables.measured_requests)
+    requests = tables.measured_requests
+    readable = unbuffered_cells(requests)
+    table = serialisation(readable)
     verdicts = []
     for target in tables.targets:
         rows = table[table["target"] == target].sort_values("arm").to_dict("records")
+        parallel = requests[(requests["target"] == target) & (requests["arm"] > SERIAL_ARM)]
+        if not rows and len(parallel) > ((readable["target"] == target)
+                                         & (readable["arm"] > SERIAL_ARM)).sum():
+            verdicts.append(not_assessable(
+                TRAP, TITLE, target, "the stream was buffered on its way to the client",
+                "The stream was buffered between the server and the client (see the buffered "
+                "stream check), so when the parallel arms' requests generated cannot be seen "
+                "from the client: whether the server ran them together is not assessable.",
+            ))
+            continue
         if not rows:
             verdicts.append(not_assessable(
                 TRAP, TITLE, target, "no parallel arm with request timings",

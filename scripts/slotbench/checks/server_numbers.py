@@ -17,6 +17,7 @@ TRAP = "server_numbers"
 TITLE = "Server counts and timings (cross-checked with the client)"
 ORDER = 5
 TABLES = ("server_numbers",)
+ALL_CELLS = True  # judged from every request, those out of the headline too
 COLUMNS = ["target", "run", "rep", "arm", "position", "request", "output_tokens", "chunks",
            "gen_s", "suspect_reason", "cell"]
 
@@ -38,9 +39,19 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             )
             continue
         first = rows.iloc[0]
-        summary = (f"{count(len(rows), 'request')} of {n_req} disagreed with the client (e.g. {first['cell']} "
-                   f"request {int(first['request'])}: {first['suspect_reason']}); "
+        example = f"e.g. {first['cell']} request {int(first['request'])}: {first['suspect_reason']}"
+        summary = (f"{count(len(rows), 'request')} of {n_req} disagreed with the client ({example}); "
                    f"{count(len(cells), 'cell')} kept out of the headline")
+        if target not in set(tables.cells["target"].astype(str)):  # no cell left to headline
+            reason = (f"the server's numbers for {count(len(rows), 'request')} of {n_req} did not "
+                      f"hold up against what the client saw ({example}), and no cell of "
+                      f"{target} is left behind the headline")
+            verdicts.append(judged(
+                TRAP, TITLE, target, True, summary, reason[0].upper() + reason[1:] + ".",
+                effect="refuse", evidence={"rows": records(rows), "reason": reason},
+                cells=cells,
+            ))
+            continue
         warning = (
             f"Warning: the server's numbers for {count(len(rows), 'request')} of {target} did not "
             f"hold up against what the client saw (e.g. {first['cell']} request "

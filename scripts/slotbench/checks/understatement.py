@@ -183,6 +183,11 @@ def judge(target: str, cells: pd.DataFrame, paired: pd.DataFrame, overloaded: se
                   f"The closed loop did not understate waiting: {text}.", **common)
 
 
+def applies(tables: Tables, target: str) -> bool:
+    """Only a target with rate arms gets a verdict (a closed-loop report does not change)."""
+    return tables.has_rate_arms(target)
+
+
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     cells = tables.cells
     hot = overloaded_arms(tables, settings)

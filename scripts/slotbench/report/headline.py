@@ -25,20 +25,33 @@ def ci_label(ci) -> str:
     return f"{round(float(ci) * 100, 6):g}%"
 
 
-def headline_sentence(row, ci: str = "95%") -> str | None:
-    """The article's headline: what the top arm buys the operator and costs each user."""
+UNQUOTED = {"ttft": "time to first token", "user": "the per-user rate"}
+
+
+def headline_sentence(row, ci: str = "95%", unquoted=()) -> str | None:
+    """The article's headline: what the top arm buys the operator and costs each user; a
+    number the checks left out of the headline (``unquoted``: "ttft", "user") is named, not
+    quoted."""
     s, u, t = row.get("speedup"), row.get("user_ratio"), row.get("ttft_ratio")
-    if any(missing(v) for v in (s, u, t)):
+    if missing(s) or any(missing(v) for v, m in ((u, "user"), (t, "ttft")) if m not in unquoted):
         return None
     gain = (s - 1) * 100
     operator = (f"buys the operator {gain:.0f}% more throughput" if s >= 1
                 else f"costs the operator {-gain:.0f}% of its throughput")
-    loss = (1 - u) * 100
-    user = (f"costs each user {loss:.0f}% of their generation rate" if u <= 1
-            else f"gives each user {-loss:.0f}% more generation rate")
-    ttft = (f"multiplies time to first token by {t:.1f}×" if t >= 1
-            else f"cuts time to first token to {t:.1f}× its serial value")
-    text = f"{way(row['arm']).capitalize()} concurrency {operator}. It {user} and {ttft}."
+    said = []
+    if "user" not in unquoted:
+        loss = (1 - u) * 100
+        said.append(f"costs each user {loss:.0f}% of their generation rate" if u <= 1
+                    else f"gives each user {-loss:.0f}% more generation rate")
+    if "ttft" not in unquoted:
+        said.append(f"multiplies time to first token by {t:.1f}×" if t >= 1
+                    else f"cuts time to first token to {t:.1f}× its serial value")
+    text = f"{way(row['arm']).capitalize()} concurrency {operator}."
+    if said:
+        text += f" It {' and '.join(said)}."
+    if unquoted:
+        text += (f" Its {' and '.join(UNQUOTED[m] for m in unquoted)} cannot be quoted: the "
+                 "client did not see them as the server made them (see the warning above).")
     if row.get("speedup_includes_one") is True:
         text += (
             f" The speedup's {ci} interval ({fmt_times(row['speedup_lo'])} to "
@@ -188,7 +201,8 @@ def headline_blocks(target, rows, decision, serialised: frozenset, index, ci: fl
         # the headline and its reading are the closed-loop arms' (rate arms: the open loop)
         parallel = [r for r in records if int(r["arm"]) > SERIAL_ARM
                     and not missing(r.get("speedup")) and str(int(r["arm"])) not in excluded]
-        top = headline_sentence(parallel[-1], label) if parallel else None
+        unquoted = (decision or {}).get("unquoted_metrics", [])
+        top = headline_sentence(parallel[-1], label, unquoted) if parallel else None
         if top and int(parallel[-1]["arm"]) in serialised:
             top += (
                 f" The server served {arm_name(parallel[-1]['arm'])} one request at a time "
@@ -235,6 +249,9 @@ def headline_blocks(target, rows, decision, serialised: frozenset, index, ci: fl
             text[0] += " (not a headline)"
         if str(int(r["arm"])) in quiet:  # its waiting grew all cell long: no figure holds
             text[6] = text[7] = "not quoted"
+        for metric in (decision or {}).get("unquoted_metrics", []):  # e.g. a buffered stream
+            for col in {"ttft": (6, 7), "user": (4, 5)}[metric]:
+                text[col] = "not quoted"
     table_id = prov.headline_id(target)
     row_ids = [prov.headline_id(target, r["arm"]) for r in records]
     blocks.append(Table(title, columns, table_rows, note, kind, table_id, row_ids))

@@ -79,7 +79,9 @@ def trap_blocks(verdicts: list[dict], ctx: TargetContext) -> list:
     found = renderers()
     rows, detail_blocks = [], []
     for v in verdicts:
-        blocks = (found.get(v["trap"]) or default_details)(v, ctx)
+        # a check that had no cell to read has only its sentence to show
+        renderer = None if v["evidence"].get("no_cells") else found.get(v["trap"])
+        blocks = (renderer or default_details)(v, ctx)
         ids = [b.prov for b in blocks if isinstance(b, Sources) and b.prov]
         rows.append([v["title"], v["verdict"], threshold_text(v), v["summary"],
                      ids[0] if ids else DASH])
