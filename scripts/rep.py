@@ -8,7 +8,7 @@ from slotbench.entry import fail, progress_log
 from slotbench.execute import RepError, run_rep
 from slotbench.fingerprint import pipeline_version
 from slotbench.hostload import host_source
-from slotbench.plan import make_rep_plan
+from slotbench.plan import context_problem, make_rep_plan
 from slotbench.rawfiles import check_free_space, read_json, restore_unsaved, save_raw
 from slotbench.server import ServerError
 from slotbench.targets import connect
@@ -46,6 +46,10 @@ def main(sm) -> None:
             with connect(sm.params.target, sm.log.server, settings["request_timeout_s"],
                          run=run) as conn:
                 client = dict(sm.params.client)
+                problem = context_problem(plan, settings["num_predict"],
+                                          conn.backend.slot_context())
+                if problem:
+                    fail(f"target {target}, run {run}, rep {rep}: {problem}", log)
                 entry = make_rep_plan(plan, rep, conn.backend.tokenizer(),
                                       client_processes=client["processes"])
                 raw = run_rep(conn, plan, entry, settings, pipeline_version(), log=log,

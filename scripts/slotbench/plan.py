@@ -206,6 +206,23 @@ def split_streams(streams: int, request_ids: list[int], processes: int) -> list[
              "requests": request_ids[j::used]} for j in range(used)]
 
 
+def context_problem(plan: dict, num_predict: int, context: tuple[int, str] | None) -> str | None:
+    """Why a request of this plan cannot fit one slot of its server, or None: its prompt's
+    tokens plus ``num_predict`` beyond the slot's context would be cut short by the server (or
+    refused mid-rep), so the rep refuses before anything is sent. ``context`` is (tokens, where
+    that number comes from), None where the server does not say (nothing can be checked)."""
+    if context is None:
+        return None
+    tokens, source = context
+    prompt = plan.get("prompt_tokens") or 0
+    if prompt + num_predict <= tokens:
+        return None
+    counted = f"the prompt ({prompt} tokens) plus " if prompt else ""
+    return (f"{counted}num_predict ({num_predict}) cannot fit one slot of the server: "
+            f"{tokens} tokens ({source}); lower num_predict, or give the server more context "
+            "per slot; nothing was sent")
+
+
 def make_rep_plan(
     plan: dict,
     rep: int,
