@@ -52,7 +52,8 @@ CASES = {
     "runs is 0": ({"runs": 0}, KEY + r"`runs`: 0 is less than the minimum of 1"),
     "runs is a word": (
         {"runs": "two"},
-        KEY + r"`runs`: 'two' has the wrong type \(.*a count .* " r"or a list of unique run ids",
+        KEY + r"`runs`: 'two' is not a whole number or a list \(.*a count .* "
+        r"or a list of unique run ids",
     ),
     "run id twice": ({"runs": ["a", "a"]}, KEY + r"`runs`: 'a' is listed twice"),
     "run id with a slash": ({"runs": ["a/b"]}, KEY + r"`runs\[0\]`: 'a/b' does not match"),
