@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from . import matrix
+from . import matrix, urls
 from .cells import arm_id, arm_order
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
@@ -356,6 +356,8 @@ def _target_problems(targets: list[dict]) -> list[str]:
                 f"config key `targets[{i}].url`: target {target['name']!r} is managed (the "
                 "pipeline starts the server on a free port); drop url or set managed: false"
             )
+        elif "url" in target and urls.problem(f"targets[{i}].url", target["url"]):
+            problems.append(urls.problem(f"targets[{i}].url", target["url"]))
     for i, target in enumerate(targets):
         problems += _backend_problems(i, target)
     return problems
