@@ -192,3 +192,27 @@ def test_a_bad_value_is_one_line_naming_its_key(name):
     assert message.startswith(HEAD + key), message
     assert "Traceback" not in message
     assert not re.search(r"\b[A-Za-z]*(Error|Exception)\b", message), message
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://127.0.0.1:abc", "http://[::1",
+                                 "http://", "ftp://x", "http://a b"])
+def test_the_endpoint_resources_refuse_a_bad_url_in_one_line(url):
+    """Validation refuses these first; should one get past it, rules/common.smk still gets a
+    ConfigError of one line to print, not a traceback from urllib."""
+    from slotbench.resources import endpoint_resources
+
+    with pytest.raises(ConfigError) as err:
+        endpoint_resources({"name": "ext", "managed": False, "url": url}, [0])
+    assert "\n" not in str(err.value) and "config key `url` of target 'ext'" in str(err.value)
+
+
+def test_an_error_no_wording_fits_still_gets_its_own_message_in_one_line(monkeypatch):
+    from slotbench import config
+
+    def broken(error):
+        raise KeyError("no wording")
+
+    monkeypatch.setattr(config, "_phrase", broken)
+    with pytest.raises(ConfigError) as err:
+        resolve(BASE | {"reps": 0})
+    assert str(err.value) == f"{HEAD}reps`: 0 is less than the minimum of 1"
