@@ -63,10 +63,13 @@ MACHINE_CPUS = (
     if hasattr(os, "sched_getaffinity")
     else list(range(os.cpu_count() or 1))
 )
-_JOB_RESOURCES = {
-    t["name"]: sbres.job_resources(CFG, t, MACHINE_CPUS, sbres.rep_runtime_min(CFG))
-    for t in CFG["targets"]
-}
+try:  # the config's check refuses a bad URL first; this keeps a slip from being a traceback
+    _JOB_RESOURCES = {
+        t["name"]: sbres.job_resources(CFG, t, MACHINE_CPUS, sbres.rep_runtime_min(CFG))
+        for t in CFG["targets"]
+    }
+except sbconfig.ConfigError as err:
+    refuse(err)
 for _target in CFG["targets"]:
     for _name in sbres.endpoint_resources(_target, MACHINE_CPUS):
         if _name not in workflow.global_resources:  # unless given with --resources

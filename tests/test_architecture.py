@@ -29,7 +29,8 @@ LAYERS = [
                      "slotbench.targets", "slotbench.thermal", "slotbench.rawfiles",
                      "slotbench.fingerprint", "slotbench.sampler", "slotbench.hostload",
                      "slotbench.smkstate", "slotbench.matrix", "slotbench.resources",
-                     "slotbench.loadgen", "slotbench.clients", "slotbench.runserver"}),
+                     "slotbench.urls", "slotbench.loadgen", "slotbench.clients",
+                     "slotbench.runserver"}),
     # stats sits with the tables: consolidation takes its per-cell median and quantiles
     ("tables", {"slotbench.consolidate", "slotbench.crosscheck", "slotbench.delivery",
                 "slotbench.openloop", "slotbench.stats"}),

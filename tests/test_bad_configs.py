@@ -52,16 +52,48 @@ CASES = {
     "runs is 0": ({"runs": 0}, KEY + r"`runs`: 0 is less than the minimum of 1"),
     "runs is a word": (
         {"runs": "two"},
-        KEY + r"`runs`: 'two' has the wrong type \(.*a count .* " r"or a list of unique run ids",
+        KEY + r"`runs`: 'two' is not a whole number or a list \(.*a count .* "
+        r"or a list of unique run ids",
     ),
     "run id twice": ({"runs": ["a", "a"]}, KEY + r"`runs`: 'a' is listed twice"),
     "run id with a slash": ({"runs": ["a/b"]}, KEY + r"`runs\[0\]`: 'a/b' does not match"),
     "num_predict NaN": ({"num_predict": NAN}, KEY + r"`num_predict`: nan is not a whole number"),
     "num_predict infinite": ({"num_predict": INF}, KEY + r"`num_predict`: inf is not a whole"),
     "temperature negative": ({"temperature": -0.1}, KEY + r"`temperature`: -0\.1 is less than"),
+    # issue 31: absurd values the servers would have been sent
+    "num_predict 1e9": ({"num_predict": 1e9}, KEY + r"`num_predict`: 1000000000\.0 is not a whole"),
+    "num_predict 1000000000": (
+        {"num_predict": 10**9},
+        KEY + r"`num_predict`: 1000000000 is greater than the maximum of 131072",
+    ),
+    "num_predict: 1e9 as written": (  # YAML 1.1 reads an unquoted 1e9 as text
+        "num_predict: 1e9\n",
+        KEY + r"`num_predict`: '1e9' is not a whole number",
+    ),
+    "temperature 1e6": (
+        {"temperature": 1e6},
+        KEY + r"`temperature`: 1000000\.0 is greater than the maximum of 2 \(.*0 to 2",
+    ),
     "temperature NaN": ({"temperature": NAN}, KEY + r"`temperature`: nan is not a finite number"),
     "seed negative": ({"seed": -5}, KEY + r"`seed`: -5 is less than the minimum of 0"),
     "requests_per_cell 0": ({"requests_per_cell": 0}, KEY + r"`requests_per_cell`: 0 is less"),
+    # issue 31: a key of two types, given a value of neither, crashed the error's wording
+    "requests_per_cell 2.0": (
+        {"requests_per_cell": 2.0},
+        KEY + r"`requests_per_cell`: 2\.0 is not a whole number or a mapping of keys",
+    ),
+    "requests_per_cell 'four'": (
+        {"requests_per_cell": "four"},
+        KEY + r"`requests_per_cell`: 'four' is not a whole number or a mapping of keys",
+    ),
+    "requests_per_cell [4]": (
+        {"requests_per_cell": [4]},
+        KEY + r"`requests_per_cell`: \[4\] is not a whole number or a mapping of keys",
+    ),
+    "requests_per_cell true": (
+        {"requests_per_cell": True},
+        KEY + r"`requests_per_cell`: True is not a whole number or a mapping of keys",
+    ),
     "warmup_predict 0": ({"warmup_predict": 0}, KEY + r"`warmup_predict`: 0 is less than"),
     "client processes 0": ({"client": {"processes": 0}}, KEY + r"`client\.processes`: 0 is "),
     "client cpus empty": ({"client": {"cpus": []}}, KEY + r"`client\.cpus`: \[\] "),
@@ -188,6 +220,23 @@ CASES = {
         {"targets": [{"name": "x", "backend": "llamacpp"}]},
         KEY + r"`targets\[0\]\.url`: target 'x' is not managed, so it " r"needs the base URL",
     ),
+    # issue 31: URLs that crashed urllib after validation
+    "url port 99999": (
+        target(url="http://127.0.0.1:99999"),
+        KEY + r"`targets\[0\]\.url`: 'http://127\.0\.0\.1:99999' has port 99999, outside 1-65535$",
+    ),
+    "url port abc": (
+        target(url="http://127.0.0.1:abc"),
+        KEY + r"`targets\[0\]\.url`: 'http://127\.0\.0\.1:abc' has port 'abc', not a number",
+    ),
+    "url malformed IPv6": (
+        target(url="http://[::1"),
+        KEY + r"`targets\[0\]\.url`: 'http://\[::1' has a malformed IPv6 address",
+    ),
+    "url without a host": (
+        target(url="http://"),
+        KEY + r"`targets\[0\]\.url`: 'http://' has no host",
+    ),
     "url not http": (
         target(url="ftp://x"),
         KEY + r"`targets\[0\]\.url`: 'ftp://x' does not " r"match '\^https\?://'",
@@ -276,7 +325,9 @@ def _with_url(value, url: str):
 # One case of each kind of mistake through the real command (module docstring); the rest in
 # this process, through the same code.
 THROUGH_SNAKEMAKE = ("reps is 2.0", "num_predict NaN", "openai endpoint", "managed parallel 0",
-                     "client processes 0", "not YAML", "a list, not keys", "no such file")
+                     "client processes 0", "not YAML", "a list, not keys", "no such file",
+                     # both crashed in rules/common.smk with a traceback before issue 31
+                     "requests_per_cell 2.0", "url port 99999")
 
 
 def _in_process(root: Path, name: str) -> dict:

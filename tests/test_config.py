@@ -113,7 +113,7 @@ def test_runs_as_a_list_of_ids():
         ([], "`runs`"),
         ([7], "`runs[0]`: 7 is not text"),
         (0, "`runs`: 0 is less than the minimum of 1"),
-        ("run1", "`runs`: 'run1' has the wrong type"),
+        ("run1", "`runs`: 'run1' is not a whole number or a list"),
     ],
 )
 def test_run_id_errors_name_the_key(runs, needle):

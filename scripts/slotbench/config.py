@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from . import matrix
+from . import matrix, urls
 from .cells import arm_id, arm_order
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
@@ -118,27 +118,48 @@ TYPE_WORDS = {"integer": "a whole number", "number": "a finite number", "boolean
               "string": "text", "array": "a list", "object": "a mapping of keys"}
 
 
+def _wanted(schema) -> str:
+    """What a schema (or a oneOf branch) accepts, in words: its types, its constant or choices."""
+    if not isinstance(schema, dict):
+        return "another value"
+    if "const" in schema:
+        return repr(schema["const"])
+    if "enum" in schema:
+        return "one of " + ", ".join(map(repr, schema["enum"]))
+    kinds = schema.get("type", [])
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    return " or ".join(TYPE_WORDS.get(k, str(k)) for k in kinds) or "another value"
+
+
 def _describe(error: jsonschema.ValidationError) -> str:
+    """One line for a schema error, whatever the schema raised: the error's own message, on one
+    line, where no phrasing of ours fits (or ours fails), so bad input never becomes a crash."""
+    try:
+        line = _phrase(error)
+    except Exception:  # noqa: BLE001 - an unforeseen error still gets its line, never a traceback
+        line = f"config key `{_key_path(error)}`: {error.message}"
+    return " ".join(line.splitlines())
+
+
+def _phrase(error: jsonschema.ValidationError) -> str:
     key = _key_path(error)
     hint = error.schema.get("description") if isinstance(error.schema, dict) else None
     if key == "(top level)":
         hint = None  # the schema's own description: not about the key at fault
-    hint = " ".join(hint.split()) if hint else None
+    hint = " ".join(str(hint).split()) if hint else None
     if error.validator in ("oneOf", "anyOf") and error.context:
-        # Of the alternatives, the ones that fit the value's type say what is wrong with it.
-        relevant = [
-            e
-            for e in error.context
-            if not (e.validator == "type" and len(e.relative_schema_path) == 2)
-        ]
+        # Of the alternatives, the ones that fit the value's type say what is wrong with it;
+        # a branch's own type, constant or choices only say the value is not that branch.
+        relevant = [e for e in error.context if not (
+            e.validator in ("type", "const", "enum") and len(e.relative_schema_path) == 2)]
         if relevant:
             return "; ".join(_describe(e) for e in relevant) + (f" ({hint})" if hint else "")
         if key.startswith("arms["):  # an arm: neither a concurrency nor a rate arm's mapping
             return (f"config key `{key}`: {error.instance!r} is not a whole number (a "
                     "concurrency level) or a mapping such as {rate: 0.5} (a rate arm)")
-        msg = f"{error.instance!r} has the wrong type"
-    elif error.validator == "type" and error.validator_value in TYPE_WORDS:
-        msg = f"{error.instance!r} is not {TYPE_WORDS[error.validator_value]}"
+        msg = f"{error.instance!r} is not " + " or ".join(map(_wanted, error.validator_value))
+    elif error.validator == "type":
+        msg = f"{error.instance!r} is not {_wanted(error.schema)}"
     elif error.validator == "exclusiveMinimum":
         msg = f"{error.instance!r} must be greater than {error.validator_value!r}"
     elif error.validator == "exclusiveMaximum":
@@ -158,6 +179,16 @@ def _describe(error: jsonschema.ValidationError) -> str:
     else:
         msg = error.message
     return f"config key `{key}`: {msg}" + (f" ({hint})" if hint else "")
+
+
+def _schema_problems(instance: Any, schema: dict) -> list[str]:
+    """Every schema error, one line each. A value of the wrong type gets that line alone: its
+    other errors (a bound or choice it misses as well) follow from it and would only repeat it."""
+    errors = sorted(VALIDATOR(schema).iter_errors(instance),
+                    key=lambda e: list(map(str, e.absolute_path)))
+    mistyped = {tuple(e.absolute_path) for e in errors if e.validator == "type"}
+    return [_describe(e) for e in errors
+            if e.validator == "type" or tuple(e.absolute_path) not in mistyped]
 
 
 # Every default sits in the schema; these read the ones that depend on a target's backend or
@@ -211,7 +242,7 @@ def _apply_backend_defaults(target: dict, arms: list, schema: dict) -> dict:
     return out
 
 
-def _invalid(problems: list[str]) -> str:
+def invalid(problems: list[str]) -> str:
     """One line for one problem; a list when there are more."""
     head = "invalid configuration (nothing was sent to any server):"
     if len(problems) == 1:
@@ -227,18 +258,18 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
     schema = schema if schema is not None else load_schema()
     empty = _nulls(dict(config))
     if empty:
-        raise ConfigError(_invalid([f"config key `{key}` is given without a value; give one, or "
+        raise ConfigError(invalid([f"config key `{key}` is given without a value; give one, or "
                                     "drop the key to get its default" for key in empty]))
     config = copy.deepcopy(dict(config))
     expanded_from = None
     if "matrix" in config:  # the matrix gives the targets (see matrix.py)
         found = _matrix_problems(config["matrix"], schema)
         if found:
-            raise ConfigError(_invalid(found))
+            raise ConfigError(invalid(found))
         try:
             config["targets"] = matrix.expand(config.pop("matrix"))
         except ValueError as exc:  # a varied key below a base value that is not a mapping
-            raise ConfigError(_invalid([f"config key `matrix`: {exc}"])) from None
+            raise ConfigError(invalid([f"config key `matrix`: {exc}"])) from None
         expanded_from = [t.get("name") for t in config["targets"]]
     cfg = _fill_defaults(config, schema)
     if isinstance(cfg.get("runs"), list):
@@ -250,16 +281,14 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
             _apply_backend_defaults(t, arms, schema) if isinstance(t, dict) else t
             for t in cfg["targets"]
         ]
-    validator = VALIDATOR(schema)
-    errors = sorted(validator.iter_errors(cfg), key=lambda e: list(map(str, e.absolute_path)))
-    problems = [_describe(e) for e in errors]
+    problems = _schema_problems(cfg, schema)
     if not problems:
         problems = _semantic_problems(cfg)
     if problems and expanded_from:
         problems.append("the targets were expanded from `matrix`: " + ", ".join(
             f"targets[{i}] = {name}" for i, name in enumerate(expanded_from)))
     if problems:
-        raise ConfigError(_invalid(problems))
+        raise ConfigError(invalid(problems))
     cfg["arms"] = sorted((canonical(a) if isinstance(a, dict) else a for a in cfg["arms"]),
                          key=lambda a: arm_order(arm_id(a)))
     # sorted keys all the way down: Snakemake compares params by repr, so key order in a YAML
@@ -269,11 +298,8 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
 
 
 def _matrix_problems(value, schema: dict) -> list[str]:
-    errors = sorted(VALIDATOR(schema["properties"]["matrix"]).iter_errors(value),
-                    key=lambda e: list(map(str, e.absolute_path)))
-    if errors:
-        return [_describe(e).replace("config key `", "config key `matrix", 1) for e in errors]
-    return matrix.problems(value)
+    """The matrix's own keys, checked as the top-level key they are, before it is expanded."""
+    return _schema_problems({"matrix": value}, schema) or matrix.problems(value)
 
 
 def canonical(cfg: dict) -> dict:
@@ -330,6 +356,8 @@ def _target_problems(targets: list[dict]) -> list[str]:
                 f"config key `targets[{i}].url`: target {target['name']!r} is managed (the "
                 "pipeline starts the server on a free port); drop url or set managed: false"
             )
+        elif "url" in target and urls.problem(f"targets[{i}].url", target["url"]):
+            problems.append(urls.problem(f"targets[{i}].url", target["url"]))
     for i, target in enumerate(targets):
         problems += _backend_problems(i, target)
     return problems

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 import re
-from urllib.parse import urlsplit
 
+from . import urls
+from .config import ConfigError, invalid
 from .plan import cell_requests
 
 # A conservative generation rate for the runtime estimate: a 2-core machine runs the embedded
@@ -28,14 +29,18 @@ def endpoint_resources(target: dict, machine_cpus: list[int]) -> dict[str, int]:
     machine): targets on disjoint CPUs are measured side by side, overlapping ones in turn. An
     external server holds its endpoint: the host and port of its URL; on this machine (a
     loopback address) it shares the CPUs with any managed server, so it holds them all too.
+    A URL the config's check would refuse raises ConfigError: one line, not a traceback.
     """
     if target.get("managed"):
         cpus = target.get("server", {}).get("cpus") or machine_cpus
         return {f"cpu{c}": 1 for c in cpus}
-    url = urlsplit(target["url"])
-    port = url.port or (443 if url.scheme == "https" else 80)
-    held = {"endpoint_" + re.sub(r"\W", "_", f"{url.hostname}_{port}"): 1}
-    if url.hostname in LOOPBACK or (url.hostname or "").startswith("127."):
+    try:
+        _, host, port = urls.endpoint(target.get("url", ""))
+    except ValueError as exc:
+        raise ConfigError(invalid([f"config key `url` of target {target.get('name')!r}: "
+                                   f"{target.get('url')!r} {exc}"])) from None
+    held = {"endpoint_" + re.sub(r"\W", "_", f"{host}_{port}"): 1}
+    if host in LOOPBACK or host.startswith("127."):
         held |= {f"cpu{c}": 1 for c in machine_cpus}
     return held
 
