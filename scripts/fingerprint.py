@@ -17,7 +17,7 @@ def main(sm) -> None:
             with connect(sm.params.target, sm.log.server, PROBE_TIMEOUT_S, run=run) as conn:
                 data = fingerprint(conn, target, run, recorded)
         except (ServerError, BackendError) as exc:
-            fail(f"target {target}, run {run}, fingerprint: {exc}", log)
+            fail(f"target {target}, run {run}, fingerprint: {exc}", log, cause=exc)
         write_json_atomic(sm.output[0], data)
         print(f"[{target} {run}] fingerprint: {data['host']['cpu_model']}, "
               f"{data['server'].get('package_version', data['server'].get('backend'))}, "

@@ -22,7 +22,7 @@ def main(sm) -> None:
                     control_arm=p.control_arm, paired=getattr(p, "paired", False),
                 )
         except (ServerError, BackendError) as exc:
-            fail(f"target {target}, run {run}, plan: {exc}", log)
+            fail(f"target {target}, run {run}, plan: {exc}", log, cause=exc)
         write_json_atomic(sm.output[0], plan)
         length = plan["prompt_tokens"]
         print(f"[{target} {run}] plan: every prompt is "

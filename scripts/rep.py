@@ -58,7 +58,7 @@ def main(sm) -> None:
                               host=host_source(conn), client=client)
         except (RepError, ServerError, BackendError, RuntimeError) as exc:
             fail(str(exc) if isinstance(exc, RepError) else
-                 f"target {target}, run {run}, rep {rep}: {exc}", log)
+                 f"target {target}, run {run}, rep {rep}: {exc}", log, cause=exc)
         raw["experiment"] = dict(sm.params.experiment)
         digest, problem = save_raw(sm.output.raw, raw, log_dir)
         if problem:

@@ -33,6 +33,9 @@ one gets the fault; warm-up requests, with ``n_predict`` below ``measured_predic
 ``malformed``             an event that is not JSON, after two tokens
 ``error_event``           two tokens, then an ``error:`` event (a slot failed)
 ``http404`` / ``http500`` / ``http503``   that status with llama-server's error body
+``http501_html``          HTTP 501 with a proxy's multi-line HTML error page (``ERROR_PAGE``,
+                          titled "501 Not Implemented"), as a server in front of llama-server
+                          answers a path it does not forward
 ``counts``                the stream has the tokens, the final event reports 100 times as many
 ``negative_timings``      ``predicted_ms`` < 0
 ``zero_timings``          ``predicted_ms`` = 0
@@ -44,6 +47,9 @@ can: ``"nagle"`` leaves Nagle's algorithm on (no ``TCP_NODELAY``), so on a reuse
 each small write waits for the client's delayed ACK and the tokens arrive in bursts; ``"end"``
 holds the whole response and sends it when the generation is over (a buffering proxy). The
 server still generates each token on time, and its ``timings`` say so.
+
+``tokenize_fault`` (one of the HTTP faults above, e.g. ``"http501_html"``) makes every
+``POST /tokenize`` answer with it: the plan's first request, and each rep's, fails there.
 
 ``close_after_stream = True`` closes the connection 20 ms after every streamed response, as
 llama-server does (while its headers still say ``Keep-Alive``). ``web_page = True`` turns the
@@ -62,12 +68,28 @@ from http.server import BaseHTTPRequestHandler
 from served import Served
 
 FAULTS = ("die", "silence", "trickle", "malformed", "error_event", "http404", "http500",
-          "http503", "counts", "negative_timings", "zero_timings", "nan_timings")
+          "http503", "http501_html", "counts", "negative_timings", "zero_timings", "nan_timings")
 HTTP_FAULTS = {
     "http404": (404, "File Not Found", "not_found_error"),
     "http500": (500, "llama_decode failed: out of memory", "server_error"),
     "http503": (503, "Loading model", "unavailable_error"),
 }
+ERROR_PAGE_TITLE = "501 Not Implemented"
+ERROR_PAGE = f"""<!DOCTYPE HTML PUBLIC "-//IETF//DTD HTML 2.0//EN">
+<html><head>
+<title>{ERROR_PAGE_TITLE}</title>
+<style>
+  body {{ font-family: sans-serif; margin: 2em; }}
+</style>
+</head><body>
+<h1>Not Implemented</h1>
+<p>POST to /tokenize not supported.<br />
+</p>
+<hr>
+<address>Apache/2.4.62 (Debian) Server at 127.0.0.1 Port 80</address>
+</body></html>
+""".encode()
+HTML_FAULTS = {"http501_html": (501, ERROR_PAGE)}
 WEB_PAGE = (b"<!DOCTYPE html>\n<html><head><title>Welcome to nginx!</title></head>"
             b"<body><h1>Welcome to nginx!</h1></body></html>\n")
 
@@ -88,6 +110,7 @@ class FaultServer(Served):
         self.close_after_stream = False
         self.buffering: str | None = None  # None, "nagle" or "end"
         self.fault: str | None = None
+        self.tokenize_fault: str | None = None  # an HTTP fault every /tokenize answers with
         self.skip = 0
         self.lock = threading.Lock()
         self.bodies: list[dict] = []  # every /completion body, in arrival order
@@ -185,6 +208,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _error(self, status: int, message: str, kind: str) -> None:
         self._json(status, {"error": {"code": status, "message": message, "type": kind}})
 
+    def _http_fault(self, fault: str) -> None:
+        """An HTTP fault's answer: llama-server's JSON error, or a proxy's HTML page."""
+        if fault in HTML_FAULTS:
+            return self._send(*HTML_FAULTS[fault], "text/html; charset=iso-8859-1")
+        self._error(*HTTP_FAULTS[fault])
+
     def _body(self) -> dict | None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
@@ -230,6 +259,8 @@ class _Handler(BaseHTTPRequestHandler):
         body = self._body()
         if body is None:
             return
+        if path == "/tokenize" and d.tokenize_fault:
+            return self._http_fault(d.tokenize_fault)
         if path == "/tokenize":
             return self._json(
                 200,
@@ -242,8 +273,8 @@ class _Handler(BaseHTTPRequestHandler):
         if path != "/completion":
             return self._error(404, "File Not Found", "not_found_error")
         fault = d._fault_for(body)
-        if fault in HTTP_FAULTS:
-            return self._error(*HTTP_FAULTS[fault])
+        if fault in HTTP_FAULTS or fault in HTML_FAULTS:
+            return self._http_fault(fault)
         with d._slots:
             with d.lock:
                 d.in_flight += 1

@@ -104,7 +104,7 @@ def test_a_web_page_is_named_as_the_wrong_protocol(server):
     backend = LlamaCppBackend(server.url, timeout_s=5)
     with pytest.raises(
         BackendError,
-        match=r"answered '<!DOCTYPE html>.*not llama-server's JSON; "
+        match=r"answered an HTML page titled \"Welcome to nginx!\", not llama-server's JSON; "
         r"is the target's url a llama-server",
     ):
         backend.describe()

@@ -18,8 +18,9 @@ SETTINGS = {"arms": [1, 2, 4], "requests_per_cell": 4, "num_predict": 5, "temper
 class CountingBackend(Backend):
     """Records how many requests are in flight; every request 'generates' num_predict tokens."""
 
-    def __init__(self, fail_on=None):
+    def __init__(self, fail_on=None, body=None):
         super().__init__("http://127.0.0.1:9")
+        self.body = body  # the failed request's whole answer
         self.in_flight = 0
         self.peaks = []
         self.calls = 0
@@ -36,7 +37,7 @@ class CountingBackend(Backend):
         self.peaks.append(self.in_flight)
         try:
             if call == self.fail_on:
-                raise BackendError("connection refused")
+                raise BackendError("connection refused", body=self.body)
             await asyncio.sleep(0.03)
             rec.t_first = time.monotonic()
             await asyncio.sleep(0.02)
@@ -117,6 +118,14 @@ def test_a_failing_request_names_target_run_rep_arm_and_request():
     first = rep["cells"][0]
     assert f"target t, run run1, rep 1, arm {first['arm']} (position 0), request" in msg
     assert "connection refused" in msg and "resumes" in msg
+
+
+def test_a_failing_request_carries_the_servers_whole_answer_for_the_log():
+    p = plan()
+    with pytest.raises(RepError) as err:
+        run_rep(FakeConnection(CountingBackend(fail_on=6, body="<html>the page</html>")), p,
+                p["reps"][0], SETTINGS, {})
+    assert err.value.body == "<html>the page</html>"
 
 
 def test_a_failing_warm_up_is_named_too():

@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 
 from e2e_helpers import copy_repo, fill, jobs_run, small_filesystem, wait_for_no_processes
-from fault_server import FaultServer
+from fault_server import ERROR_PAGE, ERROR_PAGE_TITLE, FaultServer
 
 NUM_PREDICT = 8
 CONFIG = """\
@@ -170,6 +170,7 @@ def _case(src: Path, server: FaultServer, tmp_path: Path, reps_kept) -> Case:
         server.start()
     server.arm(None)
     server.web_page = False
+    server.tokenize_fault = None
     server.token_s = 0.002
     server.reset_counts()
     work = tmp_path / "work"
@@ -240,8 +241,8 @@ def test_a_web_page_instead_of_llama_server_is_named_not_a_traceback(case, tmp_p
     error_line(
         proc,
         r"^ERROR: target fault, run run1, rep 2: POST /tokenize: "
-        r"http://127\.0\.0\.1:\d+ answered '<!DOCTYPE html>.*not llama-server's "
-        r"token list; is the target's url a llama-server",
+        r"http://127\.0\.0\.1:\d+ answered an HTML page titled \"Welcome to nginx!\", not "
+        r"llama-server's token list; is the target's url a llama-server",
     )
     assert "Traceback" not in output(proc)
     case.assert_kept()
@@ -250,13 +251,55 @@ def test_a_web_page_instead_of_llama_server_is_named_not_a_traceback(case, tmp_p
     write_config(fresh, case.server, reps=1)
     proc = run(fresh)
     assert proc.returncode != 0
-    error_line(proc, r"^ERROR: target fault, run run1, (plan|fingerprint): .*answered "
-                     r"'<!DOCTYPE html>.*not llama-server's .*; is the target's url a "
-                     r"llama-server \(backend llamacpp\)\?")
+    error_line(proc, r"^ERROR: target fault, run run1, (plan|fingerprint): .*answered an "
+                     r"HTML page titled \"Welcome to nginx!\", not llama-server's .*; is the "
+                     r"target's url a llama-server \(backend llamacpp\)\?")
     assert "Traceback" not in output(proc)
     assert wait_for_no_processes(str(fresh)) == []
     case.server.web_page = False
     case.resume(1)
+
+
+def page_in_the_log_only(proc, work: Path, line: str) -> None:
+    """The terminal has one line of the server's HTML error page, no tag of it and no
+    traceback; the log that line names holds the whole page."""
+    out = output(proc)
+    assert [text for text in out.splitlines() if "HTTP 501" in text] == [line], out[-3000:]
+    assert not re.search(r"<(!doctype|/?[a-z]+[ >/])", out, re.I), out[-3000:]
+    assert "Traceback" not in out
+    log = re.search(r"the server's full answer is in (\S+)\)$", line).group(1)
+    assert ERROR_PAGE.decode() in (work / log).read_text()
+
+
+def test_an_html_error_page_is_one_line_and_the_log_holds_it(server, tmp_path):
+    """A proxy in front of the server answers 501 with an HTML page: first /tokenize (the
+    plan's request), then /completion during a rep. Each time the terminal gets one line with
+    the status and the page's title, naming the job's log, which holds the whole page."""
+    work = copy_repo(tmp_path / "work")
+    write_config(work, server, reps=1)
+    server.arm(None)
+    server.web_page = False
+    server.tokenize_fault = "http501_html"
+    said = (rf'HTTP 501: an HTML page titled "{ERROR_PAGE_TITLE}" '
+            r"\(the server's full answer is in ")
+    try:
+        proc = run(work)
+        assert proc.returncode != 0
+        line = error_line(proc, r"^ERROR: target fault, run run1, plan: POST /tokenize: " + said
+                          + r"results/logs/plan/fault/run1\.log\)$")
+        page_in_the_log_only(proc, work, line)
+        server.tokenize_fault = None
+        server.arm("http501_html")  # the rep's first measured request
+        proc = run(work)
+        assert proc.returncode != 0
+        line = error_line(proc, r"^ERROR: target fault, run run1, rep 1, arm [12] \(position 0\), "
+                                r"request [0-3]: POST /completion: " + said
+                          + r"results/logs/rep/fault/run1/rep1\.log\)$")
+        page_in_the_log_only(proc, work, line)
+    finally:
+        server.tokenize_fault = None
+        server.arm(None)
+    assert wait_for_no_processes(str(work)) == []
 
 
 # --- a server whose numbers disagree with the stream --------------------------------------

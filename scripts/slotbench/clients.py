@@ -81,7 +81,8 @@ class Clients:
                 failure = answer["failed"]
                 self.abort()
         if failure is not None:
-            raise CellFailed(failure["index"], BackendError(failure["message"]))
+            raise CellFailed(failure["index"],
+                             BackendError(failure["message"], body=failure.get("body")))
         return _merge(shares, {p: (a["records"], a["stats"]) for p, a in answers.items()})
 
     def _in_process(self, shares, num_predict, temperature, measure):
@@ -180,7 +181,8 @@ def _serve() -> None:
                 share.get("max_in_flight")))
         except CellFailed as exc:
             say({"failed": {"index": share["requests"][exc.index]["request"],
-                            "message": str(exc.error)}})
+                            "message": str(exc.error),
+                            "body": getattr(exc.error, "body", None)}})
             return
         except Exception as exc:  # noqa: BLE001 - the parent names it
             say({"failed": {"index": share["requests"][0]["request"],

@@ -17,10 +17,12 @@ PARENT_POLL_S = 0.5
 
 
 class Tee:
-    """Progress goes to the terminal and to the rule's log file."""
+    """Progress goes to the terminal and to the rule's log file (``file``: what goes only to
+    the log, e.g. a server's whole answer, is written there)."""
 
-    def __init__(self, *streams: TextIO):
+    def __init__(self, *streams: TextIO, file: TextIO | None = None):
         self.streams = streams
+        self.file = file
 
     def write(self, text: str) -> int:
         for stream in self.streams:
@@ -44,7 +46,7 @@ def progress_log(path: str | Path, on_interrupt: str = "nothing was written") ->
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
-        log = Tee(sys.stderr, fh)
+        log = Tee(sys.stderr, fh, file=fh)
         try:
             with watch_parent():
                 yield log
@@ -84,9 +86,21 @@ def watch_parent() -> Iterator[None]:
             signal.signal(s, handler)
 
 
-def fail(message: str, log: TextIO | None = None) -> None:
-    """Exit the job with a plain message instead of a traceback."""
+def fail(message: str, log: TextIO | None = None, cause: BaseException | None = None) -> None:
+    """Exit the job with a plain message instead of a traceback.
+
+    When ``cause`` carries the server's whole answer (``body``: an HTML error page runs to
+    dozens of lines, the message holds one line of it), the answer goes only to the job's log
+    file and the message's first line says where it is, so the terminal stays readable."""
+    body = getattr(cause, "body", None)
+    file = getattr(log, "file", None)
+    if body and file is not None:
+        first, newline, rest = message.partition("\n")
+        message = (f"{first} (the server's full answer is in {file.name})" + newline + rest)
     print(f"\nERROR: {message}", file=log or sys.stderr)
+    if body and file is not None:
+        file.write(f"\nThe server's full answer:\n{body.rstrip()}\n")
+        file.flush()
     raise SystemExit(1)
 
 

@@ -23,7 +23,12 @@ TIMES = ("t_sent_s", "t_first_s", "t_last_s", "t_done_s", "t_planned_s", "t_read
 
 
 class RepError(RuntimeError):
-    """A request failed, so the rep it belongs to is not recorded."""
+    """A request failed, so the rep it belongs to is not recorded. ``body``: the failed
+    request's whole answer from the server, when its message shows only a line of it."""
+
+    def __init__(self, message: str, body: str | None = None):
+        super().__init__(message)
+        self.body = body
 
 
 def _shares(requests: list[dict], shares: list[dict] | None, streams: int,
@@ -77,7 +82,7 @@ def _failure(ctx: dict, arm, position, request, exc: BaseException, conn: Connec
         "\nThis rep was not recorded; reps already written stay valid. "
         "Fix the cause and rerun snakemake: it resumes with this rep."
     )
-    return RepError(msg)
+    return RepError(msg, body=getattr(exc, "body", None))
 
 
 def warm_up_requests(rep_entry: dict, reps_before: int) -> tuple[list[dict], list[dict] | None]:

@@ -6,19 +6,29 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 import threading
 import time
 from dataclasses import dataclass, field, fields
+from html.parser import HTMLParser
 from urllib.parse import urlsplit
 
 from .transport import Answer, LoopThread, StreamError, lines, make_session
 
 
 _RUNNER_LOCK = threading.Lock()
+# The most of a server's answer an error message shows: one line of it, for the terminal.
+LINE_CHARS = 120
 
 
 class BackendError(RuntimeError):
-    """A request failed at the server or on the wire; the message says what the server said."""
+    """A request failed at the server or on the wire; the message says in one line what the
+    server said. ``body`` keeps the server's whole answer when that line could not show all of
+    it (an HTML page, a long text), for the job's log (slotbench.entry.fail)."""
+
+    def __init__(self, message: str, body: str | None = None):
+        super().__init__(message)
+        self.body = body or None
 
 
 @dataclass
@@ -126,7 +136,8 @@ class Backend:
         return BackendError(f"POST {self.path}: cannot reach {self.base_url}: {exc}")
 
     def http_error(self, answer: Answer) -> BackendError:
-        return BackendError(f"POST {self.path}: HTTP {answer.status_code}: {answer.text[:300]}")
+        return BackendError(f"POST {self.path}: HTTP {answer.status_code}: {error_text(answer)}",
+                            body=error_body(answer))
 
     # -- streaming ------------------------------------------------------------------------
 
@@ -190,7 +201,7 @@ class Backend:
         if kind.startswith("text/html"):  # a web site, not an inference server
             raise BackendError(
                 f"POST {self.path}: {self.base_url} answered a web page ({kind}), not a "
-                f"{self.name} stream; are the target's url and backend right?"
+                f"{self.name} stream; are the target's url and backend right?", body=answer.text
             )
         self.parse(answer, rec)
         rec.t_done = answer.t_done
@@ -268,14 +279,108 @@ def error_message(body) -> str:
 
 
 def error_text(resp) -> str:
-    """The message in an error answer's body (requests.Response or transport.Answer): the JSON
-    body's message (:func:`error_message`), else the body's first 300 characters, else the
-    reason phrase."""
+    """What an error answer (requests.Response or transport.Answer) said, in one line of at
+    most LINE_CHARS characters: the JSON body's message (:func:`error_message`), else the body
+    (:func:`body_line`: an HTML page by its title), else the reason phrase."""
+    return _said(resp)[0]
+
+
+def error_body(resp) -> str | None:
+    """An error answer's whole body when :func:`error_text` could not show all of it (for the
+    job's log), else None."""
+    return _said(resp)[1]
+
+
+def _said(resp) -> tuple[str, str | None]:
+    text = resp.text or ""
     try:
         body = resp.json()
     except ValueError:
-        return (resp.text or "").strip()[:300] or resp.reason or ""
-    return error_message(body)[:300]
+        body = None
+    if body is None:
+        line = body_line(text) or resp.reason or "an empty answer"
+        return line, text if text.strip() and line != text.strip() else None
+    message = error_message(body)
+    line = one_line(message) or resp.reason or "an empty message"
+    return line, text if line != message else None
+
+
+def one_line(text: str, limit: int = LINE_CHARS) -> str:
+    """``text`` with its whitespace (newlines too) collapsed, cut to ``limit`` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
+def body_line(text: str | None, limit: int = LINE_CHARS, quote: bool = False) -> str:
+    """A body fit for one line of a message, at most ``limit`` characters: an HTML page as
+    ``an HTML page titled "…"`` (untitled: by its first line of text), other markup by its
+    text, any other text as it is; tags stripped, whitespace collapsed, in quotes with
+    ``quote``; "" for no body. Error pages run to dozens of lines; the terminal gets one."""
+    text = text or ""
+    page = _Page.read(text) if _is_markup(text) else None
+    if page is not None and (page.title or page.is_page):
+        lead, words = (("an HTML page titled ", page.title) if page.title else
+                       ("an HTML page: ", page.first_line() or "no text"))
+        return lead + json.dumps(one_line(words, limit - len(lead) - 2), ensure_ascii=False)
+    if page is not None:
+        text = "".join(page.text)
+    if quote:
+        return repr(one_line(text, limit - 2)) if text.strip() else "nothing"
+    return one_line(text, limit)
+
+
+def _is_markup(text: str) -> bool:
+    """Whether a body is HTML (or XML): it opens with a tag and closes one."""
+    head = text.lstrip()[:2000].lower()
+    return head.startswith("<") and re.search(r"</[a-z][\w-]*\s*>|<!doctype html|<html\b",
+                                              head) is not None
+
+
+class _Page(HTMLParser):
+    """An HTML page's title and its text, split into lines where blocks break."""
+
+    BREAKS = {"br", "p", "div", "h1", "h2", "h3", "h4", "h5", "h6", "li", "tr", "pre", "hr",
+              "body", "center", "table", "address", "header", "footer", "main", "section"}
+    HIDDEN = {"script", "style", "head"}
+    PAGE = {"html", "head", "body", "title"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.title, self.text, self._open, self.is_page = "", [], [], False
+
+    @classmethod
+    def read(cls, text: str) -> "_Page":
+        page = cls()
+        page.feed(text)
+        page.close()
+        page.title = " ".join(page.title.split())
+        return page
+
+    def handle_decl(self, decl):
+        self.is_page = self.is_page or decl.lower().startswith("doctype html")
+
+    def handle_starttag(self, tag, attrs):
+        self.is_page = self.is_page or tag in self.PAGE
+        self.text.append("\n" if tag in self.BREAKS else " ")  # adjacent tags' texts apart
+        if tag == "body" and "head" in self._open:  # a head left open ends here
+            self._open.clear()
+        if tag in self.HIDDEN or tag == "title":
+            self._open.append(tag)
+
+    def handle_endtag(self, tag):
+        self.text.append("\n" if tag in self.BREAKS else " ")
+        if tag in self._open:
+            del self._open[len(self._open) - 1 - self._open[::-1].index(tag):]
+
+    def handle_data(self, data):
+        if "title" in self._open:
+            self.title += data
+        elif not self._open:
+            self.text.append(data)
+
+    def first_line(self) -> str:
+        return next((" ".join(line.split()) for line in "".join(self.text).splitlines()
+                     if line.strip()), "")
 
 
 def finite(value, field_name: str, rec: RequestRecord):

@@ -12,7 +12,8 @@ import json
 
 import requests
 
-from .base import Backend, BackendError, RequestRecord, error_message, error_text, finite
+from .base import (Backend, BackendError, RequestRecord, body_line, error_body, error_message,
+                   error_text, finite)
 from .transport import lines
 
 # stop_type → the done_reason vocabulary shared with Ollama and OpenAI ("stop" or "length").
@@ -44,7 +45,8 @@ class LlamaCppBackend(Backend):
         except requests.RequestException as exc:
             raise BackendError(f"GET {path} failed: {exc}") from exc
         if resp.status_code != 200:
-            raise BackendError(f"GET {path}: HTTP {resp.status_code}: {error_text(resp)}")
+            raise BackendError(f"GET {path}: HTTP {resp.status_code}: {error_text(resp)}",
+                               body=error_body(resp))
         try:
             return resp.json()
         except ValueError:
@@ -61,7 +63,8 @@ class LlamaCppBackend(Backend):
         except requests.RequestException as exc:
             raise BackendError(f"POST /tokenize failed: {exc}") from exc
         if resp.status_code != 200:
-            raise BackendError(f"POST /tokenize: HTTP {resp.status_code}: {error_text(resp)}")
+            raise BackendError(f"POST /tokenize: HTTP {resp.status_code}: {error_text(resp)}",
+                               body=error_body(resp))
         try:
             return len(resp.json()["tokens"])
         except (ValueError, KeyError, TypeError):
@@ -69,8 +72,9 @@ class LlamaCppBackend(Backend):
 
     def _not_llama_server(self, what: str, resp: requests.Response, expected: str) -> BackendError:
         return BackendError(
-            f"{what}: {self.base_url} answered {resp.text[:120]!r}, not llama-server's "
-            f"{expected}; is the target's url a llama-server (backend llamacpp)?"
+            f"{what}: {self.base_url} answered {body_line(resp.text, quote=True)}, not "
+            f"llama-server's {expected}; is the target's url a llama-server (backend llamacpp)?",
+            body=resp.text,
         )
 
     def describe(self) -> dict:
@@ -125,7 +129,8 @@ class LlamaCppBackend(Backend):
         return BackendError(f"POST /completion: cannot reach {self.base_url}: {exc}")
 
     def http_error(self, answer) -> BackendError:
-        return BackendError(f"POST /completion: HTTP {answer.status_code}: {error_text(answer)}")
+        return BackendError(f"POST /completion: HTTP {answer.status_code}: {error_text(answer)}",
+                            body=error_body(answer))
 
     def parse(self, answer, rec: RequestRecord) -> None:
         final = self._read_stream(answer, rec)

@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from .base import Backend, BackendError, RequestRecord, error_text, finite
+from .base import Backend, BackendError, RequestRecord, body_line, error_body, error_text, finite
 from .transport import lines
 
 # final-chunk field → name in RequestRecord.server (durations keep Ollama's nanoseconds)
@@ -66,6 +66,11 @@ class OllamaBackend(Backend):
         return BackendError(f"{what}: cannot reach Ollama at {self.base_url}; {hint} ({exc})")
 
     def _http_error(self, what: str, resp) -> BackendError:
+        error = self._said_error(what, resp)
+        error.body = error_body(resp)
+        return error
+
+    def _said_error(self, what: str, resp) -> BackendError:
         text = error_text(resp)
         if resp.status_code == 404 and "model" in text.lower() and "not found" in text:
             store = (
@@ -114,8 +119,8 @@ class OllamaBackend(Backend):
             body = None
         if not isinstance(body, dict):
             raise BackendError(
-                f"{what}: {self.base_url} answered {resp.text[:200]!r}, not Ollama's JSON; "
-                "is this an Ollama server?"
+                f"{what}: {self.base_url} answered {body_line(resp.text, quote=True)}, not "
+                "Ollama's JSON; is this an Ollama server?", body=resp.text
             )
         return body
 

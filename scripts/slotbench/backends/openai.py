@@ -29,7 +29,8 @@ import threading
 import requests
 import requests.auth
 
-from .base import Backend, BackendError, RequestRecord, error_message, error_text, finite
+from .base import (Backend, BackendError, RequestRecord, error_body, error_message, error_text,
+                   finite)
 from .transport import lines
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -140,6 +141,12 @@ class OpenAIBackend(Backend):
         return BackendError(self._scrub(message))
 
     def _http_error(self, method: str, path: str, resp) -> BackendError:
+        error = self._said_error(method, path, resp)
+        body = error_body(resp)
+        error.body = body and self._scrub(body)  # an echoed key stays out of the log too
+        return error
+
+    def _said_error(self, method: str, path: str, resp) -> BackendError:
         code, said = resp.status_code, error_text(resp)
         if code in (401, 403):
             if self._key:
