@@ -166,3 +166,22 @@ def test_in_the_paired_design_a_pairs_sides_share_their_arm_order_but_not_their_
     assert "order_seed" not in x
     assert [make_rep_plan(x, r)["order"] for r in range(1, 7)] != [
         make_rep_plan(y, r)["order"] for r in range(1, 7)]
+
+
+def test_a_request_that_cannot_fit_one_slot_is_refused_before_anything_is_sent():
+    from slotbench.backends.llamacpp import LlamaCppBackend
+    from slotbench.plan import context_problem
+
+    from fault_server import FaultServer
+
+    with FaultServer() as server:  # its /props report 4096 tokens per slot
+        context = LlamaCppBackend(server.url).slot_context()
+        assert context[0] == 4096 and "/props" in context[1]
+        assert server.hits.get("/completion") is None
+    plan = {"prompt_tokens": 160}
+    assert context_problem(plan, 3936, context) is None  # 160 + 3936 fills the slot exactly
+    problem = context_problem(plan, 3937, context)
+    assert problem.startswith("the prompt (160 tokens) plus num_predict (3937) cannot fit one "
+                              "slot of the server: 4096 tokens")
+    assert "\n" not in problem and problem.endswith("nothing was sent")
+    assert context_problem(plan, 10**6, None) is None  # a server that does not say: not checked
