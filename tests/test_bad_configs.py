@@ -60,7 +60,7 @@ CASES = {
     "num_predict NaN": ({"num_predict": NAN}, KEY + r"`num_predict`: nan is not a whole number"),
     "num_predict infinite": ({"num_predict": INF}, KEY + r"`num_predict`: inf is not a whole"),
     "temperature negative": ({"temperature": -0.1}, KEY + r"`temperature`: -0\.1 is less than"),
-    # issue 31: absurd values the servers would have been sent
+    # absurd values the servers would have been sent
     "num_predict 1e9": ({"num_predict": 1e9}, KEY + r"`num_predict`: 1000000000\.0 is not a whole"),
     "num_predict 1000000000": (
         {"num_predict": 10**9},
@@ -77,7 +77,7 @@ CASES = {
     "temperature NaN": ({"temperature": NAN}, KEY + r"`temperature`: nan is not a finite number"),
     "seed negative": ({"seed": -5}, KEY + r"`seed`: -5 is less than the minimum of 0"),
     "requests_per_cell 0": ({"requests_per_cell": 0}, KEY + r"`requests_per_cell`: 0 is less"),
-    # issue 31: a key of two types, given a value of neither, crashed the error's wording
+    # a key of two types, given a value of neither, crashed the error's wording
     "requests_per_cell 2.0": (
         {"requests_per_cell": 2.0},
         KEY + r"`requests_per_cell`: 2\.0 is not a whole number or a mapping of keys",
@@ -220,7 +220,7 @@ CASES = {
         {"targets": [{"name": "x", "backend": "llamacpp"}]},
         KEY + r"`targets\[0\]\.url`: target 'x' is not managed, so it " r"needs the base URL",
     ),
-    # issue 31: URLs that crashed urllib after validation
+    # URLs that once crashed urllib after validation
     "url port 99999": (
         target(url="http://127.0.0.1:99999"),
         KEY + r"`targets\[0\]\.url`: 'http://127\.0\.0\.1:99999' has port 99999, outside 1-65535$",
@@ -326,7 +326,7 @@ def _with_url(value, url: str):
 # this process, through the same code.
 THROUGH_SNAKEMAKE = ("reps is 2.0", "num_predict NaN", "openai endpoint", "managed parallel 0",
                      "client processes 0", "not YAML", "a list, not keys", "no such file",
-                     # both crashed in rules/common.smk with a traceback before issue 31
+                     # both crashed in rules/common.smk with a traceback once
                      "requests_per_cell 2.0", "url port 99999")
 
 

@@ -1,4 +1,4 @@
-"""A server's error answer becomes one line of a message (issue 31): an HTML page by its title,
+"""A server's error answer becomes one line of a message: an HTML page by its title,
 a JSON error by its message, any text collapsed and cut; the whole answer rides along on the
 error (``body``) and goes only to the job's log, whose path the terminal line names.
 

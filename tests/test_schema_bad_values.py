@@ -5,7 +5,7 @@ oneOf's or anyOf's from all its branches), one value of each JSON type it does n
 each bound stepped over (minimum - 1, maximum + 1, an exclusive bound itself, a string one
 longer than maxLength, a list one shorter than minItems). Each is put into a small valid config
 and resolved: it must raise ConfigError with one line that names the key; any other exception is
-the crash issue 31 is about. A key added to the schema later is covered without a change here.
+the crash this guards against. A key added to the schema later is covered without a change here.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def _url(url: str) -> tuple[dict, str]:
     return BASE | {"targets": [EXTERNAL | {"url": url}, MANAGED]}, "targets[0].url"
 
 
-# The mistakes issue 31 found, by name (each also arises from the schema below).
+# Mistakes users made, by name (each also arises from the schema below).
 NAMED = {
     "requests_per_cell 2.0": place("requests_per_cell", 2.0),
     "requests_per_cell 'four'": place("requests_per_cell", "four"),
