@@ -225,7 +225,8 @@ def test_refused_connections_fail_the_rep_before_any_request(case):
     case.server.stop()
     proc = run(case.work)
     assert proc.returncode != 0
-    error_line(proc, r"^ERROR: target fault, run run1, rep 2: POST /tokenize failed: .*"
+    # the rep's first look at the server: the slot's context (GET /props)
+    error_line(proc, r"^ERROR: target fault, run run1, rep 2: GET /props failed: .*"
                      r"(Connection refused|Failed to establish)")
     assert "Traceback" not in output(proc)
     case.assert_kept()
@@ -240,9 +241,9 @@ def test_a_web_page_instead_of_llama_server_is_named_not_a_traceback(case, tmp_p
     assert proc.returncode != 0
     error_line(
         proc,
-        r"^ERROR: target fault, run run1, rep 2: POST /tokenize: "
+        r"^ERROR: target fault, run run1, rep 2: GET /props: "
         r"http://127\.0\.0\.1:\d+ answered an HTML page titled \"Welcome to nginx!\", not "
-        r"llama-server's token list; is the target's url a llama-server",
+        r"llama-server's JSON; is the target's url a llama-server",
     )
     assert "Traceback" not in output(proc)
     case.assert_kept()
