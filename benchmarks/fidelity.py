@@ -83,9 +83,9 @@ def read_truth(path: Path, offset: int) -> tuple[list[dict], int]:
 def run_level(clients, concurrency: int, n: int, num_predict: int, words: int,
               first_gid: int, processes: int) -> dict:
     """N requests with C in flight, as execute.py sends a cell: the rep plan's split over
-    ``processes`` client processes (slotbench.clients), one event loop each."""
-    from slotbench.loadgen import CellFailed
-    from slotbench.plan import split_streams
+    ``processes`` client processes (slotbench.measure.clients), one event loop each."""
+    from slotbench.measure.loadgen import CellFailed
+    from slotbench.measure.plan import split_streams
 
     requests = [{"request": gid, "prompt": prompt_for(gid, words), "seed": 1}
                 for gid in range(first_gid, first_gid + n)]
@@ -271,9 +271,9 @@ def main(argv=None) -> int:
     levels = [1, 4] if args.quick else args.levels
 
     sys.path.insert(0, str(args.scripts.resolve()))
-    from slotbench.backends import make_backend
-    from slotbench.clients import Clients
-    from slotbench.plan import auto_processes
+    from slotbench.measure.backends import make_backend
+    from slotbench.measure.clients import Clients
+    from slotbench.measure.plan import auto_processes
 
     if args.client_cpus:
         os.sched_setaffinity(0, args.client_cpus)

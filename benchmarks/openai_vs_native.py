@@ -26,11 +26,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "scripts"))
 
-from slotbench.backends.llamacpp import LlamaCppBackend  # noqa: E402
-from slotbench.backends.openai import OpenAIBackend  # noqa: E402
-from slotbench.config import resolve  # noqa: E402
-from slotbench.plan import make_rep_plan, run_plan  # noqa: E402
-from slotbench.server import ManagedServer  # noqa: E402
+from slotbench.measure.backends.llamacpp import LlamaCppBackend  # noqa: E402
+from slotbench.measure.backends.openai import OpenAIBackend  # noqa: E402
+from slotbench.measure.plan import make_rep_plan, run_plan  # noqa: E402
+from slotbench.measure.servers.llamacpp import ManagedLlamaServer  # noqa: E402
+from slotbench.workflow.config import resolve  # noqa: E402
 
 SERVER = {"parallel": 4, "ctx_size": 4096, "threads": 2, "startup_timeout_s": 120}
 MODEL = "gemma-3-270m-q4_k_m"
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     with tempfile.TemporaryDirectory() as tmp:
-        with ManagedServer(SERVER, Path(tmp) / "server.log") as server:
+        with ManagedLlamaServer(SERVER, Path(tmp) / "server.log") as server:
             results = compare(server.url, args.rounds, args.num_predict, args.concurrency,
                               prompt_cache=args.prompt_cache, same_prompts=args.same_prompts)
     summary = summarise(results)

@@ -413,9 +413,9 @@ def run_slotbench(c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: float) 
     same level against a pacer of its own, graded like a peer (benchmarks/fidelity.py), with
     the client processes client.processes "auto" picks for the level."""
     sys.path.insert(0, str(REPO / "scripts"))
-    from slotbench.backends import make_backend
-    from slotbench.clients import Clients
-    from slotbench.plan import auto_processes
+    from slotbench.measure.backends import make_backend
+    from slotbench.measure.clients import Clients
+    from slotbench.measure.plan import auto_processes
 
     cpus = PINNING["client"] or sorted(os.sched_getaffinity(0))
     processes = auto_processes(c, len(cpus))

@@ -1,4 +1,4 @@
-"""slotbench's statistics (scripts/slotbench/stats.py) against scipy.stats, to decide whether
+"""slotbench's statistics (scripts/slotbench/core/stats.py) against scipy.stats, to decide whether
 scipy should replace them.
 
 scipy is not a dependency of slotbench: this script installs it into a venv of its own under
@@ -68,7 +68,7 @@ def compare() -> dict:
     from scipy import stats as sps
 
     sys.path.insert(0, str(REPO / "scripts"))
-    from slotbench import stats
+    from slotbench.core import stats
 
     rows = []
     rng = np.random.default_rng(20261203)

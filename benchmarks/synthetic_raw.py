@@ -32,7 +32,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
-from slotbench import rawfiles  # noqa: E402
+from slotbench.measure import rawfiles# noqa: E402
 
 NONCE_DIGITS = 12
 

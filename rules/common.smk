@@ -6,24 +6,24 @@ import sys
 # every rule script it starts, whatever another checkout put on the venv's path.
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
-from slotbench import code as sbcode
-from slotbench import config as sbconfig
-from slotbench import plan as sbplan
-from slotbench import rawfiles as sbraw
-from slotbench import resources as sbres
-from slotbench import runserver as sbserver
-from slotbench import smkstate as sbstate
+from slotbench.core import code as sbcode
+from slotbench.workflow import config as sbconfig
+from slotbench.measure import plan as sbplan
+from slotbench.measure import rawfiles as sbraw
+from slotbench.workflow import resources as sbres
+from slotbench.measure.servers import supervisor as sbserver
+from slotbench.workflow import smkstate as sbstate
 
 sbcode.run_from_checkout()
 
 # What an interrupted or killed Snakemake left (a stale lock, outputs marked incomplete) is
-# settled before Snakemake looks, so the next plain run resumes: see slotbench/smkstate.py.
+# settled before Snakemake looks, so the next plain run resumes: see slotbench/workflow/smkstate.py.
 if workflow.is_main_process:
     for line in sbstate.settle():
         print(line, file=sys.stderr)
 
 
-# One managed server per target and run, kept across the run's jobs (slotbench/runserver.py):
+# One managed server per target and run, kept across the run's jobs (slotbench/measure/servers/supervisor.py):
 # the jobs this Snakemake starts find their run's server by this PID, and no server outlives it.
 os.environ[sbserver.OWNER_ENV] = str(os.getpid())
 

@@ -7,7 +7,7 @@ FIGURES = [
     "capacity",
     "across",
 ]
-# The open loop's figures (slotbench/figures_open.py): placeholders, not shown, without rate arms.
+# The open loop's figures (slotbench/figures/openloop.py): placeholders, not shown, without rate arms.
 OPEN_FIGURES = [
     "latency_load",
     "achieved_offered",

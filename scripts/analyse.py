@@ -1,13 +1,13 @@
-"""Rule analyse: within-rep ratios and the per-arm summary (logic in slotbench.analyse), the
-capacity under the service levels (slotbench.capacity) and the open loop's numbers with the
-capacity in requests/s (slotbench.ratearms)."""
+"""Rule analyse: within-rep ratios and the per-arm summary (logic in slotbench.analysis.analyse), the
+capacity under the service levels (slotbench.analysis.capacity) and the open loop's numbers with the
+capacity in requests/s (slotbench.analysis.openloop)."""
 
 import pandas as pd
 
-from slotbench import capacity, ratearms
-from slotbench.analyse import headline_ratios, summarise
-from slotbench.entry import fail, progress_log
-from slotbench.rawfiles import json_bytes
+from slotbench.analysis import capacity, openloop
+from slotbench.analysis.analyse import headline_ratios, summarise
+from slotbench.core.entry import fail, progress_log
+from slotbench.measure.rawfiles import json_bytes
 
 
 def main(sm) -> None:
@@ -25,7 +25,7 @@ def main(sm) -> None:
             fh.write(json_bytes(assessed))  # NaN (an interval that could not be drawn) as null
         if hasattr(sm.output, "openloop"):  # only the rate arms' requests are read
             requests = pd.read_parquet(sm.input.requests, filters=[("arm", "<", 0)])
-            opened = ratearms.assess(ratios, requests, dict(sm.params.slo), *boot)
+            opened = openloop.assess(ratios, requests, dict(sm.params.slo), *boot)
             with open(sm.output.openloop, "wb") as fh:
                 fh.write(json_bytes(opened))
         print(f"analyse: {len(ratios)} cells -> {len(summary)} (target, arm) rows", file=log)

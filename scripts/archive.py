@@ -1,7 +1,7 @@
-"""Rule archive: results/archive/<name>.tar.gz with a SHA-256 manifest (slotbench.archive)."""
+"""Rule archive: results/archive/<name>.tar.gz with a SHA-256 manifest (slotbench.workflow.archive)."""
 
-from slotbench.archive import ArchiveError, build_archive
-from slotbench.entry import fail, progress_log
+from slotbench.core.entry import fail, progress_log
+from slotbench.workflow.archive import ArchiveError, build_archive
 
 
 def main(sm) -> None:

@@ -3,7 +3,7 @@ results/checks/ (logic in slotbench.checks)."""
 
 from slotbench.checks import run_checks, write_checks
 from slotbench.checks.base import load_tables
-from slotbench.entry import progress_log
+from slotbench.core.entry import progress_log
 
 
 def main(sm) -> None:

@@ -1,11 +1,12 @@
 """Rule compare: this result (B) against the one named by --config compare_with=PATH (A), into
-results/compare/ (logic in slotbench.compare)."""
+results/compare/ (the rows in slotbench.analysis.compare, the document in slotbench.report.compare)."""
 
 from pathlib import Path
 
-from slotbench import compare
-from slotbench.archive import ArchiveError
-from slotbench.entry import fail, progress_log
+from slotbench.analysis import compare
+from slotbench.core.entry import fail, progress_log
+from slotbench.report.compare import write
+from slotbench.workflow.archive import ArchiveError
 
 
 def main(sm) -> None:
@@ -20,7 +21,7 @@ def main(sm) -> None:
             fail(f"compare: {exc}", log)
         result = compare.compare(a, b, int(sm.params.n_boot), float(sm.params.ci),
                                  int(sm.params.seed), declared=tuple(sm.params.declare))
-        written = compare.write(result, (a, b), Path(sm.output.md).parent)
+        written = write(result, (a, b), Path(sm.output.md).parent)
         print(f"compare: {a.name} (A) against {b.name} (B): " + ", ".join(map(str, written)),
               file=log)
 

@@ -3,7 +3,9 @@ the other tables the later stages read (see rule consolidate_block for the raw f
 
 import json
 
-from slotbench.consolidate import (
+from slotbench.core.entry import fail_and_withdraw, progress_log
+from slotbench.measure.rawfiles import merge_ledgers
+from slotbench.tables.consolidate import (
     CELLS_SCHEMA,
     HOST_SCHEMA,
     RawFileError,
@@ -13,8 +15,6 @@ from slotbench.consolidate import (
     split_control,
     write_table,
 )
-from slotbench.entry import fail_and_withdraw, progress_log
-from slotbench.rawfiles import merge_ledgers
 
 
 def main(sm) -> None:

@@ -1,30 +1,30 @@
 """Rule figures: draw the report's figures and record the cells behind each one (logic in
-slotbench.figures and, for the open loop, slotbench.figures_open); only cells whose server
+slotbench.figures.plots and, for the open loop, slotbench.figures.openloop); only cells whose server
 numbers held up against the client, in reps whose serial cell held up too, are drawn (the
-cells behind the headline: slotbench.consolidate.headline_cells)."""
+cells behind the headline: slotbench.tables.consolidate.headline_cells)."""
 
 import json
 from pathlib import Path
 
 import pandas as pd
 
-from slotbench import figures, figures_open
 from slotbench.checks import read_verdicts
-from slotbench.entry import fail, progress_log
+from slotbench.core.entry import fail, progress_log
+from slotbench.figures import openloop, plots
 
 
 def main(sm) -> None:
     with progress_log(sm.log[0]) as log:
-        paths = {fid: Path(getattr(sm.output, fid)) for fid in figures.FIGURE_IDS}
+        paths = {fid: Path(getattr(sm.output, fid)) for fid in plots.FIGURE_IDS}
         # the open loop's figures, where the rule declares them
-        open_paths = {fid: Path(getattr(sm.output, fid)) for fid in figures_open.FIGURE_IDS
+        open_paths = {fid: Path(getattr(sm.output, fid)) for fid in openloop.FIGURE_IDS
                       if hasattr(sm.output, fid)}
         outdirs = {p.parent for p in (paths | open_paths).values()}
         if len(outdirs) != 1:
             fail(f"figures: all figure outputs must share one directory, got "
                  f"{sorted(map(str, outdirs))}", log)
         outdir = outdirs.pop()
-        sources = figures.make_all(
+        sources = plots.make_all(
             pd.read_parquet(sm.input.cells), pd.read_parquet(sm.input.ratios),
             outdir, files={fid: p.name for fid, p in paths.items()},
             thermal=pd.read_parquet(sm.input.thermal),
@@ -32,7 +32,7 @@ def main(sm) -> None:
             summary=pd.read_csv(sm.input.summary),
         )
         if open_paths:
-            sources |= figures_open.make_open(
+            sources |= openloop.make_open(
                 json.loads(Path(sm.input.openloop).read_text()), outdir,
                 files={fid: p.name for fid, p in open_paths.items()},
                 verdicts=read_verdicts(sm.input.checks) if hasattr(sm.input, "checks") else None,

@@ -1,11 +1,11 @@
 """Rule fingerprint: record the machine, software, server and model behind one run."""
 
-from slotbench.entry import fail, progress_log
-from slotbench.fingerprint import fingerprint
-from slotbench.rawfiles import write_json_atomic
-from slotbench.server import ServerError
-from slotbench.backends import PROBE_TIMEOUT_S, BackendError
-from slotbench.targets import connect
+from slotbench.core.entry import fail, progress_log
+from slotbench.measure.backends import PROBE_TIMEOUT_S, BackendError
+from slotbench.measure.fingerprint import fingerprint
+from slotbench.measure.rawfiles import write_json_atomic
+from slotbench.measure.servers.base import ServerError
+from slotbench.measure.targets import connect
 
 
 def main(sm) -> None:

@@ -1,14 +1,15 @@
 """Rule paired: the paired design's comparison of every target with the first, pair by pair,
-into results/analysis/paired.json and its figure (logic in slotbench.paired)."""
+into results/analysis/paired.json and its figure (logic in slotbench.analysis.paired)."""
 
 import json
 from pathlib import Path
 
 import pandas as pd
 
-from slotbench import paired
-from slotbench.entry import progress_log
-from slotbench.rawfiles import json_bytes
+from slotbench.analysis import paired
+from slotbench.core.entry import progress_log
+from slotbench.figures.paired import plot
+from slotbench.measure.rawfiles import json_bytes
 
 
 def main(sm) -> None:
@@ -22,7 +23,7 @@ def main(sm) -> None:
                                 planned, decision, int(sm.params.n_boot), float(sm.params.ci),
                                 int(sm.params.seed))
         Path(sm.output.json).write_bytes(json_bytes(result))
-        paired.plot(result, sm.output.figure)
+        plot(result, sm.output.figure)
         order = result["order"]
         print(f"paired: {len(result['comparisons'])} comparisons against {result['baseline']}, "
               f"{order['pairs_in_order']} of {result['pairs_planned']} pairs measured in their "

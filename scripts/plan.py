@@ -1,12 +1,12 @@
 """Rule plan: a run's prompt calibration (the prompt's length in tokens, by the server's own
-tokenizer). Each rep derives its own order, nonces and prompts from it (slotbench.plan)."""
+tokenizer). Each rep derives its own order, nonces and prompts from it (slotbench.measure.plan)."""
 
-from slotbench.backends import PROBE_TIMEOUT_S, BackendError
-from slotbench.entry import fail, progress_log
-from slotbench.plan import run_plan
-from slotbench.rawfiles import write_json_atomic
-from slotbench.server import ServerError
-from slotbench.targets import connect
+from slotbench.core.entry import fail, progress_log
+from slotbench.measure.backends import PROBE_TIMEOUT_S, BackendError
+from slotbench.measure.plan import run_plan
+from slotbench.measure.rawfiles import write_json_atomic
+from slotbench.measure.servers.base import ServerError
+from slotbench.measure.targets import connect
 
 
 def main(sm) -> None:

@@ -3,16 +3,16 @@ SHA-256 (computed from the bytes written) next to it."""
 
 from pathlib import Path
 
-from slotbench.backends import BackendError
-from slotbench.entry import fail, progress_log
-from slotbench.execute import RepError, run_rep
-from slotbench.fingerprint import pipeline_version
-from slotbench.hostload import host_source
-from slotbench.plan import context_problem, make_rep_plan
-from slotbench.rawfiles import check_free_space, read_json, restore_unsaved, save_raw
-from slotbench.server import ServerError
-from slotbench.targets import connect
-from slotbench.thermal import available_sources
+from slotbench.core.entry import fail, progress_log
+from slotbench.measure.backends import BackendError
+from slotbench.measure.execute import RepError, run_rep
+from slotbench.measure.fingerprint import pipeline_version
+from slotbench.measure.hostload import host_source
+from slotbench.measure.plan import context_problem, make_rep_plan
+from slotbench.measure.rawfiles import check_free_space, read_json, restore_unsaved, save_raw
+from slotbench.measure.servers.base import ServerError
+from slotbench.measure.targets import connect
+from slotbench.measure.thermal import available_sources
 
 
 def main(sm) -> None:

@@ -1,7 +1,7 @@
 """Rule report: results/report.md, the self-contained results/report.html and
 results/provenance.json, from the analysis, the checks and the figures (slotbench.report)."""
 
-from slotbench.entry import progress_log
+from slotbench.core.entry import progress_log
 from slotbench.report import write_report
 
 

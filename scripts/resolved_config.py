@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from slotbench.archive import dump_config
-from slotbench.entry import progress_log
-from slotbench.rawfiles import write_text_atomic
+from slotbench.core.entry import progress_log
+from slotbench.measure.rawfiles import write_text_atomic
+from slotbench.workflow.archive import dump_config
 
 
 def main(sm) -> None:

@@ -13,13 +13,13 @@ import copy
 
 import pandas as pd
 
-from slotbench import analyse
-from slotbench import config as sbconfig
+from slotbench.analysis import analyse
 from slotbench.checks import run_checks
 from slotbench.checks.base import Tables
 from slotbench.checks.decision import headline_decision
-from slotbench.consolidate import cell_metrics
 from slotbench.report import ReportData, render
+from slotbench.tables.consolidate import cell_metrics
+from slotbench.workflow import config as sbconfig
 
 TARGET = "embedded"
 RUN = "run1"

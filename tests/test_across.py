@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 import synthetic as syn
-from slotbench import cellsets
+from slotbench.provenance import cellsets
 
 
 def requests_of(**slots):

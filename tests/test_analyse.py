@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from slotbench import analyse
+from slotbench.analysis import analyse
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
@@ -259,7 +259,7 @@ def test_a_queued_arm_counts_only_the_streams_the_server_generated_for_at_once()
     """A 2-slot server given a 4-way arm generates for two requests, then the other two. Each
     request generates as fast as a serial one (no batching at all) and the aggregate doubles,
     so gen_gain is 2x, not 4x: speedup 2, gen_gain 2, pipelining 1."""
-    from slotbench.consolidate import cell_metrics
+    from slotbench.tables.consolidate import cell_metrics
 
     serial = [_request(i, 2.0 * i, 2.0 * i + 0.1, 2.0 * i + 2.0) for i in range(4)]
     queued = [_request(i, 0.0, 0.1 + 2.0 * (i // 2), 2.0 + 2.0 * (i // 2)) for i in range(4)]

@@ -13,87 +13,70 @@ from pathlib import Path
 import pytest
 import yaml
 
-from slotbench.code import imports
+from slotbench import LAYERS
+from slotbench.core import architecture
+from slotbench.core.code import imports, module_name
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
 PACKAGE = SCRIPTS / "slotbench"
 
-# measurement -> tables -> checks and statistics -> figures -> report -> archive
-# (docs/architecture.md#layers)
-LAYERS = [
-    ("vocabulary", {"slotbench", "slotbench.cells", "slotbench.fmt", "slotbench.entry",
-                    "slotbench.code"}),
-    ("measurement", {"slotbench.config", "slotbench.configfile", "slotbench.plan", "slotbench.execute",
-                     "slotbench.backends", "slotbench.server", "slotbench.ollama_server",
-                     "slotbench.targets", "slotbench.thermal", "slotbench.rawfiles",
-                     "slotbench.fingerprint", "slotbench.sampler", "slotbench.hostload",
-                     "slotbench.smkstate", "slotbench.matrix", "slotbench.resources",
-                     "slotbench.urls", "slotbench.loadgen", "slotbench.clients",
-                     "slotbench.runserver"}),
-    # stats sits with the tables: consolidation takes its per-cell median and quantiles
-    ("tables", {"slotbench.consolidate", "slotbench.crosscheck", "slotbench.delivery",
-                "slotbench.openloop", "slotbench.stats"}),
-    ("checks and statistics", {"slotbench.analyse", "slotbench.checks", "slotbench.capacity",
-                               "slotbench.across", "slotbench.ratearms"}),
-    ("figures", {"slotbench.figures", "slotbench.figures_open", "slotbench.figures_thermal",
-                 "slotbench.captions"}),
-    ("report", {"slotbench.report", "slotbench.provenance", "slotbench.cellsets",
-                "slotbench.explain"}),
-    # compare reads archives; the paired design's comparison shares compare's rows and verdicts
-    ("archive", {"slotbench.archive", "slotbench.compare", "slotbench.paired",
-                 "slotbench.__main__"}),
-]
-
-
-def module_name(path: Path) -> str:
-    rel = path.relative_to(SCRIPTS).with_suffix("")
-    parts = list(rel.parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
 def modules() -> dict[str, Path]:
-    return {module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+    return architecture.modules()
 
 
-def layer_of(name: str) -> int:
-    best = None
-    for i, (_, names) in enumerate(LAYERS):
-        for prefix in names:
-            if name == prefix or (prefix != "slotbench" and name.startswith(prefix + ".")):
-                if best is None or len(prefix) > best[1]:
-                    best = (i, len(prefix))
-    if best is None:
-        raise AssertionError(f"{name} is in no layer: add it to LAYERS in {__file__}")
-    return best[0]
-
-
-def test_every_module_sits_in_a_layer():
-    for name in modules():
-        layer_of(name)
+def test_the_layers_are_the_folders():
+    """Every module sits in a layer folder (slotbench.LAYERS gives their order), and every
+    layer is a folder: a newcomer reads the architecture from the tree."""
+    folders = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert folders == set(LAYERS), f"folders {sorted(folders)} against LAYERS {LAYERS}"
+    loose = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert loose == ["__init__.py", "__main__.py"], loose
+    assert all(architecture.layer_of(name) for name in modules())
 
 
 def test_layers_import_only_downward():
     problems = []
-    for name, path in modules().items():
-        mine = layer_of(name)
-        for target, names, line in imports(path):
-            for full in [target] + [f"{target}.{n}" for n in names]:
-                if (
-                    full.split(".")[0] != "slotbench"
-                    or full not in modules()
-                    and full.rsplit(".", 1)[0] not in modules()
-                ):
-                    continue
-                theirs = layer_of(full if full in modules() else full.rsplit(".", 1)[0])
-                if theirs > mine:
-                    problems.append(
-                        f"{path.relative_to(REPO)}:{line} ({LAYERS[mine][0]}) imports "
-                        f"{full} ({LAYERS[theirs][0]})"
-                    )
-    assert not problems, "\n".join(sorted(set(problems)))
+    for e in architecture.edges():
+        mine, theirs = architecture.layer_of(e.source), architecture.layer_of(e.target)
+        if architecture.ORDER.index(theirs) > architecture.ORDER.index(mine):
+            problems.append(f"{e.source}:{e.line} ({mine}) imports {e.target} ({theirs})")
+    assert not problems, "\n".join(problems)
+
+
+def test_no_import_circle():
+    found = architecture.circles(architecture.edges())
+    assert not found, "modules importing each other round a circle: " + "; ".join(
+        " <-> ".join(c) for c in found)
+
+
+def test_the_circle_check_finds_a_lazy_circle(tmp_path):
+    """The check reads imports inside functions too: two modules that reach each other, one of
+    them lazily (as a label grammar kept in the wrong module once did), are a circle."""
+    pkg = tmp_path / "pkg"
+    (pkg / "report").mkdir(parents=True)
+    for init in (pkg / "__init__.py", pkg / "report" / "__init__.py"):
+        init.write_text("")
+    (pkg / "report" / "provenance.py").write_text("from pkg.report import cellsets\n")
+    (pkg / "report" / "cellsets.py").write_text(
+        "def cell_info(label):\n    from pkg.report.provenance import label_fields\n")
+    (pkg / "report" / "blocks.py").write_text("import json\n")
+    edges = architecture.edges(pkg)
+    assert architecture.circles(edges) == [["pkg.report.cellsets", "pkg.report.provenance"]]
+    assert [e.lazy for e in edges if e.source == "pkg.report.cellsets"] == [True]
+
+
+def test_no_lazy_import_crosses_a_layer():
+    """An import inside a function hides a dependency from the module's head; within a layer
+    it may defer a heavy import, never across layers."""
+    crossing = [f"{e.source}:{e.line} imports {e.target} inside a function"
+                for e in architecture.edges()
+                if e.lazy and architecture.layer_of(e.source) != architecture.layer_of(e.target)]
+    assert not crossing, "\n".join(crossing)
+
+
+def test_one_import_style():
+    assert not architecture.relative_imports(), "import absolutely (from slotbench.… import …)"
 
 
 def test_no_module_takes_another_modules_private_names():
@@ -169,7 +152,7 @@ def test_report_presents_and_decides_nothing():
         for target, names, line in imports(path):
             if (
                 target.split(".")[0] in {"numpy", "scipy"}
-                or target in {"slotbench.stats", "slotbench.analyse"}
+                or target in {"slotbench.core.stats", "slotbench.analysis.analyse"}
                 or (target.startswith("slotbench.checks") and names != ["read_verdicts"])
             ):
                 problems.append(f"{path.name}:{line} imports {target} {names}")
@@ -266,7 +249,7 @@ def test_env_pins_match_requirements():
 def test_the_fingerprint_records_every_requirement(tmp_path):
     """requirements.txt is the one list of slotbench's packages: the fingerprint records the
     installed version of each it names (still every package it recorded before it read them)."""
-    from slotbench.fingerprint import requirement_names, software
+    from slotbench.measure.fingerprint import requirement_names, software
 
     lines = (REPO / "requirements.txt").read_text().splitlines()
     pinned = [line.split("==")[0].strip() for line in lines if "==" in line and line[0] != "#"]

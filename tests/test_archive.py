@@ -25,10 +25,10 @@ import pytest
 import yaml
 
 from e2e_helpers import SMOKE, copy_work, file_states, jobs_run, llama_servers_under, snakemake
-from slotbench import archive
-from slotbench.code import CACHE_FILE
-from slotbench.config import canonical, resolve
-from slotbench.rawfiles import write_json_atomic, write_sha256_atomic
+from slotbench.core.code import CACHE_FILE
+from slotbench.measure.rawfiles import write_json_atomic, write_sha256_atomic
+from slotbench.workflow import archive
+from slotbench.workflow.config import canonical, resolve
 
 SERVER_RULES = {"fingerprint", "plan", "rep"}
 
@@ -361,7 +361,7 @@ def test_archive_verifies_and_re_renders_offline_byte_identical(smoke, cache, tm
     print(f"re-render: {time.monotonic() - started:.1f} s\n" + out[-2500:])
     assert rc == 0, out[-5000:]
     assert servers == [], f"a llama-server ran during the re-render: {servers}"
-    # nothing but the parse cache of the package's imports (slotbench.code): no model
+    # nothing but the parse cache of the package's imports (slotbench.core.code): no model
     assert [p.name for p in render_cache.iterdir()] == [CACHE_FILE], (
         "the re-render prepared a model")
     ran = {line.split()[1].rstrip(":") for line in out.splitlines()

@@ -10,8 +10,8 @@ import time
 import pytest
 
 from fault_server import FaultServer
-from slotbench.backends import BackendError
-from slotbench.backends.llamacpp import LlamaCppBackend
+from slotbench.measure.backends import BackendError
+from slotbench.measure.backends.llamacpp import LlamaCppBackend
 
 
 @pytest.fixture
@@ -133,7 +133,7 @@ def test_a_server_that_closes_after_every_stream_costs_no_request(server, monkey
     """llama-server closes the connection right after each streamed response (while saying
     Keep-Alive); the next request, sent on that connection before the FIN arrives, is sent
     again on a fresh one instead of failing the rep."""
-    from slotbench.backends import transport
+    from slotbench.measure.backends import transport
 
     server.close_after_stream = True
     server.token_s = 0.0

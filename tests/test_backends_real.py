@@ -20,10 +20,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from slotbench.backends import BackendError, make_backend
-from slotbench.backends.llamacpp import LlamaCppBackend
-from slotbench.backends.openai import OpenAIBackend, api_root
-from slotbench.server import ManagedServer, free_port
+from slotbench.measure.backends import BackendError, make_backend
+from slotbench.measure.backends.llamacpp import LlamaCppBackend
+from slotbench.measure.backends.openai import OpenAIBackend, api_root
+from slotbench.measure.servers.base import free_port
+from slotbench.measure.servers.llamacpp import ManagedLlamaServer
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = {"parallel": 4, "ctx_size": 4096, "threads": 2, "startup_timeout_s": 120}
@@ -302,7 +303,7 @@ def test_describe_lists_models_and_no_secret(fake, monkeypatch):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with ManagedServer(SETTINGS, tmp_path_factory.mktemp("real") / "server.log") as srv:
+    with ManagedLlamaServer(SETTINGS, tmp_path_factory.mktemp("real") / "server.log") as srv:
         yield srv
 
 
@@ -310,7 +311,7 @@ def server(tmp_path_factory):
 def keyed(tmp_path_factory):
     """A second server that requires an API key (LLAMA_API_KEY in its environment)."""
     key = "sb-" + secrets.token_urlsafe(24)
-    srv = ManagedServer(SETTINGS | {"api_key_env": "SLOTBENCH_SERVER_KEY"},
+    srv = ManagedLlamaServer(SETTINGS | {"api_key_env": "SLOTBENCH_SERVER_KEY"},
                         tmp_path_factory.mktemp("keyed") / "server.log")
     with pytest.MonkeyPatch.context() as mp:  # the server reads the variable only at start
         mp.setenv("SLOTBENCH_SERVER_KEY", key)

@@ -4,9 +4,9 @@ Each case is an override file a user could write. Every case must fail with one 
 names the key (or the file and line) and says what is allowed, and no traceback.
 
 Every case goes through the code the command runs, in this process: the workflow profile's check
-of the file (slotbench.configfile.configfile_problem), then the config Snakemake would hand the workflow
+of the file (slotbench.workflow.configfile.configfile_problem), then the config Snakemake would hand the workflow
 (config/config.yaml updated with the file by Snakemake's own loader and update_config) through
-slotbench.config.resolve, its message printed as rules/common.smk prints it. A handful, one of
+slotbench.workflow.config.resolve, its message printed as rules/common.smk prints it. A handful, one of
 each kind of mistake (THROUGH_SNAKEMAKE), also go to the real command
 (``.venv/bin/snakemake --cores 1 --configfile bad.yaml``, Snakemake's own entry point) in their
 own copy of the repository, with their own scripted llama-server as the target: there not one
@@ -335,8 +335,8 @@ def _in_process(root: Path, name: str) -> dict:
     from snakemake.common.configfile import load_configfile
     from snakemake.utils import update_config
 
-    from slotbench import config as sbconfig
-    from slotbench.configfile import configfile_problem
+    from slotbench.workflow import config as sbconfig
+    from slotbench.workflow.configfile import configfile_problem
 
     override, _ = CASES[name]
     path = root / (re.sub(r"\W+", "_", name) + ".yaml")

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from slotbench import capacity
+from slotbench.analysis import capacity
 
 # arm: (per-user tok/s, TTFT p95 s, aggregate tok/s); the aggregate saturates after 4
 KNOWN = {1: (20.0, 0.2, 20.0), 2: (15.0, 0.4, 30.0), 4: (10.0, 0.9, 40.0), 8: (5.0, 2.5, 40.8)}

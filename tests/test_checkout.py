@@ -40,7 +40,7 @@ def test_a_second_checkout_runs_and_records_its_own_code(tmp_path):
     (other / "docs" / "second-checkout.md").write_text("a commit only this checkout has\n")
     git(other, "add", "-A")
     git(other, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "--quiet", "-m", "mine")
-    with open(other / "scripts/slotbench/fmt.py", "a") as fh:
+    with open(other / "scripts/slotbench/core/fmt.py", "a") as fh:
         fh.write("\n# an uncommitted change\n")
     head = git(other, "rev-parse", "HEAD")
     assert head != git(REPO, "rev-parse", "HEAD")

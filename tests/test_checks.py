@@ -281,8 +281,8 @@ def test_verdicts_are_plain_json_of_one_shape_for_every_target():
 
 
 def test_entry_point_writes_every_verdict_table_and_the_headline_decision(tmp_path):
-    from slotbench.analyse import cell_ratios, summarise
-    from slotbench.consolidate import THERMAL_SCHEMA
+    from slotbench.analysis.analyse import cell_ratios, summarise
+    from slotbench.tables.consolidate import THERMAL_SCHEMA
 
     paths = {name: tmp_path / f"in_{name}.parquet" for name in
              ["cells", "requests", "control", "thermal"]}
@@ -297,7 +297,7 @@ def test_entry_point_writes_every_verdict_table_and_the_headline_decision(tmp_pa
     servers = tmp_path / "servers.json"
     servers.write_text("[]")
     out = tmp_path / "checks"
-    from slotbench.config import check_settings, resolve
+    from slotbench.workflow.config import check_settings, resolve
 
     settings = check_settings(resolve({}))
     smk = SimpleNamespace(
@@ -493,7 +493,7 @@ def _most_at_once_by_definition(starts, ends, tolerance_s=0.005) -> int:
 
 
 def test_most_at_once_counts_as_its_definition_says():
-    from slotbench.cells import most_at_once
+    from slotbench.core.cells import most_at_once
 
     rng = np.random.default_rng(7)
     for _ in range(3000):
@@ -509,8 +509,8 @@ def test_most_at_once_counts_as_its_definition_says():
 
 
 def test_counts_and_trends_per_cell_match_one_group_at_a_time():
-    from slotbench import stats
-    from slotbench.cells import label_series, most_at_once_by_cell
+    from slotbench.core import stats
+    from slotbench.core.cells import label_series, most_at_once_by_cell
 
     rng = np.random.default_rng(11)
     df = pd.DataFrame({"target": "t", "run": rng.choice(["run1", "run2"], 400),

@@ -1,4 +1,4 @@
-"""Which of the package's files a rule's script runs (slotbench.code): the imports read from
+"""Which of the package's files a rule's script runs (slotbench.core.code): the imports read from
 the source, and the parse cache that spares every Snakemake start from parsing the package."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from slotbench import code
+from slotbench.core import code
 
 SCRIPTS = sorted(p.name for p in code.ROOT.glob("*.py"))
 
@@ -59,7 +59,7 @@ def test_imports_inside_functions_try_and_match_blocks_are_found(tmp_path):
 
 def module_files_in_a_new_process(cache_home: Path) -> dict:
     script = ("import json, sys\n"
-              "from slotbench import code\n"
+              "from slotbench.core import code\n"
               f"print(json.dumps({{s: code.module_files(code.ROOT / s) for s in {SCRIPTS!r}}}))\n")
     env = os.environ | {"SLOTBENCH_CACHE": str(cache_home)}
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

@@ -8,7 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from slotbench import compare
+from slotbench.analysis import compare
+from slotbench.report import compare as compare_doc
 
 FP = {"host.cpu_model": "AMD EPYC", "host.cores": 2, "model.sha256": "abc",
       "config.measurement.num_predict": 32, "prompt_tokens": 120, "server.slots": 4}
@@ -86,7 +87,7 @@ def test_a_declared_difference_is_named_and_does_not_refuse():
 def test_the_written_comparison_names_the_verdicts_and_traces_the_cells(tmp_path):
     sides = (side("A", ratios(seed=1)), side("B", ratios(speedup4=1.0, seed=2), **{"server.slots": 1}))
     result = compare.compare(*sides, n_boot=200)
-    md, html, js, png = compare.write(result, sides, tmp_path)
+    md, html, js, png = compare_doc.write(result, sides, tmp_path)
     text = md.read_text()
     assert "| parallel-4 | speedup |" in text and "B slower" in text and "server.slots: A 4; B 1" in text
     assert "<table" in html.read_text() and png.stat().st_size > 5000
@@ -98,7 +99,7 @@ def test_too_few_reps_can_never_claim_a_change_and_many_metrics_do_not_make_one_
     """3 reps against 3: the exact rank-sum test's smallest p is 0.1, so even a complete
     separation cannot be claimed: "too few reps to decide", never "no detectable change"; 6
     against 6 can detect it, after Holm over the rows."""
-    from slotbench import stats
+    from slotbench.core import stats
 
     assert stats.rank_sum_p([1, 2, 3], [4, 5, 6]) == pytest.approx(0.1)
     assert stats.rank_sum_min_p(3, 3) == pytest.approx(0.1)
@@ -114,7 +115,7 @@ def test_too_few_reps_can_never_claim_a_change_and_many_metrics_do_not_make_one_
     # the interval is still given: a 1.5x against 1.0x speedup at 3 reps excludes 0
     speedup = next(r for r in rows if r["arm"] == 4 and r["metric"] == "speedup")
     assert speedup["diff_hi"] < 0
-    md = "\n".join(str(b) for b in compare.document(few))
+    md = "\n".join(str(b) for b in compare_doc.document(few))
     assert "too few reps to decide (about 6 reps a side would)" in md
     five = compare.compare(side("A", ratios(reps=5, seed=1)),
                            side("B", ratios(speedup4=1.0, reps=5, seed=2)), n_boot=200)
@@ -139,7 +140,7 @@ def test_absolute_rates_of_a_busy_side_are_not_compared_but_its_ratios_are():
     assert got[(4, "agg_tps")] == got[(1, "user_tps")] == compare.BUSY
     assert got[(4, "speedup")] == compare.SLOWER  # a within-rep ratio still compares
     assert result["targets"]["t"]["busy"] == {"B": "3 reps of 8 shared the machine"}
-    md = "\n".join(str(b) for b in compare.document(result))
+    md = "\n".join(str(b) for b in compare_doc.document(result))
     assert "B was measured on a busy machine (3 reps of 8 shared the machine)" in md
 
 
@@ -181,7 +182,7 @@ def test_the_compare_rule_passes_its_declared_fields_on(tmp_path, declare, refus
 def test_the_command_and_the_rule_take_one_set_of_defaults():
     """The command's resamples, level and seed are what the compare rule passes on a default
     config (analysis.bootstrap, analysis.ci, seed): the same inputs give the same intervals."""
-    from slotbench.config import resolve
+    from slotbench.workflow.config import resolve
 
     cfg = resolve({})
     assert compare.defaults() == {"n_boot": cfg["analysis"]["bootstrap"],
@@ -203,7 +204,7 @@ def test_absolute_rates_measured_at_another_speed_are_confounded_with_time_but_r
     assert {v for (_, m), v in got.items() if m not in compare.ABSOLUTE} == {compare.NO_CHANGE}
     assert rec["drift"]["confounded"] and rec["drift"]["move"] == pytest.approx(-0.41, abs=0.03)
     assert rec["drift"]["text"].startswith("serial-1 −4") and "no host contention" in rec["drift"]["text"]
-    md = "\n".join(str(b) for b in compare.document(result))
+    md = "\n".join(str(b) for b in compare_doc.document(result))
     assert "confounded with time: serial-1 −4" in md
     slots = compare.compare(a, side("B", ratios(seed=2, rate=0.59), **{"server.slots": 1}), n_boot=300)
     assert slots["targets"]["t"]["drift"]["confounded"]
@@ -256,7 +257,7 @@ def test_an_absolute_change_the_serial_arms_own_move_could_give_is_confounded_wi
         assert reach == (expected == compare.CONFOUNDED), (rec["drift"], four_way)
         assert rows[(4, "agg_tps")]["verdict"] == rows[(4, "user_tps")]["verdict"] == expected
         assert rows[(4, "speedup")]["verdict"] != compare.CONFOUNDED
-        md = "\n".join(str(blk) for blk in compare.document(result))
+        md = "\n".join(str(blk) for blk in compare_doc.document(result))
         named = "Confounded with time: parallel-4 aggregate tok/s, parallel-4 per-user tok/s."
         assert (named in md) == (expected == compare.CONFOUNDED), md
     declared = side("B", frame(48 * spread[::-1], 75 * 0.91 * tight[::-1], 2),

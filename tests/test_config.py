@@ -5,7 +5,7 @@ import re
 import pytest
 import yaml
 
-from slotbench.config import REPO_CONFIG, ConfigError, canonical, resolve, run_ids
+from slotbench.workflow.config import REPO_CONFIG, ConfigError, canonical, resolve, run_ids
 
 
 def base():
@@ -138,7 +138,7 @@ def test_canonical_config_ignores_key_order():
 
 
 def test_configfile_args_are_found_in_every_spelling():
-    from slotbench.configfile import configfile_args
+    from slotbench.workflow.configfile import configfile_args
 
     argv = ["--cores", "1", "--configfile", "a.yaml", "b.yaml", "-n", "--configfiles=c.yaml",
             "--configfile", "d.yaml", "all"]
@@ -149,7 +149,7 @@ def test_configfile_args_are_found_in_every_spelling():
 
 
 def test_a_configfile_that_cannot_be_a_config_is_named_with_its_line(tmp_path):
-    from slotbench.configfile import configfile_problem
+    from slotbench.workflow.configfile import configfile_problem
 
     good = tmp_path / "good.yaml"
     good.write_text("reps: 3\n")
@@ -178,7 +178,7 @@ def test_a_managed_servers_slots_follow_the_largest_arm_unless_set():
 def test_every_default_comes_from_the_schema():
     """The backend's defaults and the derived ones' constants are read from the schema: change
     them there and the resolved targets follow; drop them and nothing is filled in."""
-    from slotbench.config import load_schema
+    from slotbench.workflow.config import load_schema
 
     schema = load_schema()
     item = schema["properties"]["targets"]["items"]
@@ -213,7 +213,7 @@ def test_every_default_comes_from_the_schema():
 def test_the_schema_says_every_backend_and_derived_default_in_words():
     """config/README.md shows a key's description; where a default depends on the backend or
     on other keys, the description states the schema's value, so the two cannot drift."""
-    from slotbench.config import load_schema
+    from slotbench.workflow.config import load_schema
 
     item = load_schema()["properties"]["targets"]["items"]
     props, server = item["properties"], item["properties"]["server"]["properties"]

@@ -8,10 +8,10 @@ import subprocess
 import pyarrow.parquet as pq
 import pytest
 
-from slotbench.consolidate import (CELLS_SCHEMA, REQUESTS_SCHEMA, SCHEMA_VERSION, RawFileError,
-                                   consolidate, read_table, verify_raw_files, write_table)
-from slotbench.rawfiles import (RAW_SCHEMA, RawFileChanged, sha256_file, write_json_atomic,
+from slotbench.measure.rawfiles import (RAW_SCHEMA, RawFileChanged, sha256_file, write_json_atomic,
                                 write_sha256_atomic)
+from slotbench.tables.consolidate import (CELLS_SCHEMA, REQUESTS_SCHEMA, SCHEMA_VERSION, RawFileError,
+                                   consolidate, read_table, verify_raw_files, write_table)
 
 
 def req(i, sent, first, done, out, gen):
@@ -131,7 +131,7 @@ def test_a_raw_file_without_its_record_is_refused(tmp_path):
 def test_blocks_merged_give_the_tables_of_one_pass_and_refuse_mixed_settings(tmp_path):
     """Consolidation a block of reps at a time, then merged, must give the very tables one pass
     over every raw file gives; settings that differ between blocks are refused by file."""
-    from slotbench.consolidate import BLOCK_TABLES, consolidate_all, merge_blocks, write_block
+    from slotbench.tables.consolidate import BLOCK_TABLES, consolidate_all, merge_blocks, write_block
 
     def as_written(frame, kind):  # the table the rule writes, read back
         write_table(frame, BLOCK_TABLES[kind], tmp_path / "t.parquet", kind)

@@ -1,4 +1,4 @@
-"""A server's counts and timings against what the client saw (slotbench.crosscheck), and the
+"""A server's counts and timings against what the client saw (slotbench.tables.crosscheck), and the
 checks that keep what fails out of the headline (server_numbers, concurrency)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from slotbench.checks.concurrency import reached
-from slotbench.crosscheck import crosscheck
+from slotbench.tables.crosscheck import crosscheck
 
 GOOD = {"output_tokens": 8, "chunks": 8, "gen_s": 0.20, "timing_source": "server",
         "t_sent_s": 0.0, "t_first_s": 0.05, "t_last_s": 0.25, "t_done_s": 0.26,
@@ -69,10 +69,11 @@ def test_reached_counts_the_requests_in_flight_at_once():
 # --- what the pipeline does with a flagged request ------------------------------------------
 
 import synthetic  # noqa: E402
-from slotbench import analyse, figures  # noqa: E402
-from slotbench.analyse import headline_cells  # noqa: E402
-from slotbench.cells import cell_labels  # noqa: E402
+from slotbench.analysis import analyse# noqa: E402
+from slotbench.analysis.analyse import headline_cells  # noqa: E402
 from slotbench.checks.base import load_tables  # noqa: E402
+from slotbench.core.cells import cell_labels  # noqa: E402
+from slotbench.figures import plots as figures
 
 
 def flagged():

@@ -1,4 +1,4 @@
-"""Buffered streams: the rule that reads how a request's text arrived (slotbench.delivery), the
+"""Buffered streams: the rule that reads how a request's text arrived (slotbench.tables.delivery), the
 check that names them (checks/buffering.py), and what they must not do to the other numbers:
 blame the server's slots, or report more requests generating at once than ever were."""
 
@@ -9,12 +9,12 @@ import random
 import pandas as pd
 import pytest
 
-from slotbench.backends.base import RequestRecord
-from slotbench.cells import OVERLAP_TOLERANCE_S, mean_at_once, most_at_once
 from slotbench.checks import buffering, serialisation
-from slotbench.consolidate import cell_metrics, headline_cells
-from slotbench.crosscheck import exclusions
-from slotbench.delivery import buffered, request_buffered
+from slotbench.core.cells import OVERLAP_TOLERANCE_S, mean_at_once, most_at_once
+from slotbench.measure.backends.base import RequestRecord
+from slotbench.tables.consolidate import cell_metrics, headline_cells
+from slotbench.tables.crosscheck import exclusions
+from slotbench.tables.delivery import buffered, request_buffered
 from synthetic import make_requests, tables
 
 

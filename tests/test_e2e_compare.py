@@ -121,8 +121,8 @@ def test_three_reps_a_side_are_too_few_to_decide_never_no_detectable_change(arch
     be: the exact rank-sum test's smallest p at 3 against 3 is 0.1, so however far apart the
     4-way speedups are, the verdict is "too few reps to decide", with the interval and the reps
     that would decide; never "no detectable change"."""
-    from slotbench import compare as sbcompare
-    from slotbench import stats
+    from slotbench.analysis import compare as sbcompare
+    from slotbench.core import stats
 
     a, one_slot = sbcompare.load_side(archives[0]), sbcompare.load_side(archives[2])
     for side in (a, one_slot):

@@ -29,8 +29,8 @@ import yaml
 
 from e2e_helpers import copy_repo, jobs_run
 from fault_server import FaultServer
-from slotbench import compare
-from slotbench.plan import pair_order
+from slotbench.analysis import compare
+from slotbench.measure.plan import pair_order
 
 PAIRS = 10
 CONFIG = """\

@@ -66,7 +66,7 @@ def test_adding_a_rep_measures_only_that_rep(three_reps, cache):
 def test_an_analysis_code_change_reruns_the_analysis_and_what_follows(three_reps, cache):
     work = three_reps
     raws = file_states(raw_files(work))
-    with open(work / "scripts/slotbench/analyse.py", "a") as fh:
+    with open(work / "scripts/slotbench/analysis/analyse.py", "a") as fh:
         fh.write("\n# an edit: the analysis must rerun\n")
     proc = snakemake(work, *SMOKE, "reps.yaml", cache=cache)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -79,7 +79,7 @@ def test_an_analysis_code_change_reruns_the_analysis_and_what_follows(three_reps
 def test_a_measurement_code_change_re_measures_nothing(three_reps, cache):
     work = three_reps
     raws = file_states(raw_files(work))
-    with open(work / "scripts/slotbench/execute.py", "a") as fh:
+    with open(work / "scripts/slotbench/measure/execute.py", "a") as fh:
         fh.write("\n# an edit: measurement code, the raw files stay\n")
     proc = snakemake(work, *SMOKE, "reps.yaml", cache=cache)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -13,12 +13,12 @@ import json
 import pytest
 
 from fault_server import ERROR_PAGE, ERROR_PAGE_TITLE, FaultServer
-from slotbench.backends import BackendError
-from slotbench.backends.base import LINE_CHARS, body_line, error_body, error_text
-from slotbench.backends.llamacpp import LlamaCppBackend
-from slotbench.backends.transport import Answer
-from slotbench.entry import Tee, fail
-from slotbench.execute import RepError
+from slotbench.core.entry import Tee, fail
+from slotbench.measure.backends import BackendError
+from slotbench.measure.backends.base import LINE_CHARS, body_line, error_body, error_text
+from slotbench.measure.backends.llamacpp import LlamaCppBackend
+from slotbench.measure.backends.transport import Answer
+from slotbench.measure.execute import RepError
 
 UNTITLED = (b"<html>\n<head><style>h1 { color: red }</style></head>\n<body>\n"
             b"<h1>Service   Unavailable</h1>\n<p>Back soon.</p>\n</body>\n</html>\n")

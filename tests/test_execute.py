@@ -5,11 +5,11 @@ import time
 
 import pytest
 
-from slotbench.backends import Backend, BackendError, RequestRecord
-from slotbench.consolidate import consolidate
-from slotbench.execute import RepError, run_rep, warm_up_requests
-from slotbench.plan import make_rep_plan, run_plan
-from slotbench.rawfiles import write_json_atomic
+from slotbench.measure.backends import Backend, BackendError, RequestRecord
+from slotbench.measure.execute import RepError, run_rep, warm_up_requests
+from slotbench.measure.plan import make_rep_plan, run_plan
+from slotbench.measure.rawfiles import write_json_atomic
+from slotbench.tables.consolidate import consolidate
 
 SETTINGS = {"arms": [1, 2, 4], "requests_per_cell": 4, "num_predict": 5, "temperature": 0.0,
             "warmup_predict": 2, "request_timeout_s": 5}

@@ -10,8 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from slotbench import captions, figures, figures_open, figures_thermal, thermal
-from slotbench.cells import cell_label
+from slotbench.core.cells import cell_label
+from slotbench.figures import captions, plots as figures, openloop as figures_open, thermal as figures_thermal
+from slotbench.measure import thermal
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ARMS = [1, 2, 4]
@@ -171,7 +172,7 @@ def test_entry_point(tmp_path):
     thermal_samples(cells, throttle_at=(("ollama", "run2", 1),)).to_parquet(
         tmp_path / "thermal.parquet"
     )
-    from slotbench import capacity
+    from slotbench.analysis import capacity
 
     ratios = pd.read_parquet(tmp_path / "ratios.parquet")
     assessed = capacity.assess(ratios, {"user_tps_min": 10.0}, 200, 0.95, 0)
@@ -296,7 +297,7 @@ def test_timeline_with_pressure_only_says_nothing_was_reported():
     plt.close(fig)
 
 
-# --- captions: written once (slotbench/captions.py), report/<figure>.rst made from them ---------
+# --- captions: written once (slotbench/figures/captions.py), report/<figure>.rst made from them ---------
 
 
 def test_every_figure_has_one_title_and_caption():
@@ -309,7 +310,7 @@ def test_every_figure_has_one_title_and_caption():
 def test_the_report_captions_are_made_from_the_figures_captions(fig_id):
     rst = REPO / "report" / f"{fig_id}.rst"
     assert rst.read_text(encoding="utf-8") == captions.caption_rst(fig_id), (
-        f"{rst.relative_to(REPO)} is out of date with slotbench/captions.py: run "
+        f"{rst.relative_to(REPO)} is out of date with slotbench/figures/captions.py: run "
         "`.venv/bin/python tests/test_figures.py` to rewrite it"
     )
 

@@ -14,9 +14,9 @@ import pandas as pd
 import pytest
 
 import synthetic as syn
-from slotbench import hostload
 from slotbench.checks import host
-from slotbench.hostload import LinuxHostLoad, PsHostLoad
+from slotbench.measure import hostload
+from slotbench.measure.hostload import LinuxHostLoad, PsHostLoad
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 # pid: (name, parent)
@@ -141,7 +141,7 @@ def test_the_report_warns_before_the_headline_and_lists_the_reps():
 
 PINNED_PROBE = r"""
 import json, os, time
-from slotbench.hostload import LinuxHostLoad
+from slotbench.measure.hostload import LinuxHostLoad
 os.sched_setaffinity(0, {0})  # this rep runs on CPU 0
 load = LinuxHostLoad()
 load.sample()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from slotbench import config, matrix, resources
+from slotbench.workflow import config, matrix, resources
 
 REPO_CONFIG = yaml.safe_load(open(config.REPO_CONFIG))
 

@@ -14,11 +14,11 @@ import pytest
 import requests
 from ollama_double import OllamaDouble
 
-from slotbench.backends import BackendError, make_backend
-from slotbench.backends.ollama import OllamaBackend
-from slotbench.ollama_server import NOT_INSTALLED, ManagedOllama, managed_env
-from slotbench.server import ServerError
-from slotbench.runserver import managed_class
+from slotbench.measure.backends import BackendError, make_backend
+from slotbench.measure.backends.ollama import OllamaBackend
+from slotbench.measure.servers.base import ServerError
+from slotbench.measure.servers.ollama import NOT_INSTALLED, ManagedOllama, managed_env
+from slotbench.measure.servers.supervisor import managed_class
 
 MODEL = "gemma3:270m"
 FAST = {"token_s": 0.004, "prompt_token_s": 0.0002, "load_s": 0.01}
@@ -362,11 +362,11 @@ def test_a_server_that_is_not_ollama_is_named(double):
 
 def test_managed_ollama_target_runs_a_rep_through_connect(tmp_path, monkeypatch):
     """Config → connect → fingerprint → run_rep, with `ollama serve` played by the double."""
-    from slotbench.config import resolve
-    from slotbench.execute import run_rep
-    from slotbench.fingerprint import fingerprint
-    from slotbench.plan import make_rep_plan, run_plan
-    from slotbench.targets import connect
+    from slotbench.workflow.config import resolve
+    from slotbench.measure.execute import run_rep
+    from slotbench.measure.fingerprint import fingerprint
+    from slotbench.measure.plan import make_rep_plan, run_plan
+    from slotbench.measure.targets import connect
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

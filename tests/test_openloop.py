@@ -13,9 +13,9 @@ import time
 import pytest
 
 from e2e_helpers import REPO
-from slotbench.backends import make_backend
-from slotbench.loadgen import run_cell
-from slotbench.plan import arrival_offsets
+from slotbench.measure.backends import make_backend
+from slotbench.measure.loadgen import run_cell
+from slotbench.measure.plan import arrival_offsets
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from pacer import start_subprocess  # noqa: E402

@@ -10,12 +10,12 @@ import pandas as pd
 import pytest
 import synthetic as syn
 
-from slotbench import config as sbconfig
-from slotbench.cells import CELL_KEYS, arm_rate
 from slotbench.checks import overload, run_checks, saturation, trap_modules, understatement
 from slotbench.checks.base import Tables
 from slotbench.checks.decision import headline_decision
-from slotbench.openloop import open_metrics
+from slotbench.core.cells import CELL_KEYS, arm_rate
+from slotbench.tables.openloop import open_metrics
+from slotbench.workflow import config as sbconfig
 
 REPS = 4
 GEN_S = 0.1

@@ -2,7 +2,7 @@
 archive's offline re-render.
 
 - The four wire formats (backends llamacpp, ollama, openai completions, openai chat) send an
-  open-loop cell through slotbench.loadgen.run_cell with ``arrivals``, against the pacer with
+  open-loop cell through slotbench.measure.loadgen.run_cell with ``arrivals``, against the pacer with
   two slots so that requests queue: every request goes out within 3 ms of its planned moment
   (while other jobs, or the hypervisor's steal, take the machine's cores, 95 in 100 within
   10 ms: see SKEW_S), keeps that moment, and its TTFT from that moment holds the server's queue
@@ -12,7 +12,7 @@ archive's offline re-render.
   wrote every token. Library level, a second or so a format: the rest of the pipeline does not
   depend on the format (consolidate reads the raw records every backend writes alike), so one
   whole-pipeline run per format is not needed.
-- A config with a ``matrix`` and rate arms resolves (slotbench.config.resolve) with the rate
+- A config with a ``matrix`` and rate arms resolves (slotbench.workflow.config.resolve) with the rate
   arms, every key filled, in what every expanded target measures: the rep rule's settings, each
   target's run plan and rep plans (a cell per rate arm with its own seeded arrivals), and the
   rate arms do not set a managed server's slots.
@@ -48,15 +48,16 @@ import pytest
 import yaml
 
 from e2e_helpers import REPO, copy_repo, wait_for_no_processes
-from slotbench import config as sbconfig
-from slotbench import compare, resources
-from slotbench.archive import markdown_tables
-from slotbench.backends import make_backend
-from slotbench.cells import arm_id, arm_name, is_rate_arm
-from slotbench.consolidate import cell_metrics
-from slotbench.hostload import LinuxHostLoad
-from slotbench.loadgen import run_cell
-from slotbench.plan import arrival_offsets, make_rep_plan, run_plan
+from slotbench.analysis import compare
+from slotbench.core.cells import arm_id, arm_name, is_rate_arm
+from slotbench.measure.backends import make_backend
+from slotbench.measure.hostload import LinuxHostLoad
+from slotbench.measure.loadgen import run_cell
+from slotbench.measure.plan import arrival_offsets, make_rep_plan, run_plan
+from slotbench.tables.consolidate import cell_metrics
+from slotbench.workflow import config as sbconfig
+from slotbench.workflow import resources
+from slotbench.workflow.archive import markdown_tables
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from pacer import start_subprocess  # noqa: E402
@@ -73,7 +74,7 @@ FORMATS = {  # name -> target fields (benchmarks/fidelity.py's)
 # for a core when its timer fired (the event loop's own lag probe saw the same; with CPU-bound
 # neighbours a waking process can wait a scheduler tick, 4 ms), and first tokens were read up to
 # 10 ms late; with the machine to itself the latest was 1.9 ms and the median 0.04-0.07 ms. So
-# when other processes took more than SHARED_CORES during the cell (slotbench.hostload, as the
+# when other processes took more than SHARED_CORES during the cell (slotbench.measure.hostload, as the
 # host check measures it) the bounds are the pipeline's own, checks.launch_skew_s (10 ms) at p95
 # (the check's p99 is the largest of 48), and medians under 0.5 ms; on a quiet machine, every
 # request. Each run prints the other processes' share.

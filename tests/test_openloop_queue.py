@@ -62,7 +62,7 @@ import pandas as pd
 import pytest
 
 from e2e_helpers import REPO, copy_repo, wait_for_no_processes
-from slotbench.cells import arm_id
+from slotbench.core.cells import arm_id
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from pacer import start_subprocess  # noqa: E402

@@ -21,7 +21,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from pacer import PacerConfig, PacerThread, build  # noqa: E402
 
-from slotbench.backends import make_backend  # noqa: E402
+from slotbench.measure.backends import make_backend  # noqa: E402
 
 FORMATS = {
     "llamacpp": {"backend": "llamacpp"},

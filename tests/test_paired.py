@@ -10,8 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from slotbench import compare, config, paired, plan, stats
+from slotbench.analysis import compare, paired
+from slotbench.core import stats
+from slotbench.figures import paired as paired_figure
+from slotbench.measure import plan
 from slotbench.report import paired as report_paired
+from slotbench.workflow import config
 
 TARGETS = ["emb-parallel2", "emb-parallel4"]
 
@@ -193,13 +197,13 @@ def test_a_refused_headline_gives_no_verdict_and_sides_out_of_order_are_named():
 
 
 def test_the_report_section_shows_the_verdicts_the_drift_and_traces_every_cell(tmp_path):
-    from slotbench import provenance as prov
+    from slotbench.provenance import ids as prov
     from slotbench.report.blocks import Sources, Table
     from slotbench.report.render_md import render_markdown
 
     ratios, cells, planned = drifting_run(pairs=10, slower=1.10, drift_per_side=-0.03)
     result = json.loads(json.dumps(analyse(ratios, cells, planned), default=float))
-    paired.plot(result, tmp_path / "paired.png")
+    paired_figure.plot(result, tmp_path / "paired.png")
     assert (tmp_path / "paired.png").stat().st_size > 10_000
     cells = cells.assign(raw_file="r", n_requests=4)
     blocks = report_paired.blocks(result, str(tmp_path / "paired.png"), prov.CellIndex(cells),

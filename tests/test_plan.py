@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from slotbench.plan import derive_seed, make_rep_plan, max_reps, rotation, rotation_order, run_plan
+from slotbench.measure.plan import derive_seed, make_rep_plan, max_reps, rotation, rotation_order, run_plan
 
 TEMPLATE = "Request {nonce}. Summarise: the harbour town changed.\n\nSummary:"
 
@@ -132,7 +132,7 @@ def test_nonces_off_gives_every_measured_request_the_same_prompt():
 
 
 def test_requests_per_cell_may_be_set_per_arm_so_a_wide_arm_runs_several_rounds():
-    from slotbench.config import resolve
+    from slotbench.workflow.config import resolve
 
     cfg = resolve({"arms": [1, 2, 4, 8], "requests_per_cell": {1: 4, 2: 4, 4: 8, 8: 16}})
     run = json.loads(json.dumps(run_plan("t", "run1", cfg["arms"], cfg["requests_per_cell"],
@@ -169,8 +169,8 @@ def test_in_the_paired_design_a_pairs_sides_share_their_arm_order_but_not_their_
 
 
 def test_a_request_that_cannot_fit_one_slot_is_refused_before_anything_is_sent():
-    from slotbench.backends.llamacpp import LlamaCppBackend
-    from slotbench.plan import context_problem
+    from slotbench.measure.backends.llamacpp import LlamaCppBackend
+    from slotbench.measure.plan import context_problem
 
     from fault_server import FaultServer
 

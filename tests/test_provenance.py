@@ -11,8 +11,11 @@ import pandas as pd
 import pytest
 
 import synthetic as syn
-from slotbench import analyse, cellsets, explain, figures, provenance, report
-from slotbench.cells import cell_label
+from slotbench import report
+from slotbench.analysis import analyse
+from slotbench.core.cells import cell_label, rep_of
+from slotbench.figures import plots as figures
+from slotbench.provenance import cellsets, explain, ids as provenance
 from slotbench.report.blocks import Sources, Table
 
 TARGET = "embedded"
@@ -364,7 +367,7 @@ def test_a_control_cell_shares_its_reps_raw_file(work):
     assert (info["target"], info["run"], info["rep"], info["arm"]) == (TARGET, "run1", 2, None)
     assert info["raw_sha256"] == sha(work, 2) and info["raw_file"] == raw_path(2)
     assert index.info("not-a-label") == {"target": None, "run": None, "rep": None, "arm": None}
-    assert provenance.rep_of(f"{TARGET}/run1/rep2/arm4/control") == (TARGET, "run1", 2)
+    assert rep_of(f"{TARGET}/run1/rep2/arm4/control") == (TARGET, "run1", 2)
     assert provenance.integrity_id(TARGET, "prompts", "run1", "rep2") == (
         f"integrity/{TARGET}/prompts/run1/rep2"
     )

@@ -1,5 +1,5 @@
 """Raw files: always valid JSON, tamper seen without trusting mtimes, a rep kept when the disk
-refuses it and put in place by the next run (slotbench.rawfiles)."""
+refuses it and put in place by the next run (slotbench.measure.rawfiles)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slotbench import rawfiles
+from slotbench.measure import rawfiles
 
 
 def strict(data: bytes):
@@ -34,7 +34,7 @@ def test_one_cleaner_readies_every_json_the_pipeline_writes(tmp_path):
     import numpy as np
     import pandas as pd
 
-    from slotbench import provenance
+    from slotbench.provenance import ids as provenance
     from slotbench.checks.base import plain as verdict_plain
 
     value = {"a": np.float64("nan"), "b": [np.float64("-inf"), (np.int64(3), pd.NA)],

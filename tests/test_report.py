@@ -21,10 +21,11 @@ import pandas as pd
 import pytest
 
 import synthetic as syn
-from slotbench import config as sbconfig
-from slotbench import cellsets, report
+from slotbench import report
 from slotbench.checks import run_checks, write_checks
+from slotbench.provenance import cellsets
 from slotbench.report.blocks import Figure, Sources, Table
+from slotbench.workflow import config as sbconfig
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 PNG_BYTES = b"\x89PNG\r\n\x1a\n" + b"synthetic-figure-bytes"

@@ -14,7 +14,9 @@ import pandas as pd
 import pytest
 
 import synthetic as syn
-from slotbench import cellsets, provenance, report, thermal
+from slotbench import report
+from slotbench.measure import thermal
+from slotbench.provenance import cellsets, ids as provenance
 from slotbench.report.blocks import Sources, Table
 
 TARGET, RUN = syn.TARGET, syn.RUN

@@ -1,4 +1,4 @@
-"""The run's server (slotbench.runserver): reused only by the Snakemake that started it, never
+"""The run's server (slotbench.measure.servers.supervisor): reused only by the Snakemake that started it, never
 outliving it, and never mistaking another process for its own.
 
 The end-to-end tests (test_e2e.py, test_e2e_reruns.py) drive it through Snakemake on the real
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from slotbench import runserver
-from slotbench.runserver import alive, run_server, stop
-from slotbench.server import ServerError
+from slotbench.measure.servers import supervisor as runserver
+from slotbench.measure.servers.base import ServerError
+from slotbench.measure.servers.supervisor import alive, run_server, stop
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 TARGET = {"name": "embedded", "backend": "llamacpp", "managed": True,

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import synthetic as syn
 
-from slotbench import config as sbconfig
 from slotbench.checks import run_checks, saturation, trap_modules
 from slotbench.checks.decision import headline_decision
+from slotbench.workflow import config as sbconfig
 
 QUIET = {"client_processes": 2, "client_busy": 0.12, "client_busy_process": 0,
          "client_lag_p95_s": 0.0009, "client_lag_process": 1}
@@ -166,7 +166,7 @@ def test_the_trap_is_found_by_looking():
 def test_the_fingerprint_records_each_cpus_governor_and_flags_powersave(tmp_path, monkeypatch):
     import os
 
-    from slotbench.fingerprint import cpu_governor
+    from slotbench.measure.fingerprint import cpu_governor
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 5}, raising=False)
     for cpu, governor in ((0, "performance"), (1, "performance"), (2, "powersave"),

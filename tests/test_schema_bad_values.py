@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from slotbench.config import ConfigError, load_schema, resolve
+from slotbench.workflow.config import ConfigError, load_schema, resolve
 
 HEAD = "invalid configuration (nothing was sent to any server): config key `"
 URL = "http://127.0.0.1:9"
@@ -199,7 +199,7 @@ def test_a_bad_value_is_one_line_naming_its_key(name):
 def test_the_endpoint_resources_refuse_a_bad_url_in_one_line(url):
     """Validation refuses these first; should one get past it, rules/common.smk still gets a
     ConfigError of one line to print, not a traceback from urllib."""
-    from slotbench.resources import endpoint_resources
+    from slotbench.workflow.resources import endpoint_resources
 
     with pytest.raises(ConfigError) as err:
         endpoint_resources({"name": "ext", "managed": False, "url": url}, [0])
@@ -207,7 +207,7 @@ def test_the_endpoint_resources_refuse_a_bad_url_in_one_line(url):
 
 
 def test_an_error_no_wording_fits_still_gets_its_own_message_in_one_line(monkeypatch):
-    from slotbench import config
+    from slotbench.workflow import config
 
     def broken(error):
         raise KeyError("no wording")

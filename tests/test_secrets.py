@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from e2e_helpers import copy_repo, snakemake
-from slotbench.server import ManagedServer
+from slotbench.measure.servers.llamacpp import ManagedLlamaServer
 
 pytestmark = pytest.mark.e2e
 
@@ -30,7 +30,7 @@ def keyed_server(tmp_path_factory):
     log = tmp_path_factory.mktemp("keyed-server") / "server.log"
     # the server gets the key from a variable of its own, set only while it starts; the
     # pipeline gets it only through SLOTBENCH_TEST_KEY in the environment of its run
-    srv = ManagedServer(SERVER | {"api_key_env": "SLOTBENCH_SERVER_SIDE_KEY"}, log)
+    srv = ManagedLlamaServer(SERVER | {"api_key_env": "SLOTBENCH_SERVER_SIDE_KEY"}, log)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SLOTBENCH_SERVER_SIDE_KEY", key)
         srv.start()

@@ -1,4 +1,4 @@
-"""What a killed Snakemake leaves behind, settled before the next run looks (slotbench.smkstate).
+"""What a killed Snakemake leaves behind, settled before the next run looks (slotbench.workflow.smkstate).
 
 The records are made the way Snakemake makes them (snakemake.persistence); the round trip
 through record_path and marked_incomplete is checked against Snakemake's own code."""
@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from slotbench import smkstate
-from slotbench.rawfiles import write_raw_atomic
+from slotbench.measure.rawfiles import write_raw_atomic
+from slotbench.workflow import smkstate
 
 RAW = "results/raw/t/run1/rep2.json"
 
@@ -121,7 +121,7 @@ def test_the_schedulers_pending_timer_no_longer_holds_the_exit():
     """Snakemake's scheduler leaves a re-evaluation timer pending when the workflow ends; the
     interpreter waits for it at exit. onsuccess/onerror cancel it: here a 60 s timer."""
     code = ("import threading, time\n"
-            "from slotbench import smkstate\n"
+            "from slotbench.workflow import smkstate\n"
             "fired = []\n"
             "threading.Timer(60, fired.append, (1,)).start()\n"
             "print(smkstate.drop_pending_timers(), smkstate.drop_pending_timers())\n")

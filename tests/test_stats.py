@@ -1,4 +1,4 @@
-"""The statistics every stage quotes, each written once (slotbench.stats): where a formula
+"""The statistics every stage quotes, each written once (slotbench.core.stats): where a formula
 moved here from another module, its numbers are pinned to what that module gave."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from slotbench import stats
+from slotbench.core import stats
 
 
 def test_a_cells_median_and_quantiles_in_plain_python_match_the_frame_statistics():

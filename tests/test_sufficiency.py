@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from slotbench import analyse
+from slotbench.analysis import analyse
 from slotbench.checks.sufficiency import METRICS, SUFFICIENCY_COLUMNS, sufficiency
 
 

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from slotbench import thermal
-from slotbench.sampler import Sampler
 from slotbench.checks import drift
 from slotbench.checks import thermal as thermal_check
+from slotbench.measure import thermal
+from slotbench.measure.sampler import Sampler
 
 # --------------------------------------------------------------------------------------------
 # Linux sysfs
@@ -384,7 +384,7 @@ def test_burst_vs_plateau_needs_two_serial_cells():
 
 
 def test_proc_cpuinfo_is_the_fallback_where_sysfs_has_nothing(tmp_path):
-    from slotbench.thermal import ProcCpuinfo, available_sources
+    from slotbench.measure.thermal import ProcCpuinfo, available_sources
 
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc/cpuinfo").write_text(

@@ -64,7 +64,7 @@ from slotbench.report import render
 requests = syn.make_requests(tokens=lambda rep, arm: 70 if (rep, arm) == (2, 4) else 60)
 data = syn.run(requests)
 tables = syn.tables(requests)
-from slotbench.config import check_settings
+from slotbench.workflow.config import check_settings
 verdicts, details = run_checks(tables, check_settings(data.config))
 decision = write_checks(sys.argv[2], verdicts, details)
 md, page, record = render(data)

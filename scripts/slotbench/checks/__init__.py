@@ -25,7 +25,7 @@ import pandas as pd
 from slotbench.checks.base import Tables, Verdict, no_cells_behind_headline
 from slotbench.checks.decision import headline_decision
 
-# Its modules are found by looking (slotbench.code follows them as a rule's code).
+# Its modules are found by looking (slotbench.core.code follows them as a rule's code).
 DISCOVERED = True
 # Modules of this package that are not traps.
 INFRASTRUCTURE = {"base", "decision"}

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from slotbench import rawfiles
-from slotbench.cells import cell_labels
-from slotbench.consolidate import headline_cells
+from slotbench.core.cells import cell_labels
+from slotbench.measure import rawfiles
+from slotbench.tables.consolidate import headline_cells
 
 EFFECTS = ("none", "warn", "exclude", "provisional", "refuse")
 VERDICT_SCHEMA = "slotbench.verdict/1"

@@ -1,7 +1,7 @@
 """Trap: a stream buffered between the server and the client (docs/method.md#buffered-streams).
 
 A proxy that buffers responses, or a server socket with Nagle's algorithm on, holds the tokens
-and lets them through in bursts, often all at the end (slotbench.delivery judges each request
+and lets them through in bursts, often all at the end (slotbench.tables.delivery judges each request
 from the reads its text arrived in). The client's time to first token is then the time to a
 burst, and a per-user rate timed by the client is a burst's, not the server's. Those numbers
 leave the headline; the server-timed rates and the aggregate still hold. The serialisation
@@ -10,10 +10,10 @@ check does not read buffered requests' windows, which no longer say when the ser
 
 from __future__ import annotations
 
-from slotbench.cells import label_series
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable
-from slotbench.delivery import BURST_CHUNKS, buffered, judged as delivery_judged
-from slotbench.fmt import count
+from slotbench.core.cells import label_series
+from slotbench.core.fmt import count
+from slotbench.tables.delivery import BURST_CHUNKS, buffered, judged as delivery_judged
 
 TRAP = "buffering"
 TITLE = "Buffered stream (tokens held between server and client)"

@@ -28,10 +28,10 @@ import heapq
 import numpy as np
 import pandas as pd
 
-from slotbench import stats
-from slotbench.cells import CELL_KEYS, cell_label, label_key
 from slotbench.checks.base import Tables, Verdict, judged, plain, setting
-from slotbench.fmt import fmt_ms, fmt_pct
+from slotbench.core import stats
+from slotbench.core.cells import CELL_KEYS, cell_label, label_key
+from slotbench.core.fmt import fmt_ms, fmt_pct
 
 TRAP = "client"
 TITLE = "Client distortion (self-check)"

@@ -9,10 +9,10 @@ headline, and the report says what it reached.
 
 from __future__ import annotations
 
-from slotbench import stats
-from slotbench.cells import (OVERLAP_TOLERANCE_S, SERIAL_ARM, arm_name, label_series,
-                             most_at_once_by_cell)
 from slotbench.checks.base import Tables, Verdict, judged
+from slotbench.core import stats
+from slotbench.core.cells import (OVERLAP_TOLERANCE_S, SERIAL_ARM, arm_name, label_series,
+                             most_at_once_by_cell)
 
 TRAP = "concurrency"
 TITLE = "Arm below its concurrency (in flight at once)"

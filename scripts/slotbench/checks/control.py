@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from slotbench import stats
-from slotbench.cells import arm_name, label_series
 from slotbench.checks.base import Tables, Verdict, records
-from slotbench.fmt import fmt_change
+from slotbench.core import stats
+from slotbench.core.cells import arm_name, label_series
+from slotbench.core.fmt import fmt_change
 
 TRAP = "control"
 TITLE = "Shared-prefix inflation (control arm)"

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from slotbench import stats
-from slotbench.cells import CELL_KEYS, label_series
 from slotbench.checks.base import Tables, Verdict, judged, records, setting
-from slotbench.fmt import count, fmt_pct
+from slotbench.core import stats
+from slotbench.core.cells import CELL_KEYS, label_series
+from slotbench.core.fmt import count, fmt_pct
 
 TRAP = "deviance"
 TITLE = "Output deviance"

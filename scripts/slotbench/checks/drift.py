@@ -14,10 +14,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from slotbench import stats
-from slotbench.cells import SERIAL_ARM, cell_labels, label_key
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable, setting
-from slotbench.fmt import count, fmt_change, fmt_num, fmt_pct
+from slotbench.core import stats
+from slotbench.core.cells import SERIAL_ARM, cell_labels, label_key
+from slotbench.core.fmt import count, fmt_change, fmt_num, fmt_pct
 
 TRAP = "drift"
 TITLE = "Drift (serial arm, burst vs plateau)"

@@ -1,7 +1,7 @@
 """Trap: other processes (or a hypervisor's steal) taking the machine during a rep
 (docs/method.md#host-contention).
 
-A benchmark shares its cores with whatever else runs. slotbench.hostload samples, during every
+A benchmark shares its cores with whatever else runs. slotbench.measure.hostload samples, during every
 rep, the CPU of the target server, of the harness, and of everything else by name, plus steal
 time and the load average. A rep in which other processes, or steal, took more than the
 threshold's share of the machine on average was measured on a shared machine: it is named, with
@@ -14,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records, setting
-from slotbench.fmt import count, fmt_pct
+from slotbench.core.fmt import count, fmt_pct
 
 TRAP = "host"
 TITLE = "Host contention (other processes, steal)"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable
-from slotbench.fmt import fmt_bytes, fmt_pct
+from slotbench.core.fmt import fmt_bytes, fmt_pct
 
 TRAP = "ollama"
 TITLE = "Model placement and context (Ollama)"

@@ -2,7 +2,7 @@
 as the cell lasted.
 
 A rate arm's requests arrive on their planned schedule whether or not earlier ones are done
-(slotbench.openloop). Below capacity the server's queue comes and goes, and a request's waiting
+(slotbench.tables.openloop). Below capacity the server's queue comes and goes, and a request's waiting
 (its TTFT counted from its planned arrival: t_first_s - t_planned_s) does not depend on when in
 the cell it arrived. Above capacity the queue grows without bound: each request waits longer
 than the one before, so the arm's TTFT percentiles grow with requests_per_cell and describe the
@@ -24,10 +24,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from slotbench import stats
-from slotbench.cells import arm_name, arm_rate, cell_labels, label_key, label_series
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable, plain, setting
-from slotbench.fmt import count, fmt_ms, signed
+from slotbench.core import stats
+from slotbench.core.cells import arm_name, arm_rate, cell_labels, label_key, label_series
+from slotbench.core.fmt import count, fmt_ms, signed
 
 TRAP = "overload"
 TITLE = "Overload (a rate arm's queue grew for the whole cell)"

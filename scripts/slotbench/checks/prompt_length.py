@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from slotbench import stats
-from slotbench.cells import label_series
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records
-from slotbench.fmt import count
+from slotbench.core import stats
+from slotbench.core.cells import label_series
+from slotbench.core.fmt import count
 
 TRAP = "prompts"
 TITLE = "Unequal prompt lengths"

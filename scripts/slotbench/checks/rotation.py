@@ -23,11 +23,11 @@ import math
 
 import pandas as pd
 
-from slotbench import stats
-from slotbench.analyse import position_medians
-from slotbench.cells import arm_name
+from slotbench.analysis.analyse import position_medians
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records, setting
-from slotbench.fmt import fmt_pct
+from slotbench.core import stats
+from slotbench.core.cells import arm_name
+from slotbench.core.fmt import fmt_pct
 
 TRAP = "rotation_bias"
 TITLE = "Rotation bias"
@@ -71,7 +71,7 @@ def incomplete_rotation(cells: pd.DataFrame) -> list[str]:
 
 def reps_to_resolve(n_reps: int, effect: float, lo: float, hi: float, threshold: float) -> int:
     """Reps for the interval to leave the threshold, if it narrows as 1/sqrt(reps)
-    (:func:`slotbench.stats.reps_needed`, its half-width against the distance to the threshold)."""
+    (:func:`slotbench.core.stats.reps_needed`, its half-width against the distance to the threshold)."""
     distance = abs(effect - threshold)
     if not distance:
         return MAX_REPS_QUOTED

@@ -1,7 +1,7 @@
 """Trap: a client process that could not keep up with the streams it was reading.
 
 A cell's streams are read by one or more client processes, each one event loop on one core
-(slotbench.clients). A process that is busy nearly all of the cell's wall clock, or whose loop
+(slotbench.measure.clients). A process that is busy nearly all of the cell's wall clock, or whose loop
 runs its own 10 ms timer late, reads chunks late: every token it times arrives later than the
 server sent it, TTFT grows and the per-user rate falls, and the arm looks worse than the server
 is. Each raw cell records, per process, its CPU time over its wall clock (``busy``) and how late
@@ -28,9 +28,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from slotbench.cells import CELL_KEYS, SERIAL_ARM, arm_name, label_key, label_series
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable, plain, setting
-from slotbench.fmt import count, fmt_ms, fmt_pct
+from slotbench.core.cells import CELL_KEYS, SERIAL_ARM, arm_name, label_key, label_series
+from slotbench.core.fmt import count, fmt_ms, fmt_pct
 
 TRAP = "client_saturation"
 TITLE = "Client saturation (busy or late client processes)"

@@ -7,7 +7,7 @@ the engine. The verdict rests on that overlap alone; the queue gap (Ollama's tot
 prompt_eval - eval, the time spent waiting for a slot) and the client-side wait (TTFT over the
 serial arm's median TTFT) growing with service order are reported as corroboration, as slopes in
 seconds per place and as median Spearman trends. A cell with a request whose stream was buffered
-on its way (slotbench.delivery) is not read: its windows say when bursts arrived, not when the
+on its way (slotbench.tables.delivery) is not read: its windows say when bursts arrived, not when the
 server generated, and would blame the server's slots for what a proxy or a socket did.
 """
 
@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import pandas as pd
 
-from slotbench import stats
-from slotbench.cells import (OVERLAP_TOLERANCE_S, SERIAL_ARM, arm_name, label_series,
-                             most_at_once_by_cell)
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records
-from slotbench.delivery import buffered
-from slotbench.fmt import count, fmt_num
+from slotbench.core import stats
+from slotbench.core.cells import (OVERLAP_TOLERANCE_S, SERIAL_ARM, arm_name, label_series,
+                             most_at_once_by_cell)
+from slotbench.core.fmt import count, fmt_num
+from slotbench.tables.delivery import buffered
 
 TRAP = "serialisation"
 TITLE = "Serialised arm (server ran one request at a time)"

@@ -1,7 +1,7 @@
 """Trap: a server's token counts or timings that disagree with what the client saw
 (docs/method.md#server-numbers-are-evidence).
 
-slotbench.crosscheck flags each request whose server-reported output tokens or generation time
+slotbench.tables.crosscheck flags each request whose server-reported output tokens or generation time
 cannot be right given the chunks the client received and when (an 800-token count for 8 chunks,
 a negative or NaN time, a generation longer than the whole request took). Its cell is kept out
 of the headline, the other checks and the figures; this check names them and why.
@@ -9,9 +9,9 @@ of the headline, the other checks and the figures; this check names them and why
 
 from __future__ import annotations
 
-from slotbench.cells import label_key, label_series
 from slotbench.checks.base import Tables, Verdict, judged, records
-from slotbench.fmt import count
+from slotbench.core.cells import label_key, label_series
+from slotbench.core.fmt import count
 
 TRAP = "server_numbers"
 TITLE = "Server counts and timings (cross-checked with the client)"

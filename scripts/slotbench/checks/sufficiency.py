@@ -18,10 +18,10 @@ import math
 
 import pandas as pd
 
-from slotbench import stats
-from slotbench.cells import SERIAL_ARM, arm_name
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records, setting
-from slotbench.fmt import count
+from slotbench.core import stats
+from slotbench.core.cells import SERIAL_ARM, arm_name
+from slotbench.core.fmt import count
 
 TRAP = "sufficiency"
 TITLE = "Too few reps (interval width)"
@@ -66,7 +66,7 @@ def sufficiency(
 ) -> pd.DataFrame:
     """Per parallel arm and metric: interval half-width relative to the value, and reps needed.
 
-    ``summary`` is :func:`slotbench.analyse.summarise` output (per target and arm: <metric>,
+    ``summary`` is :func:`slotbench.analysis.analyse.summarise` output (per target and arm: <metric>,
     <metric>_lo, <metric>_hi, n_reps). The serial arm is skipped: its ratios are 1 by
     construction. Fewer than ``min_reps`` reps never count as meeting the target (one rep gives
     a zero-width interval; a few give an interval too narrow to trust).
@@ -78,7 +78,7 @@ def sufficiency(
     ]
     if missing:
         raise ValueError(
-            f"summary lacks columns {missing}; pass the output of slotbench.analyse.summarise "
+            f"summary lacks columns {missing}; pass the output of slotbench.analysis.analyse.summarise "
             "or choose metrics it has"
         )
     rows = []

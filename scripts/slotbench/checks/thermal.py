@@ -1,7 +1,7 @@
 """Trap: the machine throttling, or reporting thermal pressure, during the reps
 (docs/method.md#thermal-state-and-drift).
 
-The background sampler (slotbench.thermal) recorded every source the machine exposes. A reading
+The background sampler (slotbench.measure.thermal) recorded every source the machine exposes. A reading
 with throttled set, or a pressure other than nominal, is an event. A machine whose sources can
 report neither (a VM with only /proc/cpuinfo clocks) cannot show throttling, so there the check
 is not assessable rather than passed: zero events would rule nothing out. The article's machine
@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from slotbench.checks.base import Tables, Verdict, records
-from slotbench.fmt import count, fmt_num
-from slotbench.thermal import THERMAL_COLUMNS, is_event
+from slotbench.core.fmt import count, fmt_num
+from slotbench.measure.thermal import THERMAL_COLUMNS, is_event
 
 TRAP = "thermal"
 TITLE = "Thermal throttling"

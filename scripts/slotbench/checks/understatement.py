@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from slotbench import stats
-from slotbench.cells import arm_name, arm_order, cell_label, label_key
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable, plain
 from slotbench.checks.overload import overloaded_arms, rate_text, seconds_text
-from slotbench.fmt import fmt_times
+from slotbench.core import stats
+from slotbench.core.cells import arm_name, arm_order, cell_label, label_key
+from slotbench.core.fmt import fmt_times
 
 TRAP = "closed_loop_understatement"
 TITLE = "Closed-loop understatement (TTFT p95 at the same rate, arriving at random)"

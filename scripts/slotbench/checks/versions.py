@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from slotbench.checks.base import Tables, Verdict, judged
-from slotbench.fmt import code_text, reps_text
+from slotbench.core.fmt import code_text, reps_text
 
 TRAP = "versions"
 TITLE = "Mixed versions (code or server build)"

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from slotbench import provenance as prov
-from slotbench.across import common_arm, ordered, separations
-from slotbench.cells import SERIAL_ARM, arm_name
-from slotbench.fmt import DASH, fmt_num, missing, with_ci
+from slotbench.analysis.across import common_arm, ordered, separations
+from slotbench.core.cells import SERIAL_ARM, arm_name
+from slotbench.core.fmt import DASH, fmt_num, missing, with_ci
+from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Heading, Paragraph, Table
 from slotbench.report.traps import TargetContext
 

@@ -1,11 +1,11 @@
 """The capacity section of a target: how many users fit under the service levels, and where the
-aggregate saturates, presented from results/analysis/capacity.json (slotbench.capacity)."""
+aggregate saturates, presented from results/analysis/capacity.json (slotbench.analysis.capacity)."""
 
 from __future__ import annotations
 
-from slotbench import provenance as prov
-from slotbench.cells import arm_name
-from slotbench.fmt import DASH, fmt_num, missing
+from slotbench.core.cells import arm_name
+from slotbench.core.fmt import DASH, fmt_num, missing
+from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Heading, Paragraph, Table
 from slotbench.report.traps import TargetContext
 

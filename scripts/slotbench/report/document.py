@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from slotbench import provenance as prov
-from slotbench.cells import arm_name
 from slotbench.checks import read_verdicts
-from slotbench.report.blocks import Bullets, Heading, Paragraph, Sources
+from slotbench.core.cells import arm_name
+from slotbench.provenance import ids as prov
 from slotbench.report.across import blocks as across_blocks
+from slotbench.report.blocks import Bullets, Heading, Paragraph, Sources
 from slotbench.report.capacity import blocks as capacity_blocks
 from slotbench.report.headline import ci_label, headline_blocks
 from slotbench.report.openloop import blocks as openloop_blocks

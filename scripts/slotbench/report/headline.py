@@ -3,9 +3,8 @@ arm and the per-arm table, as the analysis computed them and the checks decided 
 
 from __future__ import annotations
 
-from slotbench import provenance as prov
-from slotbench.cells import SERIAL_ARM, arm_name, arm_order
-from slotbench.fmt import (
+from slotbench.core.cells import SERIAL_ARM, arm_name, arm_order
+from slotbench.core.fmt import (
     DASH,
     fmt_change,
     fmt_num,
@@ -17,6 +16,7 @@ from slotbench.fmt import (
     way,
     with_ci,
 )
+from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Bullets, Heading, Paragraph, Sources, Table
 
 

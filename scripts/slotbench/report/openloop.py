@@ -1,5 +1,5 @@
 """The open loop's section: per target with rate arms, their numbers, the capacity in requests/s
-and the open loop's figures, presented from results/analysis/openloop.json (slotbench.ratearms),
+and the open loop's figures, presented from results/analysis/openloop.json (slotbench.analysis.openloop),
 the figures' sources and the overload check's verdict. A run without rate arms has no section.
 
 An arm the overload check marked (its queue grew all cell long) has no TTFT percentile quoted:
@@ -8,10 +8,10 @@ the table says "overloaded" where they would stand, since they measure how long 
 
 from __future__ import annotations
 
-from slotbench import provenance as prov
-from slotbench.capacity import MISSES
-from slotbench.fmt import DASH, fmt_change, fmt_num, fmt_pct, fmt_times, missing
-from slotbench.ratearms import NO_GOODPUT_LEVEL, NO_SERVICE_LEVEL, has_rate_arms, overloaded
+from slotbench.analysis.capacity import MISSES
+from slotbench.analysis.openloop import NO_GOODPUT_LEVEL, NO_SERVICE_LEVEL, has_rate_arms, overloaded
+from slotbench.core.fmt import DASH, fmt_change, fmt_num, fmt_pct, fmt_times, missing
+from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Heading, Paragraph, Table
 from slotbench.report.capacity import levels_text
 from slotbench.report.sections import figure_blocks

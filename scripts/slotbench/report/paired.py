@@ -1,19 +1,19 @@
 """The report's "Paired comparison" section (design: paired): every target against the first,
-pair by pair, from results/analysis/paired.json (slotbench.paired), with the unpaired verdict
+pair by pair, from results/analysis/paired.json (slotbench.analysis.paired), with the unpaired verdict
 of the same cells beside each row, the drift line, and the figure."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from slotbench import provenance as prov
-from slotbench.cells import SERIAL_ARM, arm_name
-from slotbench.fmt import DASH, fmt_num, missing
+from slotbench.core.cells import SERIAL_ARM, arm_name
+from slotbench.core.fmt import DASH, fmt_num, missing
+from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Figure, Heading, Paragraph, Table
 from slotbench.report.traps import TargetContext
 
 PAIRED_ID = "paired"
-# as slotbench.paired and slotbench.compare say them (which import the report package, so they
+# as slotbench.analysis.paired and slotbench.analysis.compare say them (which import the report package, so they
 # are not imported here)
 TOO_FEW_PAIRS = "too few pairs to decide"
 TOO_FEW = "too few reps to decide"

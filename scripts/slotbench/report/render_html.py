@@ -8,8 +8,8 @@ import html
 import os
 from pathlib import Path
 
-from slotbench import provenance as prov
-from slotbench.fmt import DASH, code_text, count
+from slotbench.core.fmt import DASH, code_text, count
+from slotbench.provenance import ids as prov
 from slotbench.report import blocks as kinds
 
 

@@ -4,7 +4,7 @@ in report.html and in provenance.json."""
 
 from __future__ import annotations
 
-from slotbench.fmt import count
+from slotbench.core.fmt import count
 from slotbench.report import blocks as kinds
 
 PARAGRAPH_STYLES = {"refusal": "> **{}**", "warning": "> ⚠ **{}**", "headline": "**{}**",

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import yaml
 
-from slotbench import provenance as prov
-from slotbench.cells import arm_name, label_key
-from slotbench.fmt import count, missing
+from slotbench.core.cells import arm_name, label_key
+from slotbench.core.fmt import count, missing
+from slotbench.measure.fingerprint import flatten
+from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Code, Figure, Heading, Paragraph, ProvenanceIndex, Table
 
 CLIENT_TIMING = (
@@ -75,20 +76,6 @@ def pinned_line(target, fps: list[dict]) -> str:
         "end-of-sequence token or at num_predict; throughput counts the tokens actually produced "
         "(cells far from their run's modal output are named under Output deviance)."
     )
-
-
-def flatten(obj, prefix: str = "") -> list[tuple[str, str]]:
-    """Nested dicts/lists as dotted key/value pairs, so new fingerprint keys need no code."""
-    if isinstance(obj, dict):
-        if not obj:
-            return [(prefix, "{}")] if prefix else []
-        return [pair for key in obj for pair in flatten(obj[key], f"{prefix}.{key}" if prefix
-                                                       else str(key))]
-    if isinstance(obj, (list, tuple)):
-        if all(not isinstance(v, (dict, list, tuple)) for v in obj):
-            return [(prefix, ", ".join("null" if v is None else str(v) for v in obj))]
-        return [pair for i, v in enumerate(obj) for pair in flatten(v, f"{prefix}[{i}]")]
-    return [(prefix, "null" if obj is None else str(obj))]
 
 
 def fingerprint_blocks(fingerprints: list[dict], index: prov.CellIndex, sources) -> list:

@@ -13,9 +13,9 @@ import importlib
 import pkgutil
 from dataclasses import dataclass
 
-from slotbench import provenance as prov
-from slotbench.cells import label_key
-from slotbench.fmt import DASH, fmt_ms, missing
+from slotbench.core.cells import label_key
+from slotbench.core.fmt import DASH, fmt_ms, missing
+from slotbench.provenance import ids as prov
 from slotbench.report import details as details_package
 from slotbench.report.blocks import Heading, Paragraph, Sources, Table
 

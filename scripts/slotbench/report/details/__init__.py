@@ -3,5 +3,5 @@ returns the blocks (headings, paragraphs, tables, sources) shown under the traps
 is matched to its trap by its ``TRAP`` name, else by its file name; a trap without one gets the
 generic details (slotbench.report.traps.default_details)."""
 
-# Its modules are found by looking (slotbench.code follows them as a rule's code).
+# Its modules are found by looking (slotbench.core.code follows them as a rule's code).
 DISCOVERED = True

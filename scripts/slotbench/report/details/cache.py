@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from slotbench.fmt import count, fmt_int, missing
+from slotbench.core.fmt import count, fmt_int, missing
 from slotbench.report.blocks import Heading, Paragraph
 from slotbench.report.traps import flagged_table, quiet_evidence
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from slotbench import provenance as prov
-from slotbench.cells import label_key
-from slotbench.fmt import count, fmt_change, union
+from slotbench.core.cells import label_key
+from slotbench.core.fmt import count, fmt_change, union
+from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Heading, Paragraph
 
 TRAP = "control"

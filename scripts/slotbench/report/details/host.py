@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from slotbench import provenance as prov
-from slotbench.fmt import fmt_num, fmt_pct, missing
+from slotbench.core.fmt import fmt_num, fmt_pct, missing
+from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Heading, Paragraph, Table
 
 TRAP = "host"

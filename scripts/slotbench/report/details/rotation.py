@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from slotbench import provenance as prov
-from slotbench.cells import arm_name
-from slotbench.fmt import DASH, fmt_num, fmt_pct, split_list, union
+from slotbench.core.cells import arm_name
+from slotbench.core.fmt import DASH, fmt_num, fmt_pct, split_list, union
+from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Heading, Paragraph, Table
 
 TRAP = "rotation_bias"

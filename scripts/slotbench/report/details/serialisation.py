@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from slotbench import provenance as prov
-from slotbench.cells import arm_name
-from slotbench.fmt import fmt_int, fmt_num, missing, split_list, union
+from slotbench.core.cells import arm_name
+from slotbench.core.fmt import fmt_int, fmt_num, missing, split_list, union
+from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Bullets, Heading, Paragraph, Table
 
 TRAP = "serialisation"

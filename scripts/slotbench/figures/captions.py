@@ -1,0 +1,132 @@
+"""Every figure's title and caption, written once.
+
+The report takes them from the figures' sources.json (figures/plots.py and figures/openloop.py put them
+there). The captions ``snakemake --report`` shows beside each figure, report/<figure>.rst, are
+made from them by ``caption_rst`` (``.venv/bin/python tests/test_figures.py`` rewrites them; a
+test fails when one is out of date).
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+
+TITLES = {
+    "throughput": "Operator throughput vs per-user generation rate",
+    "ttft": "Time to first token by arm",
+    "decomposition": "Speedup split into batching (gen_gain) and pipelining",
+    "positions": "Median operator throughput at each rotation position",
+    "timeline": "Operator throughput over the course of the runs",
+    "capacity": "Capacity curve: aggregate and per-user rate against concurrency",
+    "across": "Targets side by side at the widest arm they share",
+}
+
+CAPTIONS = {
+    "throughput": (
+        "Per target and arm: aggregate tok/s across the server (tokens produced over the cell's "
+        "wall clock, what the operator buys) and per-user tok/s (median per-request generation "
+        "rate, what each user gets). Small points are cells; large markers joined by lines are "
+        "medians across reps, runs pooled."
+    ),
+    "ttft": (
+        "Client-side time from sending a request to its first streamed token (median of the "
+        "cell's requests; includes queueing). Small points are cells; large markers are medians."
+    ),
+    "decomposition": (
+        "Within-rep ratios against serial-1 of the same rep. speedup = aggregate gain; "
+        "gen_gain = per-user rate × concurrency / serial rate (what batching in the generation "
+        "stage delivered); pipelining = speedup / gen_gain (overlap of one request's prefill "
+        "with another's decode). Below the dashed line at 1 a stage loses rather than gains."
+    ),
+    "positions": (
+        "Each arm's median aggregate tok/s at each position it occupied in the rotated order "
+        "(runs pooled). Flat lines mean the order did not bias the arm; the position effect "
+        "(best position over worst, reps and arms accounted for) is what the report checks "
+        "against its threshold."
+    ),
+    "timeline": (
+        "Aggregate tok/s of every cell against its start time, relative to the target's first "
+        "cell. A downward drift within a run is thermal or other decay that rotation must absorb. "
+        "Where the machine exposed a thermal source, the clock (mean over the CPUs, or each "
+        "GPU's) and the hottest temperature sampled during the reps are drawn on extra axes "
+        "against the same time, and every sample that reported throttling or thermal pressure is "
+        'a dotted red vertical line; a panel without samples says "no thermal source".'
+    ),
+    "capacity": (
+        "Per target: median aggregate tok/s and per-user tok/s of each arm against its "
+        "concurrency (log scale), with bootstrap intervals over the arm's cells (one per rep), "
+        "and the judged TTFT percentile on the right-hand axis. Dashed lines are the service "
+        "levels (slo.user_tps_min, slo.ttft_s_max) where set; the shaded band starts at the "
+        "saturation point, after which the next arm adds less than slo.saturation_gain."
+    ),
+    "across": (
+        "Every target at the widest parallel arm all of them ran, in the order of the Across "
+        "targets table (speedup, highest first): median speedup, per-user change and TTFT ratio "
+        "with their bootstrap intervals over the reps. Intervals that do not overlap are the "
+        "differences the table names."
+    ),
+}
+OPEN_TITLES = {
+    "latency_load": "Open loop: TTFT and per-user rate against the offered rate",
+    "achieved_offered": "Open loop: achieved against offered rate",
+    "concurrency_axis": "Both loops on one axis: effective concurrency",
+}
+
+OVERLOAD_NOTE = (
+    " Arms the overload check marked (their queue grew all cell long) are red crosses (X, +), "
+    "not joined to the curve: their numbers say how long the cell ran, not what the server does "
+    "at that rate."
+)
+OPEN_CAPTIONS = {
+    "latency_load": (
+        "Per target with rate arms: TTFT p50 and p95 (counted from each request's planned "
+        "arrival; left axis) and per-user tok/s (right axis) of each rate arm against its offered "
+        "rate, medians over the arm's cells (one per rep) with bootstrap intervals. Dotted lines "
+        "are slo.ttft_s_max and slo.user_tps_min where set." + OVERLOAD_NOTE
+    ),
+    "achieved_offered": (
+        "Per target with rate arms: the rate achieved (completions per second from the first "
+        "completion to the last) against the rate offered, medians with "
+        "bootstrap intervals over the arm's cells. On the dashed line y = x the server keeps up; "
+        "where the points fall below it, the server saturates (the knee)." + OVERLOAD_NOTE
+    ),
+    "concurrency_axis": (
+        "Per target with rate arms: every arm, closed loop (concurrency levels) and open loop "
+        "(rate arms), at its effective concurrency (requests in flight, time-weighted): aggregate "
+        "tok/s on the left axis and TTFT p95 on the right, medians with bootstrap intervals over "
+        "the arm's cells. A closed arm's TTFT counts from the send, a rate arm's from the planned "
+        "arrival." + OVERLOAD_NOTE
+    ),
+}
+
+# What report/<figure>.rst adds to a figure's caption: where its sources are, and (for a figure
+# the report shows only with two targets or more) why it may be missing from the report.
+SOURCES_NOTE = (
+    "The cells and raw-file SHA-256s behind this figure are listed in "
+    "``results/figures/sources.json`` and under the figure in ``results/report.md``."
+)
+RST_NOTES = {
+    "across": (
+        "With one target there is nothing to set side by side, and the report does not show it."
+    ),
+}
+RST_WIDTH = 100
+
+
+def rst_text(text: str) -> str:
+    """Plain text as reStructuredText: its markup characters escaped."""
+    text = re.sub(r"([\\*`|])", r"\\\1", text)
+    return re.sub(r"(?<=\w)_(?=\W|$)", r"\\_", text)  # word_ would be a reference
+
+
+def caption_rst(fig_id: str) -> str:
+    """report/<fig_id>.rst: the title in bold, the caption, then where its sources are."""
+    text = f"**{rst_text(TITLES[fig_id])}.** {rst_text(CAPTIONS[fig_id])}"
+    if fig_id in RST_NOTES:
+        text += " " + rst_text(RST_NOTES[fig_id])
+    paragraphs = [text, SOURCES_NOTE]
+    wrapped = [
+        textwrap.fill(p, RST_WIDTH, break_long_words=False, break_on_hyphens=False)
+        for p in paragraphs
+    ]
+    return "\n\n".join(wrapped) + "\n"

@@ -1,0 +1,291 @@
+"""The plan: a run's prompt calibration, and each rep's arm order, nonces and prompts.
+
+A rep's plan derives from (seed, target, run, rep) alone, never from how many reps or runs the
+config asks for, so raising ``reps`` measures only the new reps and leaves the others as they
+are. The run plan (results/plan/<target>/<run>.json) holds only what every rep shares: the
+prompt's length in tokens (the modal length of a fixed calibration sample, counted by the
+server's tokenizer) and, with nonces off, the one shared prompt. The rep job derives its own plan
+at the start of the rep (the server's tokenizer is at hand then) and records it in its raw file.
+
+docs/method.md#nonces: every request carries its own nonce near the start of the prompt, and prompt
+length in tokens is held equal by keeping only nonces whose prompt has the run's length. A nonce
+is the rep number (zero-padded, the first half of its digits) followed by random digits drawn
+without replacement, so no two requests of a run ever share one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections import Counter
+from typing import Callable
+
+from slotbench.core.cells import arm_id, is_rate_arm
+
+PLAN_SCHEMA = "slotbench.plan/2"
+CALIBRATION_PROMPTS = 30
+# candidates tried per prompt a rep needs, before giving up on finding equal lengths
+ATTEMPTS_PER_PROMPT = 20
+
+
+def derive_seed(*parts: object) -> int:
+    """A stable 32-bit seed from any parts (Python's hash() is salted per process)."""
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()
+    return int(digest[:8], 16)
+
+
+def rotation_order(arms: list[int], rep: int, run_seed: int) -> list[int]:
+    """Rep ``rep``'s arm order: a seeded base order shifted cyclically by one place per rep.
+
+    It depends on the run's seed and the rep alone, so every block of len(arms) consecutive
+    reps is a Latin square (each arm in each position once) however many reps there are.
+    """
+    rng = random.Random(run_seed)
+    base = list(arms)
+    rng.shuffle(base)
+    offset = rng.randrange(len(base))
+    k = len(base)
+    return [base[(rep - 1 + offset + i) % k] for i in range(k)]
+
+
+def rotation(arms: list[int], reps: int, seed: int) -> list[list[int]]:
+    """The orders of reps 1..reps (a prefix of the same sequence for any ``reps``)."""
+    return [rotation_order(arms, rep, seed) for rep in range(1, reps + 1)]
+
+
+def pair_order(targets: list[str], seed: int, run: str, pair: int) -> list[str]:
+    """The paired design's order of pair ``pair``'s sides (one rep of every target): a seeded
+    order of the targets, reversed in every other pair, so that A B, B A, A B … (ABBA) puts
+    every target at the same mean position over two pairs and linear drift cancels in the
+    comparison. From (seed, run, pair) alone, like a rep's arm order."""
+    rng = random.Random(derive_seed(seed, run, "pairs"))
+    base = list(targets)
+    rng.shuffle(base)
+    return base if pair % 2 == 1 else base[::-1]
+
+
+def rep_digits(nonce_digits: int) -> int:
+    """Leading digits of a nonce that hold the rep number."""
+    return (nonce_digits + 1) // 2
+
+
+def max_reps(nonce_digits: int) -> int:
+    return 10 ** rep_digits(nonce_digits) - 1
+
+
+def nonce_stream(rep: int, digits: int, rng: random.Random):
+    """Distinct nonces of one rep: its number, then random digits without replacement."""
+    head, tail = rep_digits(digits), digits - rep_digits(digits)
+    if not 0 <= rep <= max_reps(digits):
+        raise ValueError(f"rep {rep} does not fit the {head} rep digits of a {digits}-digit nonce; "
+                         "raise prompt.nonce_digits")
+    seen: set[int] = set()
+    while len(seen) < 10**tail:
+        n = rng.randrange(10**tail)
+        if n not in seen:
+            seen.add(n)
+            yield f"{rep:0{head}d}{n:0{tail}d}"
+
+
+def run_plan(
+    target: str,
+    run: str,
+    arms: list[int],
+    requests_per_cell: int,
+    seed: int,
+    template: str,
+    nonce_digits: int,
+    count_tokens: Callable[[str], int] | None = None,
+    nonces: bool = True,
+    control_arm: bool = False,
+    paired: bool = False,
+) -> dict:
+    """What every rep of a run shares. Nothing here depends on how many reps there are.
+
+    ``paired`` (design: paired): the arm order and the open loop's arrivals of rep k come from
+    (seed, run, k) without the target, so the sides of a pair run their arms in one order and
+    drift within a rep touches them alike; nonces and prompts stay the target's own."""
+    run_seed = derive_seed(seed, target, run)
+    prompt_tokens = None
+    if count_tokens is not None:
+        rng = random.Random(derive_seed(run_seed, "calibration"))
+        stream = nonce_stream(0, nonce_digits, rng)
+        sample = [template.format(nonce=next(stream)) for _ in range(CALIBRATION_PROMPTS)]
+        prompt_tokens = Counter(map(count_tokens, sample)).most_common(1)[0][0]
+    shared = None
+    if not nonces:
+        rng = random.Random(derive_seed(run_seed, "shared"))
+        nonce = next(nonce_stream(0, nonce_digits, rng))
+        shared = {"nonce": nonce, "prompt": template.format(nonce=nonce)}
+    return {
+        "schema": PLAN_SCHEMA, "target": target, "run": run, "seed": seed, "run_seed": run_seed,
+        "arms": list(arms), "requests_per_cell": requests_per_cell, "template": template,
+        "nonce_digits": nonce_digits, "prompt_tokens": prompt_tokens,
+        "tokenizer": "server" if count_tokens is not None else None, "nonces": nonces,
+        "shared": shared, "control_arm": control_arm,
+        # only in the paired design, so that a run's plan stays as it was without it
+        **({"order_seed": derive_seed(seed, run, "pair-arms")} if paired else {}),
+    }
+
+
+def _prompts(
+    plan: dict, rep: int, count: int, rng: random.Random, count_tokens: Callable[[str], int] | None
+) -> list[tuple[str, str]]:
+    """``count`` (nonce, prompt) pairs of one rep, all of the run's token length."""
+    stream = nonce_stream(rep, plan["nonce_digits"], rng)
+    template, want = plan["template"], plan["prompt_tokens"]
+    chosen = []
+    for _ in range(count * ATTEMPTS_PER_PROMPT):
+        nonce = next(stream, None)
+        if nonce is None:
+            break
+        prompt = template.format(nonce=nonce)
+        if want is None or count_tokens is None or count_tokens(prompt) == want:
+            chosen.append((nonce, prompt))
+            if len(chosen) == count:
+                return chosen
+    raise RuntimeError(
+        f"target {plan['target']}, run {plan['run']}, rep {rep}: could not find {count} nonces "
+        f"whose prompts are all {want} tokens long; use a template where the nonce tokenizes "
+        "uniformly (digits usually do)"
+    )
+
+
+def cell_requests(per_cell: int | dict, arm) -> int:
+    """How many requests a cell of ``arm`` sends: one number for every arm, or the arm's own
+    (a mapping read from YAML has int keys, from a plan file str keys); a rate arm (a mapping
+    with its rate) its own ``requests``, else the one number."""
+    if isinstance(arm, dict):
+        return int(arm.get("requests") or per_cell)
+    if isinstance(per_cell, dict):
+        return int(per_cell[arm] if arm in per_cell else per_cell[str(arm)])
+    return int(per_cell)
+
+
+# The streams one client process is given at most when client.processes is "auto": one event
+# loop ingests about 40,000 tokens/s on a core (benchmarks/RESULTS.md), 128 streams of 300 each.
+STREAMS_PER_PROCESS = 128
+
+
+def auto_processes(widest_arm: int, cpus: int) -> int:
+    """client.processes "auto": enough for the widest arm, never more than the client's CPUs."""
+    return max(1, min(math.ceil(widest_arm / STREAMS_PER_PROCESS), cpus))
+
+
+def arrival_offsets(n: int, rate: float, seed: int, arrival: str = "poisson",
+                    burstiness: float = 1.0) -> list[float]:
+    """When each of an open-loop cell's ``n`` requests arrives, in seconds from its start, at
+    ``rate`` requests/s: the first at 0, then gaps that are exponential (``poisson``), all
+    1/rate (``constant``) or gamma-distributed with shape ``burstiness`` and the same mean
+    (``gamma``: below 1 burstier than Poisson, above 1 more regular; 1 is Poisson). From
+    ``seed`` alone, as every part of a rep's plan."""
+    if rate <= 0:
+        raise ValueError(f"an arrival rate must be positive, not {rate}")
+    rng = random.Random(seed)
+    offsets, t = [], 0.0
+    for _ in range(n):
+        offsets.append(t)
+        if arrival == "constant":
+            t += 1.0 / rate
+        elif arrival == "gamma":
+            t += rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+        elif arrival == "poisson":
+            t += rng.expovariate(rate)
+        else:
+            raise ValueError(f"unknown arrival process {arrival!r}")
+    return offsets
+
+
+def split_streams(streams: int, request_ids: list[int], processes: int) -> list[dict]:
+    """How a cell's streams and requests are shared out over client processes: as evenly as
+    possible, never more processes than streams, request k to process k mod P (so each process
+    gets requests in proportion to its streams, within one)."""
+    used = max(1, min(processes, streams, len(request_ids) or 1))
+    return [{"process": j, "streams": streams // used + (1 if j < streams % used else 0),
+             "requests": request_ids[j::used]} for j in range(used)]
+
+
+def context_problem(plan: dict, num_predict: int, context: tuple[int, str] | None) -> str | None:
+    """Why a request of this plan cannot fit one slot of its server, or None: its prompt's
+    tokens plus ``num_predict`` beyond the slot's context would be cut short by the server (or
+    refused mid-rep), so the rep refuses before anything is sent. ``context`` is (tokens, where
+    that number comes from), None where the server does not say (nothing can be checked)."""
+    if context is None:
+        return None
+    tokens, source = context
+    prompt = plan.get("prompt_tokens") or 0
+    if prompt + num_predict <= tokens:
+        return None
+    counted = f"the prompt ({prompt} tokens) plus " if prompt else ""
+    return (f"{counted}num_predict ({num_predict}) cannot fit one slot of the server: "
+            f"{tokens} tokens ({source}); lower num_predict, or give the server more context "
+            "per slot; nothing was sent")
+
+
+def make_rep_plan(
+    plan: dict,
+    rep: int,
+    count_tokens: Callable[[str], int] | None = None,
+    client_processes: int = 1,
+) -> dict:
+    """Rep ``rep``'s order, warm-up and cells, from (seed, target, run, rep) alone.
+
+    ``nonces=False`` gives every measured request the run's shared prompt and lets the server
+    cache it: what a naive benchmark does, kept only so the cache-hit check can be shown to
+    fire. ``control_arm`` appends a control cell at the largest concurrency whose requests share
+    one prompt and may use the cache (MLPerf TEST04's idea); it is never part of the headline.
+    """
+    specs, per_cell = {arm_id(a): a for a in plan["arms"]}, plan["requests_per_cell"]
+    # the arms' order and arrivals: the run's own, or the pair's (a plan older than pairs has
+    # no order_seed, and its reps were ordered by the run's seed)
+    order_seed = plan.get("order_seed", plan["run_seed"])
+    order = rotation_order(list(specs), rep, order_seed)
+    rng = random.Random(derive_seed(plan["run_seed"], "rep", rep))
+    widest = max(a for a in specs if not is_rate_arm(a))
+    n_warm = widest
+    n_measured = sum(cell_requests(per_cell, spec) for spec in specs.values())
+    pairs = _prompts(plan, rep, n_warm + n_measured + (1 if plan["control_arm"] else 0), rng,
+                     count_tokens)
+    items = [{"nonce": n, "prompt": p, "seed": rng.randrange(2**31)} for n, p in pairs]
+    warmup, measured = items[:n_warm], iter(items[n_warm : n_warm + n_measured])
+    cells = []
+    for position, arm in enumerate(order):
+        requests = []
+        for i in range(cell_requests(per_cell, specs[arm])):
+            item = next(measured)
+            if not plan["nonces"]:
+                item = item | plan["shared"] | {"allow_cache": True}
+            requests.append({"request": i, **item})
+        cell = {"arm": arm, "position": position, "requests": requests}
+        if is_rate_arm(arm):  # open loop: when each request arrives, from the seed alone
+            spec = specs[arm]
+            cell["open"] = {k: spec.get(k) for k in ("rate", "arrival", "burstiness",
+                                                     "max_in_flight")}
+            cell["arrivals"] = arrival_offsets(
+                len(requests), spec["rate"], derive_seed(order_seed, "arrivals", rep, arm),
+                spec["arrival"], spec["burstiness"])
+        cell["shares"] = _shares(len(requests) if is_rate_arm(arm) else arm, requests,
+                                 client_processes)
+        cells.append(cell)
+    if plan["control_arm"]:
+        one = items[-1]
+        cells.append({
+            "arm": widest, "position": len(order), "control": True,
+            "requests": [{"request": i, **one, "seed": items[n_warm + i]["seed"],
+                          "allow_cache": True} for i in range(cell_requests(per_cell, widest))],
+        })
+        cells[-1]["shares"] = _shares(widest, cells[-1]["requests"], client_processes)
+    warm = [{"request": i, **w} for i, w in enumerate(warmup)]
+    return {
+        "rep": rep,
+        "order": order,
+        "prompt_tokens": plan["prompt_tokens"],
+        "warmup": warm,
+        "warmup_shares": _shares(len(warm), warm, client_processes),
+        "cells": cells,
+    }
+
+
+def _shares(streams: int, requests: list[dict], processes: int) -> list[dict]:
+    return split_streams(streams, [r["request"] for r in requests], processes)

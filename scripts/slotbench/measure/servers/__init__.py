@@ -1,0 +1,2 @@
+"""The managed servers: llama-server (llamacpp), `ollama serve` (ollama), and the supervisor that
+keeps one per target and run (supervisor)."""
