@@ -376,3 +376,28 @@ def test_archive_verifies_and_re_renders_offline_byte_identical(smoke, cache, tm
     assert archive.markdown_tables((out_dir / "results/report.md").read_text()) == \
         archive.markdown_tables(data["results/report.md"].decode())
     assert (out_dir / "results/report.html").stat().st_size > 0
+
+
+# A smoke run's archive made by an older slotbench (commit ddd678b, when the package's modules
+# still sat side by side in one folder): today's code must re-render it to the same tables.
+OLDER_ARCHIVE = Path(__file__).parent / "data" / "smoke-archive-ddd678b.tar.gz"
+
+
+def test_an_archive_made_by_an_older_slotbench_re_renders_to_byte_identical_tables(tmp_path):
+    prefix, data = archive.verify(OLDER_ARCHIVE)
+    assert json.loads(data["code/git.json"])["commit"].startswith("ddd678b")
+    out_dir = tmp_path / "render"
+    env = os.environ | {"SLOTBENCH_CACHE": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, "-m", "slotbench", "archive-render", str(OLDER_ARCHIVE),
+                           "--out", str(out_dir)], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-5000:]
+    assert "tables are byte-identical to the archive" in out, out[-3000:]
+    tables = [rel for rel in data if rel.startswith("results/")
+              and rel.endswith((".csv", ".parquet", ".json"))
+              and "/raw/" not in rel and not rel.endswith("inventory.json")]
+    assert len(tables) > 30, tables
+    changed = [rel for rel in tables if (out_dir / rel).read_bytes() != data[rel]]
+    assert not changed, changed
+    assert (out_dir / "results/report.md").read_bytes() == data["results/report.md"]
