@@ -30,7 +30,7 @@ LAYERS = [
                      "slotbench.fingerprint", "slotbench.sampler", "slotbench.hostload",
                      "slotbench.smkstate", "slotbench.matrix", "slotbench.resources",
                      "slotbench.urls", "slotbench.loadgen", "slotbench.clients",
-                     "slotbench.runserver"}),
+                     "slotbench.runserver", "slotbench.jobs"}),
     # stats sits with the tables: consolidation takes its per-cell median and quantiles
     ("tables", {"slotbench.consolidate", "slotbench.crosscheck", "slotbench.delivery",
                 "slotbench.openloop", "slotbench.stats"}),
