@@ -42,7 +42,7 @@ LAYERS = [
                 "slotbench.explain"}),
     # compare reads archives; the paired design's comparison shares compare's rows and verdicts
     ("archive", {"slotbench.archive", "slotbench.compare", "slotbench.paired",
-                 "slotbench.__main__"}),
+                 "slotbench.__main__", "slotbench.docs"}),
 ]
 
 
