@@ -10,6 +10,8 @@ the README's first screen says how to start, and every command the docs show is 
   command runs with ``--help``. A command that cannot run here (a cluster profile whose plugins
   are not installed, a file only a finished run makes) is skipped with the reason.
 - The verdict example in docs/report.md is what the code writes.
+- The generated docs (config/README.md, report/<figure>.rst, marked sections of hand-written
+  pages) are what ``python -m slotbench docs`` writes.
 """
 
 from __future__ import annotations
@@ -414,88 +416,43 @@ def test_the_docs_show_commands_of_both_kinds():
 
 
 # --------------------------------------------------------------------------------------------
-# config/README.md: every key of the schema, generated from it
+# (e) the generated docs (config/README.md, report/<figure>.rst, marked sections): what
+#     `python -m slotbench docs` writes
 # --------------------------------------------------------------------------------------------
 
-CONFIG_README = REPO / "config/README.md"
-CONFIG_README_HEAD = """# Config keys
 
-Every key `config/schema.yaml` accepts, with its default and what it does, generated from the
-schema (`.venv/bin/python tests/test_docs.py` rewrites this file; a test fails when it is out of
-date). `config/config.yaml` states the article's experiment; files given with `--configfile` are
-merged over it, later files winning. A target's default that depends on its backend is given
-per backend; one derived from other keys gives its rule and constants. A key marked — has no
-default: it is required where it applies, or optional (see
-[docs/configuration.md](../docs/configuration.md) and [docs/targets.md](../docs/targets.md)).
-`targets[].` is a key of each target, `arms[].` of a rate arm, `matrix[].` of a matrix entry.
-"""
+def test_the_generated_docs_are_what_the_docs_command_writes():
+    from slotbench.report import docs
 
-
-def schema_keys(node: dict, path: str = "") -> list[tuple[str, dict]]:
-    """(dotted key, its schema) for every property, depth first, in the schema's order."""
-    out = []
-    for key, sub in (node.get("properties") or {}).items():
-        dotted = f"{path}.{key}" if path else key
-        out.append((dotted, sub))
-        out += schema_keys(sub, dotted)
-    if isinstance(node.get("items"), dict):
-        out += schema_keys(node["items"], f"{path}[]")
-    for alt in node.get("oneOf", []) + node.get("anyOf", []) + node.get("allOf", []):
-        out += schema_keys(alt, path)
-    return out
-
-
-def backend_defaults(schema: dict) -> dict[str, list[str]]:
-    """dotted key -> "backend: value" for each default in a backend's `then` under targets."""
-    out: dict[str, list[str]] = {}
-    for branch in schema["properties"]["targets"]["items"].get("allOf", []):
-        backend = branch["if"]["properties"]["backend"]["const"]
-        for key, sub in schema_keys(branch["then"], "targets[]"):
-            if "default" in sub:
-                out.setdefault(key, []).append(f"{backend}: {json.dumps(sub['default'])}")
-    return out
-
-
-def derived_default(rule: dict) -> str:
-    constants = ", ".join(f"{k} {v}" for k, v in rule.items() if k != "rule")
-    return f"{rule['rule']}" + (f" ({constants})" if constants else "")
-
-
-def config_readme() -> str:
-    import yaml
-
-    schema = yaml.safe_load((REPO / "config/schema.yaml").read_text(encoding="utf-8"))
-    lines = [CONFIG_README_HEAD.rstrip("\n")]
-    by_backend = backend_defaults(schema)
-    seen = set()
-    for key, sub in schema_keys(schema):
-        if key in seen:
-            continue
-        seen.add(key)
-        if "." not in key.replace("[]", "") and not key.endswith("[]"):
-            lines += ["", f"## `{key}`", "", "| key | default | what |", "| --- | --- | --- |"]
-        default = "—"
-        if "default" in sub:
-            default = json.dumps(sub["default"], ensure_ascii=False)
-            if len(default) > 40:
-                default = "(see config/schema.yaml)"
-            default = f"`{default}`" if default[0] != "(" else default
-        elif key in by_backend or "x-default" in sub:
-            default = "; ".join([f"`{d}`" for d in by_backend.get(key, [])]
-                                + ([derived_default(sub["x-default"])] if "x-default" in sub else []))
-            default = default.replace("|", "\\|")
-        what = " ".join(str(sub.get("description", "")).split()).replace("|", "\\|")
-        lines.append(f"| `{key}` | {default} | {what} |")
-    return "\n".join(lines) + "\n"
-
-
-def test_config_readme_documents_every_key_of_the_schema():
-    assert CONFIG_README.read_text(encoding="utf-8") == config_readme(), (
-        "config/README.md is out of date with config/schema.yaml: run "
-        "`.venv/bin/python tests/test_docs.py` to regenerate it"
+    stale = docs.out_of_date(REPO)
+    assert not stale, (
+        f"out of date: {', '.join(stale)}; run `.venv/bin/python -m slotbench docs`\n"
+        + "\n".join(stale.values())
     )
 
 
-if __name__ == "__main__":
-    CONFIG_README.write_text(config_readme(), encoding="utf-8")
-    print(f"wrote {CONFIG_README.relative_to(REPO)}")
+def test_the_docs_command_rewrites_a_marked_section_and_its_check_changes_nothing(tmp_path,
+                                                                                  capsys):
+    from slotbench.report import docs
+
+    page = tmp_path / "docs/page.md"
+    page.parent.mkdir()
+    begin = docs.BEGIN.format(name="numbers")
+    page.write_text(f"# Page\n\nBy hand.\n\n{begin}\nold\n{docs.END}\n\nMore by hand.\n")
+    registry = {"docs/page.md": docs.Section("numbers", lambda: "1\n2"),
+                "whole.txt": lambda: "all of it\n"}
+    before = page.read_text()
+    assert docs.main_docs(["--check"], tmp_path, registry) == 1
+    assert page.read_text() == before and not (tmp_path / "whole.txt").exists()
+    err = capsys.readouterr().err
+    assert "out of date: docs/page.md" in err and "out of date: whole.txt" in err
+    assert docs.main_docs([], tmp_path, registry) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == ["wrote docs/page.md", "wrote whole.txt"]
+    assert page.read_text() == before.replace("\nold\n", "\n1\n2\n")
+    assert docs.main_docs(["--check"], tmp_path, registry) == 0
+    assert docs.main_docs([], tmp_path, registry) == 0
+    assert "wrote" not in capsys.readouterr().out
+    page.write_text("# Page\n\nNo markers.\n")
+    assert docs.main_docs([], tmp_path, registry) == 2
+    assert f"docs/page.md needs the line {begin}" in capsys.readouterr().err
+    assert page.read_text() == "# Page\n\nNo markers.\n"

@@ -297,22 +297,13 @@ def test_timeline_with_pressure_only_says_nothing_was_reported():
     plt.close(fig)
 
 
-# --- captions: written once (slotbench/figures/captions.py), report/<figure>.rst made from them ---------
+# --- captions: written once (slotbench/figures/captions.py); the .rst files made from them: test_docs ---
 
 
 def test_every_figure_has_one_title_and_caption():
     assert set(captions.TITLES) == set(captions.CAPTIONS) == set(figures.FIGURE_IDS)
     assert set(captions.OPEN_TITLES) == set(captions.OPEN_CAPTIONS) == set(figures_open.FIGURE_IDS)
     assert "rotation bias" not in captions.CAPTIONS["positions"].lower()
-
-
-@pytest.mark.parametrize("fig_id", figures.FIGURE_IDS)
-def test_the_report_captions_are_made_from_the_figures_captions(fig_id):
-    rst = REPO / "report" / f"{fig_id}.rst"
-    assert rst.read_text(encoding="utf-8") == captions.caption_rst(fig_id), (
-        f"{rst.relative_to(REPO)} is out of date with slotbench/figures/captions.py: run "
-        "`.venv/bin/python tests/test_figures.py` to rewrite it"
-    )
 
 
 def test_a_caption_reads_as_plain_text_in_restructuredtext():
@@ -325,9 +316,3 @@ def test_a_caption_reads_as_plain_text_in_restructuredtext():
     odd = "a *b* `c` d_ e|f g_h"
     assert docutils.publish_doctree(captions.rst_text(odd)).astext() == odd
 
-
-if __name__ == "__main__":
-    for fig_id in figures.FIGURE_IDS:
-        rst = REPO / "report" / f"{fig_id}.rst"
-        rst.write_text(captions.caption_rst(fig_id), encoding="utf-8")
-        print(f"wrote report/{fig_id}.rst")

@@ -1,10 +1,15 @@
 """The workflow itself: lint-clean, formatted, and wired so that each change reruns the right rules."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import yaml
+
+from e2e_helpers import copy_repo
+from slotbench.measure.rawfiles import write_ledger, write_raw_atomic
+from slotbench.workflow.jobs import BLOCK_PREFIX
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -91,3 +96,49 @@ def test_ci_runs_exactly_the_readme_test_command():
     ci = (REPO / ".ci/run").read_text()
     command = "bash setup.sh && .venv/bin/python -m pytest"
     assert command in readme and command in ci
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every file and directory under ``root`` but Snakemake's own .snakemake/ (where
+    smkstate.settle records its host): its modification time and bytes."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if rel.parts[0] == ".snakemake":
+            continue
+        stat = path.lstat()
+        found[str(rel)] = (stat.st_mtime_ns, None if path.is_dir() else path.read_bytes())
+    return found
+
+
+def test_reading_the_workflow_changes_no_file(tmp_path):
+    """A dry run reads the raw files' states, the consolidation's ledgers and the package's
+    modules as the workflow is parsed, and writes none of them: twice over a results tree with
+    measured reps, a missing one, a consolidated block whose rep changed since, and outputs."""
+    work = copy_repo(tmp_path / "repo", git=False)
+    raws = [work / f"results/raw/embedded/run1/rep{rep}.json" for rep in (1, 2, 3)]
+    for rep, raw in enumerate(raws[:2], 1):
+        write_raw_atomic(raw, {"rep": rep})
+    ledger = work / (BLOCK_PREFIX.format(target="embedded", run="run1", block=1)
+                     + ".inventory.json")
+    os.chdir(work)
+    try:
+        write_ledger(ledger, [str(r.relative_to(work)) for r in raws], "consolidated-before")
+    finally:
+        os.chdir(REPO)
+    write_raw_atomic(raws[2], {"rep": 3})  # measured since the block was consolidated
+    for name in ("results/plan/embedded/run1.json", "results/report.md"):
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_text("{}\n")
+    before = snapshot(work)
+    env = os.environ | {"SLOTBENCH_CACHE": str(tmp_path / "cache"),
+                        "PYTHONPATH": str(work / "scripts")}
+    for _ in range(2):
+        proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1",
+                               "--configfile", "config/smoke.yaml"], cwd=work, env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        after = snapshot(work)
+        changed = sorted(k for k in before.keys() | after.keys()
+                         if before.get(k) != after.get(k))
+        assert not changed, changed

@@ -28,7 +28,7 @@ from slotbench.core.cells import SERIAL_ARM, cell_labels
 
 PAIR_KEYS = ["run", "rep"]  # a pair: one rep of every target, the same run and rep number
 TOO_FEW_PAIRS = "too few pairs to decide"
-SCHEMA = "slotbench.paired/1"
+SCHEMA = "slotbench.analysis.paired/1"
 
 
 def pair_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float, seed: int) -> list[dict]:

@@ -146,7 +146,7 @@ def picture(package: Path = PACKAGE) -> str:
               for layer in reversed(ORDER)]
     for (a, b), n in sorted(counts.items(), key=lambda kv: (-ORDER.index(kv[0][0]),
                                                               -ORDER.index(kv[0][1]))):
-        lines.append(f"    {a} -->|{n}| {b}")
+        lines.append(f"    {a} --> {b}")
     lines += ["```", "", "| layer | modules | imports from |", "| --- | --- | --- |"]
     for layer in reversed(ORDER):
         names = sorted(n.split(".", 2)[2] if n.count(".") > 1 else n.split(".")[-1]

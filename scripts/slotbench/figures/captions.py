@@ -2,8 +2,8 @@
 
 The report takes them from the figures' sources.json (figures/plots.py and figures/openloop.py put them
 there). The captions ``snakemake --report`` shows beside each figure, report/<figure>.rst, are
-made from them by ``caption_rst`` (``.venv/bin/python tests/test_figures.py`` rewrites them; a
-test fails when one is out of date).
+made from them by ``caption_rst`` (``.venv/bin/python -m slotbench docs`` rewrites them; its
+``--check`` and a test fail when one is out of date).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from typing import Callable
 
 from slotbench.core.cells import arm_id, is_rate_arm
 
-PLAN_SCHEMA = "slotbench.plan/2"
+PLAN_SCHEMA = "slotbench.measure.plan/2"
 CALIBRATION_PROMPTS = 30
 # candidates tried per prompt a rep needs, before giving up on finding equal lengths
 ATTEMPTS_PER_PROMPT = 20

@@ -222,6 +222,20 @@ def unrecorded(raw_paths: list[str]) -> list[str]:
     return [str(p) for p in raw_paths if Path(p).exists() and not Path(f"{p}.sha256").exists()]
 
 
+def unrecorded_refusal(raw_paths: list[str]) -> str | None:
+    """Why the workflow must not start (a raw file without the SHA-256 recorded when it was
+    written cannot be verified: re-measuring it would lose it, reading it would trust it), or
+    None."""
+    missing = unrecorded(raw_paths)
+    if not missing:
+        return None
+    return (f"raw file {missing[0]} has no {Path(missing[0]).name}.sha256 (the hash recorded "
+            "when it was written), so it cannot be verified"
+            + (f" ({len(missing) - 1} more like it)" if len(missing) > 1 else "")
+            + ". Restore the .sha256 from an archive, or delete the raw file to measure that rep "
+            "again; nothing was run.")
+
+
 # Free space a rep needs before it starts: its raw file is well under 1 MB per 100 requests, so
 # this leaves room for the raw file, the logs and everything the analysis writes after it.
 MIN_FREE_BYTES = 100_000_000  # 100 MB, as the message counts them
