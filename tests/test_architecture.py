@@ -22,8 +22,9 @@ PACKAGE = SCRIPTS / "slotbench"
 # measurement -> tables -> checks and statistics -> figures -> report -> archive
 # (docs/architecture.md#layers)
 LAYERS = [
+    # defaults: the schema's defaults, which every layer may need to read
     ("vocabulary", {"slotbench", "slotbench.cells", "slotbench.fmt", "slotbench.entry",
-                    "slotbench.code"}),
+                    "slotbench.code", "slotbench.defaults"}),
     ("measurement", {"slotbench.config", "slotbench.configfile", "slotbench.plan", "slotbench.execute",
                      "slotbench.backends", "slotbench.server", "slotbench.ollama_server",
                      "slotbench.targets", "slotbench.thermal", "slotbench.rawfiles",

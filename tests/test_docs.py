@@ -424,8 +424,8 @@ Every key `config/schema.yaml` accepts, with its default and what it does, gener
 schema (`.venv/bin/python tests/test_docs.py` rewrites this file; a test fails when it is out of
 date). `config/config.yaml` states the article's experiment; files given with `--configfile` are
 merged over it, later files winning. A target's default that depends on its backend is given
-per backend; one derived from other keys gives its rule and constants. A key marked — has no
-default: it is required where it applies, or optional (see
+per backend; one derived from other keys is `null`, with the rule and constants that derive it.
+A key marked — has no default: it is required where it applies, or optional (see
 [docs/configuration.md](../docs/configuration.md) and [docs/targets.md](../docs/targets.md)).
 `targets[].` is a key of each target, `arms[].` of a rate arm, `matrix[].` of a matrix entry.
 """
@@ -475,7 +475,9 @@ def config_readme() -> str:
         if "." not in key.replace("[]", "") and not key.endswith("[]"):
             lines += ["", f"## `{key}`", "", "| key | default | what |", "| --- | --- | --- |"]
         default = "—"
-        if "default" in sub:
+        if sub.get("default", "") is None and "x-default" in sub:  # null: derived by the rule
+            default = f"`null`: {derived_default(sub['x-default'])}".replace("|", "\\|")
+        elif "default" in sub:
             default = json.dumps(sub["default"], ensure_ascii=False)
             if len(default) > 40:
                 default = "(see config/schema.yaml)"

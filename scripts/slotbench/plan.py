@@ -163,14 +163,10 @@ def cell_requests(per_cell: int | dict, arm) -> int:
     return int(per_cell)
 
 
-# The streams one client process is given at most when client.processes is "auto": one event
-# loop ingests about 40,000 tokens/s on a core (benchmarks/RESULTS.md), 128 streams of 300 each.
-STREAMS_PER_PROCESS = 128
-
-
-def auto_processes(widest_arm: int, cpus: int) -> int:
-    """client.processes "auto": enough for the widest arm, never more than the client's CPUs."""
-    return max(1, min(math.ceil(widest_arm / STREAMS_PER_PROCESS), cpus))
+def auto_processes(widest_arm: int, cpus: int, streams_per_process: int) -> int:
+    """client.processes "auto": one process per ``streams_per_process`` streams of the widest
+    arm (client.streams_per_process), never more than the client's CPUs."""
+    return max(1, min(math.ceil(widest_arm / streams_per_process), cpus))
 
 
 def arrival_offsets(n: int, rate: float, seed: int, arrival: str = "poisson",
