@@ -17,6 +17,7 @@ import pytest
 import synthetic as syn
 from slotbench import analyse, cellsets, figures_open, provenance, ratearms, report
 from slotbench.cells import arm_id, arm_rate, cell_label
+from slotbench.config import resolve
 from slotbench.report import openloop as report_openloop
 from slotbench.report.blocks import Figure, Sources, Table
 
@@ -194,7 +195,8 @@ def test_entry_point_writes_openloop_json(tmp_path):
     smk = SimpleNamespace(
         input=SimpleNamespace(cells=str(tmp_path / "cells.parquet"),
                               requests=str(tmp_path / "requests.parquet")),
-        params=SimpleNamespace(n_boot=100, ci=0.95, seed=0, slo=SLO),
+        params=SimpleNamespace(n_boot=100, ci=0.95, seed=0,
+                               slo=resolve({"slo": SLO})["slo"]),
         log=[str(tmp_path / "analyse.log")], output=SimpleNamespace(**out),
     )
     runpy.run_path(str(SCRIPTS / "analyse.py"), init_globals={"snakemake": smk})

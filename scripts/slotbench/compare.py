@@ -22,7 +22,6 @@ threads …) is named, since it is usually the change being compared.
 from __future__ import annotations
 
 import argparse
-import functools
 import io
 import json
 import sys
@@ -31,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from slotbench import stats
 from slotbench.archive import ArchiveError, verify
 from slotbench.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes
+from slotbench.defaults import default
 from slotbench.fmt import DASH, fmt_num, missing
 from slotbench.report.sections import flatten
 
@@ -125,19 +124,12 @@ def differences(a: dict, b: dict, declared: tuple = ()) -> tuple[list[str], list
     return guarded, named
 
 
-@functools.cache
-def _schema_defaults() -> tuple[int, float, int]:
-    path = Path(__file__).resolve().parents[2] / "config" / "schema.yaml"
-    schema = yaml.safe_load(path.read_text(encoding="utf-8"))["properties"]
-    analysis = schema["analysis"]["properties"]
-    return analysis["bootstrap"]["default"], analysis["ci"]["default"], schema["seed"]["default"]
-
-
 def defaults() -> dict:
     """A comparison's resamples, interval level and seed unless told otherwise: the config's
     own defaults (analysis.bootstrap, analysis.ci and seed in config/schema.yaml), which the
     compare rule passes on a default config, so the command and the rule agree."""
-    return dict(zip(("n_boot", "ci", "seed"), _schema_defaults()))
+    return {"n_boot": default("analysis.bootstrap"), "ci": default("analysis.ci"),
+            "seed": default("seed")}
 
 
 def verdict(lo: float, hi: float, higher_better: bool, detected: bool = True) -> str | None:

@@ -97,11 +97,13 @@ def run_plan(
     template: str,
     nonce_digits: int,
     count_tokens: Callable[[str], int] | None = None,
-    nonces: bool = True,
-    control_arm: bool = False,
+    *,
+    nonces: bool,
+    control_arm: bool,
     paired: bool = False,
 ) -> dict:
     """What every rep of a run shares. Nothing here depends on how many reps there are.
+    ``nonces`` and ``control_arm`` are the config's prompt.nonces and control_arm.
 
     ``paired`` (design: paired): the arm order and the open loop's arrivals of rep k come from
     (seed, run, k) without the target, so the sides of a pair run their arms in one order and
@@ -169,8 +171,8 @@ def auto_processes(widest_arm: int, cpus: int, streams_per_process: int) -> int:
     return max(1, min(math.ceil(widest_arm / streams_per_process), cpus))
 
 
-def arrival_offsets(n: int, rate: float, seed: int, arrival: str = "poisson",
-                    burstiness: float = 1.0) -> list[float]:
+def arrival_offsets(n: int, rate: float, seed: int, arrival: str,
+                    burstiness: float) -> list[float]:
     """When each of an open-loop cell's ``n`` requests arrives, in seconds from its start, at
     ``rate`` requests/s: the first at 0, then gaps that are exponential (``poisson``), all
     1/rate (``constant``) or gamma-distributed with shape ``burstiness`` and the same mean
@@ -223,9 +225,11 @@ def make_rep_plan(
     plan: dict,
     rep: int,
     count_tokens: Callable[[str], int] | None = None,
-    client_processes: int = 1,
+    *,
+    client_processes: int,
 ) -> dict:
-    """Rep ``rep``'s order, warm-up and cells, from (seed, target, run, rep) alone.
+    """Rep ``rep``'s order, warm-up and cells, from (seed, target, run, rep) alone, its cells
+    shared out over ``client_processes`` (config.client_settings' processes).
 
     ``nonces=False`` gives every measured request the run's shared prompt and lets the server
     cache it: what a naive benchmark does, kept only so the cache-hit check can be shown to

@@ -25,6 +25,10 @@ ORDER = 80
 TABLES = ("burst",)
 CONFIG_KEY = "checks.drift_threshold"
 ARTICLE_DRIFT = -0.082
+# the serial cells, in time order, that make the burst (the first quarter) and the plateau (the
+# second half) the drift compares (docs/method.md#constants)
+BURST_FRAC = 0.25
+PLATEAU_FRAC = 0.5
 BURST_COLUMNS = [
     "target", "n_serial", "burst_tps", "plateau_tps", "change", "span_s",
     "burst_cells", "plateau_cells",
@@ -33,8 +37,8 @@ BURST_COLUMNS = [
 
 def burst_vs_plateau(
     cells: pd.DataFrame,
-    burst_frac: float = 0.25,
-    plateau_frac: float = 0.5,
+    burst_frac: float = BURST_FRAC,
+    plateau_frac: float = PLATEAU_FRAC,
     by: tuple[str, ...] = ("target",),
 ) -> pd.DataFrame:
     """Serial-arm throughput at the start versus the end, per target (runs pooled in time order).

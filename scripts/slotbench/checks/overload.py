@@ -95,9 +95,9 @@ def arm_rows(tables: Tables, settings: dict) -> list[dict]:
     bootstrap interval, the growth over a cell, the offered and achieved rates, and whether it
     is assessable and overloaded."""
     threshold = float(setting(settings, CONFIG_KEY))
-    analysis = settings.get("analysis", {})
-    n_boot, ci = int(analysis.get("bootstrap", 2000)), float(analysis.get("ci", 0.95))
-    seed = int(settings.get("seed", 0))
+    analysis = settings["analysis"]
+    n_boot, ci = int(analysis["bootstrap"]), float(analysis["ci"])
+    seed = int(settings["seed"])
     cells = tables.cells
     trusted = set(cell_labels(cells))
     slopes = cell_slopes(tables.measured_requests)

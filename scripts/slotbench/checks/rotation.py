@@ -92,12 +92,12 @@ def judge(target: str, cells: pd.DataFrame, threshold: float, settings: dict) ->
             f"the arm; run at least {cells['arm'].nunique()} reps per run (a full rotation).",
             effect="provisional", **common | {"evidence": evidence | {"gaps": gaps}},
         )
-    analysis = settings.get("analysis", {})
-    n_boot = int(analysis.get("bootstrap", 2000))
+    analysis = settings["analysis"]
+    n_boot = int(analysis["bootstrap"])
     fit = stats.position_effect(
         cells["agg_tps"], cells["run"].astype(str) + "/" + cells["rep"].astype(str),
         cells["arm"], cells["position"], n_boot=n_boot, n_perm=n_boot,
-        ci=float(analysis.get("ci", 0.95)), seed=int(settings.get("seed", 0)),
+        ci=float(analysis["ci"]), seed=int(settings["seed"]),
     )
     effect, lo, hi, p = fit["effect"], fit["lo"], fit["hi"], fit["p_value"]
     coefs = fit["coefficients"]

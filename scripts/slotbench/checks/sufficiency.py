@@ -62,9 +62,10 @@ def _sentence(
 
 
 def sufficiency(
-    summary: pd.DataFrame, metrics=METRICS, target_rel: float = 0.05, min_reps: int = MIN_REPS
+    summary: pd.DataFrame, metrics=METRICS, *, target_rel: float, min_reps: int = MIN_REPS
 ) -> pd.DataFrame:
-    """Per parallel arm and metric: interval half-width relative to the value, and reps needed.
+    """Per parallel arm and metric: interval half-width relative to the value (against
+    ``target_rel``, checks.precision), and reps needed.
 
     ``summary`` is :func:`slotbench.analyse.summarise` output (per target and arm: <metric>,
     <metric>_lo, <metric>_hi, n_reps). The serial arm is skipped: its ratios are 1 by

@@ -90,9 +90,9 @@ def pairs(cells: pd.DataFrame, overloaded: dict[str, set[int]]) -> pd.DataFrame:
 def per_arm(paired: pd.DataFrame, settings: dict) -> list[dict]:
     """Per closed arm: its pairs, the median ratio with a bootstrap interval over them, and the
     medians of what was paired."""
-    analysis = settings.get("analysis", {})
-    n_boot, ci = int(analysis.get("bootstrap", 2000)), float(analysis.get("ci", 0.95))
-    seed = int(settings.get("seed", 0))
+    analysis = settings["analysis"]
+    n_boot, ci = int(analysis["bootstrap"]), float(analysis["ci"])
+    seed = int(settings["seed"])
     rows = []
     for arm, grp in paired.groupby("arm", sort=True):
         ratio, lo, hi = stats.median_ci(grp["ratio"], stats.resample_indices(len(grp), n_boot,

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from slotbench import defaults
 from slotbench import provenance as prov
 from slotbench.cells import arm_name
 from slotbench.checks import read_verdicts
@@ -56,7 +57,8 @@ class ReportData:
 
     @property
     def ci(self) -> float:
-        return float(((self.config or {}).get("analysis") or {}).get("ci", 0.95))
+        """The intervals' level: the config's analysis.ci (the schema's without a config)."""
+        return float(defaults.value((self.config or {}).get("analysis"), "analysis.ci"))
 
 
 def load(inputs: dict, config: dict | None = None, md_out: str | None = None) -> ReportData:

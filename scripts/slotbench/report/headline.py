@@ -28,7 +28,7 @@ def ci_label(ci) -> str:
 UNQUOTED = {"ttft": "time to first token", "user": "the per-user rate"}
 
 
-def headline_sentence(row, ci: str = "95%", unquoted=()) -> str | None:
+def headline_sentence(row, ci: str, unquoted=()) -> str | None:
     """The article's headline: what the top arm buys the operator and costs each user; a
     number the checks left out of the headline (``unquoted``: "ttft", "user") is named, not
     quoted."""
