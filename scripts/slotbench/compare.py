@@ -63,6 +63,8 @@ CONFOUNDED = "confounded with time"
 SERIAL_NEUTRAL = ("slots", "parallel", "num_parallel")
 # an absolute rate measured while other processes took the CPU says how busy the machine was
 BUSY = "not comparable (busy host)"
+# the serial cells each side needs before the serial arm's move between them is judged
+MIN_SERIAL_CELLS = 3
 
 
 @dataclass
@@ -149,12 +151,14 @@ def serial_drift(ra: pd.DataFrame, rb: pd.DataFrame, named: list[str], busy: lis
     reps (B's median outside A's cells' range and A's outside B's), no fingerprint difference
     could explain it (one that only changes slots or parallelism does not), and neither side's
     host check saw other processes (those rows say "busy host" instead). "Not assessable"
-    when either side has fewer than 3 serial cells."""
+    when either side has fewer than MIN_SERIAL_CELLS serial cells."""
     va, vb = (r.loc[r["arm"] == SERIAL_ARM, "agg_tps"].to_numpy(float) if "agg_tps" in r
               else np.array([]) for r in (ra, rb))
     va, vb = va[np.isfinite(va)], vb[np.isfinite(vb)]
-    if min(len(va), len(vb)) < 3:
-        return {"assessable": False, "why": "fewer than 3 serial cells on a side"}
+    if min(len(va), len(vb)) < MIN_SERIAL_CELLS:
+        return {"assessable": False,
+                "why": f"fewer than {MIN_SERIAL_CELLS} serial cells on a side (MIN_SERIAL_CELLS "
+                       f"= {MIN_SERIAL_CELLS}, see docs/method.md#constants)"}
     med_a, med_b = stats.median(va), stats.median(vb)
     move = med_b / med_a - 1 if med_a else np.nan
     beyond = not (va.min() <= med_b <= va.max()) and not (vb.min() <= med_a <= vb.max())

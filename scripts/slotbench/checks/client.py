@@ -30,7 +30,7 @@ import pandas as pd
 
 from slotbench import stats
 from slotbench.cells import CELL_KEYS, cell_label, label_key
-from slotbench.checks.base import Tables, Verdict, judged, plain, setting
+from slotbench.checks.base import Tables, Verdict, constant, judged, plain, setting
 from slotbench.fmt import fmt_ms, fmt_pct
 
 TRAP = "client"
@@ -254,7 +254,8 @@ def _sentence(info: dict) -> str:
     if early:
         sentence += (
             f" In {len(early)} cell(s) (e.g. {early[0]}) a request went out before any slot "
-            "was free: more requests were in flight than the arm's concurrency."
+            f"was free (by more than {constant(EARLY_TOLERANCE_S=EARLY_TOLERANCE_S)}): more "
+            "requests were in flight than the arm's concurrency."
         )
     return sentence
 

@@ -16,7 +16,7 @@ import pandas as pd
 
 from slotbench import stats
 from slotbench.cells import SERIAL_ARM, cell_labels, label_key
-from slotbench.checks.base import Tables, Verdict, judged, not_assessable, setting
+from slotbench.checks.base import Tables, Verdict, constant, judged, not_assessable, setting
 from slotbench.fmt import count, fmt_change, fmt_num, fmt_pct
 
 TRAP = "drift"
@@ -89,7 +89,8 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         plateau = [c for c in str(r["plateau_cells"]).split(";") if c]
         evidence = {"change": change, "burst_tps": r["burst_tps"], "plateau_tps": r["plateau_tps"],
                     "n_serial": n, "span_s": r["span_s"], "burst_cells": burst,
-                    "plateau_cells": plateau, "article_change": ARTICLE_DRIFT}
+                    "plateau_cells": plateau, "article_change": ARTICLE_DRIFT,
+                    "burst_frac": BURST_FRAC, "plateau_frac": PLATEAU_FRAC}
         if pd.isna(change):
             summary = f"too few serial cells ({n}) to see a trend"
             verdicts.append(not_assessable(
@@ -101,7 +102,10 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         fired = bool(change <= -threshold)
         summary = (f"serial arm: burst {fmt_num(r['burst_tps'])} tok/s, plateau "
                    f"{fmt_num(r['plateau_tps'])} tok/s ({fmt_change(1 + change, 1)})")
-        sentence = f"Drift: {summary} over {count(n, 'serial cell')}"
+        sentence = (f"Drift: {summary} over {count(n, 'serial cell')} (burst: the first "
+                    f"{fmt_pct(BURST_FRAC)} of them in time order, plateau: the last "
+                    f"{fmt_pct(PLATEAU_FRAC)}; "
+                    f"{constant(BURST_FRAC=BURST_FRAC, PLATEAU_FRAC=PLATEAU_FRAC)})")
         sentence += (
             f"; a loss beyond {fmt_pct(threshold)} means the machine slowed during the " "run."
             if fired

@@ -20,7 +20,8 @@ import pandas as pd
 
 from slotbench import stats
 from slotbench.cells import SERIAL_ARM, arm_name
-from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records, setting
+from slotbench.checks.base import (Tables, Verdict, constant, judged, not_assessable, records,
+                                   setting)
 from slotbench.fmt import count
 
 TRAP = "sufficiency"
@@ -152,6 +153,9 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             }
             sentence = (f"Too few reps: {summary} if the spread stays as it is (widest: "
                         f"{evidence['widest']}).")
+            if (pd.to_numeric(misses["n_reps"], errors="coerce") < MIN_REPS).any():
+                sentence += (f" An interval from fewer than {MIN_REPS} reps never counts as "
+                             f"meeting it ({constant(MIN_REPS=MIN_REPS)}).")
         verdicts.append(judged(
             TRAP, TITLE, target, len(misses), summary, sentence, threshold=target_rel,
             config_key=CONFIG_KEY, evidence=evidence, arms=sorted({int(a) for a in misses["arm"]}),

@@ -91,7 +91,8 @@ def decomposition_sentence(row, serialised: bool = False) -> str | None:
         "pipelining (one request's prefill overlapping another's decode), not batching.",
         "neither": loses + f"Neither batching nor pipelining pays: the aggregate is {s:.2f}×.",
         "batching": f"At {w} the generation-side gain is {g:.2f}× and the aggregate gain "
-        f"{s:.2f}×: batching is the whole story.",
+        f"{s:.2f}×: batching is the whole story (pipelining within PIPELINING_TOLERANCE of 1, "
+        "see docs/method.md#constants).",
         "batching+pipelining": f"At {w} batching delivers {g:.2f}× and pipelining adds "
         f"{p:.2f}× on top, for {s:.2f}× in aggregate.",
         "batching-lost": f"At {w} batching delivers {g:.2f}×, but {(1 - p) * 100:.0f}% of it is "
