@@ -256,3 +256,24 @@ def test_auto_client_processes_follow_the_streams_one_process_is_given():
     assert client_settings(resolve(three))["processes"] == 3  # 8 streams: 3, at most 3 CPUs
     two = arms | {"client": {"cpus": [0, 1, 2], "streams_per_process": 4}}
     assert client_settings(resolve(two)) == {"processes": 2, "cpus": [0, 1, 2]}
+
+
+def test_a_default_is_read_from_the_schema_by_its_key():
+    """config.default reads one default by its dotted key (a backend's with that backend), and
+    defaults.value takes the settings' own value when they give it: what code that meets a
+    setting without the resolved config reads instead of a literal of its own."""
+    from slotbench import defaults
+    from slotbench.config import default, load_schema
+
+    props = load_schema()["properties"]
+    assert default("analysis.bootstrap") == props["analysis"]["properties"]["bootstrap"]["default"]
+    assert default("seed") == props["seed"]["default"] == resolve({})["seed"]
+    assert default("arms[].arrival") == "poisson" and default("arms[].burstiness") == 1.0
+    assert default("targets[].endpoint", backend="openai") == resolve(
+        {"targets": [{"name": "a", "backend": "openai", "url": "http://h", "model": "m"}]}
+    )["targets"][0]["endpoint"]
+    assert default("targets[].server.parallel") is None  # derived when it is not given
+    assert defaults.value({"ci": 0.5}, "analysis.ci") == 0.5
+    assert defaults.value(None, "analysis.ci") == defaults.value({}, "analysis.ci") == 0.95
+    with pytest.raises(KeyError):
+        default("slo.user_tps_min")  # unset: no default to read

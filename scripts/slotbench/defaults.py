@@ -1,13 +1,12 @@
 """The schema's defaults: filled into a config, and read by code that has none.
 
-config/schema.yaml holds every default and ``config.resolve`` fills them in (:func:`fill`, and
-:func:`fill_target` for a target's backend and server, deriving the defaults that are null from
-the other keys by their ``x-default`` rule), so code that reads
-the resolved config indexes it. Code that may read a config older than a key (an archive's
-resolved config, another results directory's files) or that is handed settings made without
-one (a backend or server built by a benchmark or a test) asks :func:`default` or :func:`value`
-for the schema's default instead of writing it a second time. Only PyYAML is needed, so every
-rule's environment can read it.
+config/schema.yaml holds every default. ``config.resolve`` fills them in (:func:`fill`; a
+target's backend and managed-server defaults with :func:`fill_target`, which derives the ones
+that are null from the other keys by their ``x-default`` rule), so code that reads the resolved
+config indexes it. Code handed settings made without the resolved config (a backend or server
+built by a benchmark or a test, a report without a config) or a config older than a key asks
+:func:`default` or :func:`value` for the schema's default rather than writing it a second time.
+Only PyYAML is needed, so every rule's environment can read it.
 """
 
 from __future__ import annotations
