@@ -273,13 +273,15 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(args.scripts.resolve()))
     from slotbench.measure.backends import make_backend
     from slotbench.measure.clients import Clients
+    from slotbench.core.defaults import default
     from slotbench.measure.plan import auto_processes
 
     if args.client_cpus:
         os.sched_setaffinity(0, args.client_cpus)
     cpus = len(os.sched_getaffinity(0))
-    procs = {c: (auto_processes(c, cpus) if args.processes == "auto" else int(args.processes))
-             for c in levels}
+    per = default("client.streams_per_process")
+    procs = {c: (auto_processes(c, cpus, per) if args.processes == "auto"
+                 else int(args.processes)) for c in levels}
 
     tmp = tempfile.TemporaryDirectory()
     truth = args.truth_log or Path(tmp.name) / "truth.jsonl"

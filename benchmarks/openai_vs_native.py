@@ -91,8 +91,10 @@ def compare(url: str, rounds: int, num_predict: int = 128, concurrency: int = 4,
     # of one token length, as the pipeline's plan makes them
     needed = (rounds + 1) * 3 * concurrency
     count = pair["native"].count_tokens
-    plan = run_plan("bench", "run1", [1], needed, seed, template, 6, count)
-    rep = make_rep_plan(plan, 1, count)  # the warm-up's prompt, then the cell's: all distinct
+    plan = run_plan("bench", "run1", [1], needed, seed, template, 6, count, nonces=True,
+                    control_arm=False)
+    # the warm-up's prompt, then the cell's: all distinct
+    rep = make_rep_plan(plan, 1, count, client_processes=1)
     texts = iter(r["prompt"] for r in rep["warmup"] + rep["cells"][0]["requests"])
     seeds = [seed + i for i in range(concurrency)]  # the same seeds in every cell
 

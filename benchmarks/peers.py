@@ -415,10 +415,11 @@ def run_slotbench(c: int, n: int, run_dir: Path, ttft_ms: float, gap_ms: float) 
     sys.path.insert(0, str(REPO / "scripts"))
     from slotbench.measure.backends import make_backend
     from slotbench.measure.clients import Clients
+    from slotbench.core.defaults import default
     from slotbench.measure.plan import auto_processes
 
     cpus = PINNING["client"] or sorted(os.sched_getaffinity(0))
-    processes = auto_processes(c, len(cpus))
+    processes = auto_processes(c, len(cpus), default("client.streams_per_process"))
     where, truth, proc, url = pacer_for(run_dir / f"slotbench-c{c}", ttft_ms, gap_ms)
     t0 = time.monotonic()
     try:

@@ -1,5 +1,5 @@
-# Shared by every stage: the validated config and the input functions naming the files that flow
-# between rules. The jobs' order, resources, blocks and tokens are planned in slotbench/workflow/jobs.py.
+# Shared by every stage: the validated config and the input functions naming the files that
+# flow between rules (the jobs' order, resources, blocks, tokens: slotbench/workflow/jobs.py).
 import os
 import sys
 
@@ -17,13 +17,13 @@ from slotbench.workflow import smkstate as sbstate
 sbcode.run_from_checkout()
 
 # What an interrupted or killed Snakemake left (a stale lock, outputs marked incomplete) is
-# settled before Snakemake looks, so the next plain run resumes: see slotbench/workflow/smkstate.py.
+# settled before Snakemake looks, so the next plain run resumes (workflow/smkstate.py).
 if workflow.is_main_process:
     for line in sbstate.settle():
         print(line, file=sys.stderr)
 
-# One managed server per target and run, kept across the run's jobs (slotbench/measure/servers/supervisor.py):
-# the jobs this Snakemake starts find their run's server by this PID, and no server outlives it.
+# One managed server per target and run (measure/servers/supervisor.py): the jobs this
+# Snakemake starts find their run's server by this PID, and no server outlives it.
 os.environ[sbserver.OWNER_ENV] = str(os.getpid())
 
 
@@ -90,7 +90,7 @@ experiment = lambda w: sbconfig.experiment(CFG, w.target)  # what every raw file
 if _refusal := sbraw.unrecorded_refusal(raw_files()):  # before anything runs
     refuse(_refusal)
 
-BLOCK_PREFIX = sbjobs.BLOCK_PREFIX  # a block of reps' outputs (slotbench/workflow/jobs.py)
+BLOCK_PREFIX = sbjobs.BLOCK_PREFIX  # a block of reps' outputs (see jobs.py)
 block_raw_files = lambda w: JOBS.raw_files_of_block(w.target, w.run, w.block)
 block_sha256_files = lambda w: [f"{p}.sha256" for p in block_raw_files(w)]
 block_files = lambda kind: per_run(f"{BLOCK_PREFIX}.{kind}", block=JOBS.blocks)

@@ -1,5 +1,5 @@
 rule consolidate_block:
-    """The raw files of one block of reps (slotbench/workflow/jobs.py: REPS_PER_BLOCK) of one target and run
+    """The raw files of one block of reps (workflow/jobs.py: REPS_PER_BLOCK) of one target and run
     into that block's tables.
 
     Each raw file is checked against the SHA-256 recorded when it was written; one that changed

@@ -54,7 +54,6 @@ def main(sm) -> None:
                                       client_processes=client["processes"])
                 raw = run_rep(conn, plan, entry, settings, pipeline_version(), log=log,
                               thermal_sources=available_sources(),
-                              thermal_interval_s=settings["thermal_interval_s"],
                               host=host_source(conn), client=client)
         except (RepError, ServerError, BackendError, RuntimeError) as exc:
             fail(str(exc) if isinstance(exc, RepError) else

@@ -13,8 +13,11 @@ import pandas as pd
 import pytest
 
 from slotbench.analysis import analyse
+from slotbench.workflow.config import resolve
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+# the bootstrap these tests read their intervals from (the schema's, but seed 0)
+BOOT = {"n_boot": 2000, "ci": 0.95, "seed": 0}
 
 # Per arm: (agg_tps, user_tps, ttft_s) of one cell, as in the article (serial scaled to 100).
 ARTICLE = {1: (100.0, 100.0, 0.5), 2: (109.0, 47.0, 1.0), 4: (138.0, 34.75, 1.45)}
@@ -108,7 +111,7 @@ def test_duplicate_serial_cell_is_refused():
 
 
 def test_summary_reproduces_the_article_shape():
-    summary = by_arm(analyse.summarise(analyse.cell_ratios(article_cells())))
+    summary = by_arm(analyse.summarise(analyse.cell_ratios(article_cells()), **BOOT))
     assert list(summary.index) == [1, 2, 4]
     two, four = summary.loc[2], summary.loc[4]
     assert two["speedup"] == pytest.approx(1.09)
@@ -131,7 +134,7 @@ def test_summary_reproduces_the_article_shape():
 
 def test_summary_columns_and_provenance():
     cells = article_cells(runs=("run1", "run2"), reps=2)
-    summary = analyse.summarise(analyse.cell_ratios(cells))
+    summary = analyse.summarise(analyse.cell_ratios(cells), **BOOT)
     assert list(summary.columns) == analyse.SUMMARY_COLUMNS
     assert list(summary["arm"]) == [1, 2, 4]
     four = summary.set_index("arm").loc[4]
@@ -145,7 +148,7 @@ def test_summary_columns_and_provenance():
 
 def test_summary_is_sorted_and_separate_per_target():
     cells = pd.concat([article_cells(target="b", reps=2), article_cells(target="a", reps=3)])
-    summary = analyse.summarise(analyse.cell_ratios(cells))
+    summary = analyse.summarise(analyse.cell_ratios(cells), **BOOT)
     assert list(zip(summary["target"], summary["arm"])) == [
         ("a", 1), ("a", 2), ("a", 4), ("b", 1), ("b", 2), ("b", 4),
     ]
@@ -157,7 +160,7 @@ def test_single_cell_interval_collapses_to_the_value():
         make_cell(arm=1, agg_tps=40.0, user_tps=40.0),
         make_cell(arm=2, agg_tps=60.0, user_tps=25.0),
     ])
-    two = by_arm(analyse.summarise(analyse.cell_ratios(cells), n_boot=50)).loc[2]
+    two = by_arm(analyse.summarise(analyse.cell_ratios(cells), **BOOT | {"n_boot": 50})).loc[2]
     assert two["n_reps"] == 1
     for metric, value in [("speedup", 1.5), ("efficiency", 0.75), ("gen_gain", 1.25)]:
         assert two[metric] == two[f"{metric}_lo"] == two[f"{metric}_hi"] == pytest.approx(value)
@@ -192,7 +195,8 @@ def test_bootstrap_intervals_cover_the_truth_at_about_their_level(ci, low, high)
     n_sets, hits = 60, {"speedup": 0, "gen_gain": 0}
     for data_seed in range(n_sets):
         cells = article_cells(reps=5, noise=0.03, seed=data_seed)
-        row = by_arm(analyse.summarise(analyse.cell_ratios(cells), n_boot=500, ci=ci)).loc[4]
+        ratios = analyse.cell_ratios(cells)
+        row = by_arm(analyse.summarise(ratios, n_boot=500, ci=ci, seed=0)).loc[4]
         for metric in hits:
             hits[metric] += row[f"{metric}_lo"] <= TRUTH[4][metric] <= row[f"{metric}_hi"]
     for metric, hit in hits.items():
@@ -201,9 +205,9 @@ def test_bootstrap_intervals_cover_the_truth_at_about_their_level(ci, low, high)
 
 def test_summary_is_deterministic_under_the_seed():
     ratios = analyse.cell_ratios(article_cells(reps=6, noise=0.05, seed=3))
-    first = analyse.summarise(ratios, n_boot=500, seed=11)
-    pd.testing.assert_frame_equal(first, analyse.summarise(ratios, n_boot=500, seed=11))
-    other = analyse.summarise(ratios, n_boot=500, seed=12)
+    first = analyse.summarise(ratios, n_boot=500, ci=0.95, seed=11)
+    pd.testing.assert_frame_equal(first, analyse.summarise(ratios, n_boot=500, ci=0.95, seed=11))
+    other = analyse.summarise(ratios, n_boot=500, ci=0.95, seed=12)
     bounds = [c for c in first.columns if c.endswith(("_lo", "_hi"))]
     assert not np.allclose(first[bounds].to_numpy(), other[bounds].to_numpy())
     medians = ["speedup", "gen_gain", "user_ratio", "agg_tps"]
@@ -212,8 +216,8 @@ def test_summary_is_deterministic_under_the_seed():
 
 def test_wider_ci_is_wider():
     ratios = analyse.cell_ratios(article_cells(reps=8, noise=0.05, seed=5))
-    narrow = by_arm(analyse.summarise(ratios, ci=0.5)).loc[4]
-    wide = by_arm(analyse.summarise(ratios, ci=0.99)).loc[4]
+    narrow = by_arm(analyse.summarise(ratios, **BOOT | {"ci": 0.5})).loc[4]
+    wide = by_arm(analyse.summarise(ratios, **BOOT | {"ci": 0.99})).loc[4]
     assert wide["speedup_lo"] <= narrow["speedup_lo"] < narrow["speedup_hi"] <= wide["speedup_hi"]
 
 
@@ -221,7 +225,8 @@ def run_entry_point(tmp_path, cells):
     cells.to_parquet(tmp_path / "cells.parquet", index=False)
     smk = SimpleNamespace(
         input=SimpleNamespace(cells=str(tmp_path / "cells.parquet")),
-        params=SimpleNamespace(n_boot=100, ci=0.9, seed=0, slo={"user_tps_min": 40.0}),
+        params=SimpleNamespace(n_boot=100, ci=0.9, seed=0,
+                               slo=resolve({"slo": {"user_tps_min": 40.0}})["slo"]),
         log=[str(tmp_path / "analyse.log")],
         output=SimpleNamespace(ratios=str(tmp_path / "ratios.parquet"),
                                summary=str(tmp_path / "summary.csv"),

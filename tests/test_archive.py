@@ -394,10 +394,11 @@ def test_an_archive_made_by_an_older_slotbench_re_renders_to_byte_identical_tabl
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
     assert "tables are byte-identical to the archive" in out, out[-3000:]
-    tables = [rel for rel in data if rel.startswith("results/")
-              and rel.endswith((".csv", ".parquet", ".json"))
-              and "/raw/" not in rel and not rel.endswith("inventory.json")]
-    assert len(tables) > 30, tables
+    # the tables byte for byte (a verdict's wording may name its constant now; its numbers not)
+    tables = [rel for rel in data if rel.startswith("results/") and "/raw/" not in rel
+              and (rel.endswith((".csv", ".parquet")) or rel.startswith("results/analysis/"))]
+    assert len(tables) > 20, tables
     changed = [rel for rel in tables if (out_dir / rel).read_bytes() != data[rel]]
     assert not changed, changed
-    assert (out_dir / "results/report.md").read_bytes() == data["results/report.md"]
+    assert archive.markdown_tables((out_dir / "results/report.md").read_text()) == \
+        archive.markdown_tables(data["results/report.md"].decode())

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from slotbench.analysis import capacity
+from slotbench.workflow.config import resolve
 
 # arm: (per-user tok/s, TTFT p95 s, aggregate tok/s); the aggregate saturates after 4
 KNOWN = {1: (20.0, 0.2, 20.0), 2: (15.0, 0.4, 30.0), 4: (10.0, 0.9, 40.0), 8: (5.0, 2.5, 40.8)}
@@ -25,8 +26,13 @@ def cells(known=KNOWN, reps=8, noise=0.02, seed=7):
     return pd.DataFrame(rows)
 
 
+def full(slo: dict) -> dict:
+    """``slo`` as the analysis gets it: resolved, with the schema's defaults."""
+    return resolve({"slo": slo})["slo"]
+
+
 def assess(slo, frame=None):
-    out = capacity.assess(cells() if frame is None else frame, slo, 500, 0.95, 0)
+    out = capacity.assess(cells() if frame is None else frame, full(slo), 500, 0.95, 0)
     return out["targets"]["t"]
 
 

@@ -57,7 +57,7 @@ def article_deviance_cells(odd_tokens=233, target="t"):
 
 
 def test_article_deviant_cell_is_named():
-    dev = deviance.deviance(article_deviance_cells(233))
+    dev = deviance.deviance(article_deviance_cells(233), threshold=0.05)
     assert list(dev.columns) == deviance.DEVIANCE_COLUMNS
     assert len(dev) == 1
     row = dev.iloc[0]
@@ -72,7 +72,7 @@ def test_article_deviant_cell_is_named():
 
 
 def test_small_deviation_is_not_named():
-    dev = deviance.deviance(article_deviance_cells(185))  # 2.8% away from 180
+    dev = deviance.deviance(article_deviance_cells(185), threshold=0.05)  # 2.8% away from 180
     assert dev.empty
     assert list(dev.columns) == deviance.DEVIANCE_COLUMNS
 
@@ -91,7 +91,7 @@ def test_wall_and_throughput_effects_have_opposite_signs():
     rows = [make_cell(rep=rep, arm=2, tokens_out=180, wall_s=w) for rep, w in enumerate(walls)]
     rows.append(make_cell(rep=4, arm=2, tokens_out=233, wall_s=2.0 * 1.13))
     rows += [make_cell(rep=rep, arm=1, tokens_out=180, wall_s=3.5) for rep in range(5)]
-    dev = deviance.deviance(pd.DataFrame(rows))
+    dev = deviance.deviance(pd.DataFrame(rows), threshold=0.05)
     assert list(dev["cell"]) == ["t/run1/rep4/arm2"]
     row = dev.iloc[0]
     assert row["wall_effect"] == pytest.approx(0.13)  # 13% slower
@@ -102,7 +102,7 @@ def test_wall_and_throughput_effects_have_opposite_signs():
 def test_effect_is_nan_when_no_normal_cell_shares_the_arm():
     rows = [make_cell(rep=rep, arm=1) for rep in range(3)]
     rows.append(make_cell(rep=0, arm=2, tokens_out=300))
-    row = deviance.deviance(pd.DataFrame(rows)).iloc[0]
+    row = deviance.deviance(pd.DataFrame(rows), threshold=0.05).iloc[0]
     assert row["cell"] == "t/run1/rep0/arm2"
     assert pd.isna(row["wall_effect"]) and pd.isna(row["tps_effect"])
 
@@ -114,7 +114,7 @@ def test_modal_output_is_per_run_and_ties_go_to_the_smallest():
     modal = deviance.modal_tokens(cells)
     assert modal[("t", "run1")] == 180
     assert modal[("t", "run2")] == 300
-    dev = deviance.deviance(cells)
+    dev = deviance.deviance(cells, threshold=0.05)
     assert list(dev["cell"]) == ["t/run1/rep0/arm1", "t/run1/rep2/arm1", "t/run2/rep2/arm1"]
     assert list(dev["modal_tokens"]) == [180, 180, 300]
 
@@ -230,7 +230,8 @@ def two_target_cells():
     return pd.concat([odd, clean], ignore_index=True)
 
 
-SETTINGS = {"checks": {"rotation_threshold": 0.1, "deviance_threshold": 0.05}}
+SETTINGS = {"checks": {"rotation_threshold": 0.1, "deviance_threshold": 0.05},
+            "analysis": {"bootstrap": 2000, "ci": 0.95}, "seed": 0}
 
 
 def tables_of(cells, requests=None, **more):
@@ -293,7 +294,7 @@ def test_entry_point_writes_every_verdict_table_and_the_headline_decision(tmp_pa
     cells.iloc[:0].to_parquet(paths["control"], index=False)
     pd.DataFrame(columns=THERMAL_SCHEMA.names).to_parquet(paths["thermal"], index=False)
     summary = tmp_path / "summary.csv"
-    summarise(cell_ratios(cells), n_boot=200).to_csv(summary, index=False)
+    summarise(cell_ratios(cells), n_boot=200, ci=0.95, seed=0).to_csv(summary, index=False)
     servers = tmp_path / "servers.json"
     servers.write_text("[]")
     out = tmp_path / "checks"

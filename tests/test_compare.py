@@ -222,7 +222,8 @@ def test_absolute_rates_measured_at_another_speed_are_confounded_with_time_but_r
     assert verdicts(compare.compare(a, busy, n_boot=200))["agg_tps"] == compare.BUSY
     two = compare.compare(side("A", ratios(reps=2, seed=1)), side("B", ratios(reps=2, seed=2)),
                           n_boot=200)["targets"]["t"]["drift"]
-    assert two == {"assessable": False, "why": "fewer than 3 serial cells on a side"}
+    assert two == {"assessable": False, "why": "fewer than 3 serial cells on a side "
+                   "(MIN_SERIAL_CELLS = 3, see docs/method.md#constants)"}
 
 
 def test_an_absolute_change_the_serial_arms_own_move_could_give_is_confounded_with_time():

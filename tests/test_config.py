@@ -184,15 +184,17 @@ def test_every_default_comes_from_the_schema():
     item = schema["properties"]["targets"]["items"]
     server = item["properties"]["server"]["properties"]
     server["ctx_size"]["x-default"] |= {"per_slot": 2000, "at_least": 5000}
+    server["threads"]["x-default"] |= {"without_cpus": 7}
     other = {"model": "other", "num_ctx": 512, "keep_alive": "1m", "endpoint": "chat",
-             "threads": 7, "flash_attention": True, "kv_cache_type": "q8_0"}
+             "flash_attention": True, "kv_cache_type": "q8_0"}
     for branch in item["allOf"]:
         then = branch["then"]["properties"]
         for key, sub in then.items():
             if "default" in sub:
                 sub["default"] = other[key]
         for key, sub in then.get("server", {}).get("properties", {}).items():
-            sub["default"] = "2m" if key == "keep_alive" else other[key]
+            if sub["default"] is not None:  # null: derived, by the x-default rule
+                sub["default"] = "2m" if key == "keep_alive" else other[key]
     targets = [{"name": "l", "backend": "llamacpp", "managed": True},
                {"name": "o", "backend": "ollama", "managed": True, "model": "m"},
                {"name": "a", "backend": "openai", "url": "http://h", "model": "m"}]
@@ -222,9 +224,9 @@ def test_the_schema_says_every_backend_and_derived_default_in_words():
         then = branch["then"]["properties"]
         said += [(props[k], v["default"]) for k, v in then.items() if "default" in v]
         managed = then.get("server", {}).get("properties", {})
-        said += [(server[k], v["default"]) for k, v in managed.items()]
-    ctx = server["ctx_size"]["x-default"]
-    said += [(server["ctx_size"], ctx["per_slot"]), (server["ctx_size"], ctx["at_least"])]
+        said += [(server[k], v["default"]) for k, v in managed.items() if v["default"] is not None]
+    said += [(sub, v) for sub in server.values() for k, v in sub.get("x-default", {}).items()
+             if k != "rule"]
     assert len(said) == 10
     for key, value in said:
         words = " ".join(key["description"].split())
@@ -234,3 +236,44 @@ def test_the_schema_says_every_backend_and_derived_default_in_words():
         rule = server[key]["x-default"]
         assert isinstance(rule["rule"], str) and rule["rule"]
         assert all(isinstance(v, int) for k, v in rule.items() if k != "rule"), rule
+        # null by default, so that the code derives it only when it is not given
+        defaults = [server[key].get("default", "absent")] + [
+            b["then"]["properties"].get("server", {}).get("properties", {}).get(key, {}).get(
+                "default", "absent") for b in item["allOf"]]
+        assert None in defaults and set(defaults) <= {None, "absent"}, (key, defaults)
+        assert "null (the default) is derived" in " ".join(server[key]["description"].split())
+
+
+def test_auto_client_processes_follow_the_streams_one_process_is_given():
+    """client.processes auto: one process per client.streams_per_process streams of the widest
+    arm, at most one per CPU the client may use."""
+    from slotbench.workflow.config import client_settings
+
+    arms = {"arms": [1, 2, 8], "requests_per_cell": 8, "client": {"cpus": [0, 1, 2]}}
+    assert resolve(arms)["client"]["streams_per_process"] == 128
+    assert client_settings(resolve(arms))["processes"] == 1
+    three = arms | {"client": {"cpus": [0, 1, 2], "streams_per_process": 3}}
+    assert client_settings(resolve(three))["processes"] == 3  # 8 streams: 3, at most 3 CPUs
+    two = arms | {"client": {"cpus": [0, 1, 2], "streams_per_process": 4}}
+    assert client_settings(resolve(two)) == {"processes": 2, "cpus": [0, 1, 2]}
+
+
+def test_a_default_is_read_from_the_schema_by_its_key():
+    """config.default reads one default by its dotted key (a backend's with that backend), and
+    defaults.value takes the settings' own value when they give it: what code that meets a
+    setting without the resolved config reads instead of a literal of its own."""
+    from slotbench.core import defaults
+    from slotbench.workflow.config import default, load_schema
+
+    props = load_schema()["properties"]
+    assert default("analysis.bootstrap") == props["analysis"]["properties"]["bootstrap"]["default"]
+    assert default("seed") == props["seed"]["default"] == resolve({})["seed"]
+    assert default("arms[].arrival") == "poisson" and default("arms[].burstiness") == 1.0
+    assert default("targets[].endpoint", backend="openai") == resolve(
+        {"targets": [{"name": "a", "backend": "openai", "url": "http://h", "model": "m"}]}
+    )["targets"][0]["endpoint"]
+    assert default("targets[].server.parallel") is None  # derived when it is not given
+    assert defaults.value({"ci": 0.5}, "analysis.ci") == 0.5
+    assert defaults.value(None, "analysis.ci") == defaults.value({}, "analysis.ci") == 0.95
+    with pytest.raises(KeyError):
+        default("slo.user_tps_min")  # unset: no default to read

@@ -12,7 +12,8 @@ from slotbench.measure.rawfiles import write_json_atomic
 from slotbench.tables.consolidate import consolidate
 
 SETTINGS = {"arms": [1, 2, 4], "requests_per_cell": 4, "num_predict": 5, "temperature": 0.0,
-            "warmup_predict": 2, "request_timeout_s": 5}
+            "warmup_predict": 2, "request_timeout_s": 5, "cooldown_s": 0,
+            "thermal_interval_s": 1.0}
 
 
 class CountingBackend(Backend):
@@ -73,8 +74,9 @@ class FakeConnection:
 
 
 def plan():
-    p = run_plan("t", "run1", [1, 2, 4], 4, 1, "Request {nonce}. Go.", 6)
-    return p | {"reps": [make_rep_plan(p, rep) for rep in (1, 2)]}
+    p = run_plan("t", "run1", [1, 2, 4], 4, 1, "Request {nonce}. Go.", 6, nonces=True,
+                 control_arm=False)
+    return p | {"reps": [make_rep_plan(p, rep, client_processes=1) for rep in (1, 2)]}
 
 
 def test_each_arm_keeps_exactly_its_concurrency_in_flight():

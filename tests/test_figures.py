@@ -175,7 +175,10 @@ def test_entry_point(tmp_path):
     from slotbench.analysis import capacity
 
     ratios = pd.read_parquet(tmp_path / "ratios.parquet")
-    assessed = capacity.assess(ratios, {"user_tps_min": 10.0}, 200, 0.95, 0)
+    from slotbench.workflow.config import resolve
+
+    slo = resolve({"slo": {"user_tps_min": 10.0}})["slo"]
+    assessed = capacity.assess(ratios, slo, 200, 0.95, 0)
     (tmp_path / "capacity.json").write_text(json.dumps(assessed))
     synthetic_summary(ratios).to_csv(tmp_path / "summary.csv", index=False)
     snakemake = SimpleNamespace(

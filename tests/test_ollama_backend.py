@@ -376,11 +376,13 @@ def test_managed_ollama_target_runs_a_rep_through_connect(tmp_path, monkeypatch)
                    "managed": True, "model": MODEL, "server": {"parallel": 2}}]})
     tgt = cfg["targets"][0]
     settings = {"arms": [1, 2], "requests_per_cell": 2, "num_predict": 3, "temperature": 0.0,
-                "warmup_predict": 2, "request_timeout_s": 10}
-    plan = run_plan("o", "run1", [1, 2], 2, 1, "Request {nonce}. Go.", 6)
+                "warmup_predict": 2, "request_timeout_s": 10, "cooldown_s": 0,
+                "thermal_interval_s": 1.0}
+    plan = run_plan("o", "run1", [1, 2], 2, 1, "Request {nonce}. Go.", 6, nonces=True,
+                    control_arm=False)
     with connect(tgt, tmp_path / "server.log", 10) as conn:
         fp = fingerprint(conn, "o", "run1", cfg)
-        raw = run_rep(conn, plan, make_rep_plan(plan, 1), settings,
+        raw = run_rep(conn, plan, make_rep_plan(plan, 1, client_processes=1), settings,
                       {"commit": "x", "dirty": False})
     assert fp["model"] == {"name": MODEL, "quantisation": "Q4_K_M",
                            "digest": fp["server"]["model_tag"]["digest"], "size_bytes": 291554930,

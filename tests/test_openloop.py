@@ -26,8 +26,10 @@ def gaps(offsets):
 
 
 def test_arrivals_are_planned_from_the_seed_alone():
-    one = arrival_offsets(200, 2.0, seed=7)
-    assert one == arrival_offsets(200, 2.0, seed=7) != arrival_offsets(200, 2.0, seed=8)
+    poisson = {"arrival": "poisson", "burstiness": 1.0}
+    one = arrival_offsets(200, 2.0, seed=7, **poisson)
+    assert one == arrival_offsets(200, 2.0, seed=7, **poisson) != arrival_offsets(
+        200, 2.0, seed=8, **poisson)
     assert one[0] == 0 and all(g > 0 for g in gaps(one))
 
 
@@ -43,9 +45,9 @@ def test_each_arrival_process_has_its_rate_and_its_spread(arrival, burstiness, c
 
 def test_a_bad_rate_or_process_is_refused():
     with pytest.raises(ValueError, match="positive"):
-        arrival_offsets(3, 0.0, seed=1)
+        arrival_offsets(3, 0.0, seed=1, arrival="poisson", burstiness=1.0)
     with pytest.raises(ValueError, match="unknown arrival process 'burst'"):
-        arrival_offsets(3, 1.0, seed=1, arrival="burst")
+        arrival_offsets(3, 1.0, seed=1, arrival="burst", burstiness=1.0)
 
 
 def test_requests_go_out_at_their_planned_moment_and_waiting_counts(tmp_path):
@@ -61,7 +63,7 @@ def test_requests_go_out_at_their_planned_moment_and_waiting_counts(tmp_path):
         runner = backend.runner()
         requests = [{"request": i, "prompt": f"Request 77{i:04d}. Go on", "seed": 1}
                     for i in range(8)]
-        offsets = arrival_offsets(8, 100.0, seed=3, arrival="constant")
+        offsets = arrival_offsets(8, 100.0, seed=3, arrival="constant", burstiness=1.0)
         recs, stats = runner.run(run_cell(backend, runner.client, requests, 8, 3, 0.0,
                                           arrivals=offsets))
     finally:

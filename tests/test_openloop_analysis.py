@@ -22,6 +22,7 @@ from slotbench.figures import openloop as figures_open
 from slotbench.provenance import cellsets, ids as provenance
 from slotbench.report import openloop as report_openloop
 from slotbench.report.blocks import Figure, Sources, Table
+from slotbench.workflow.config import resolve
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 TARGET, RUN, REPS = "t", "run1", (1, 2, 3)
@@ -197,7 +198,8 @@ def test_entry_point_writes_openloop_json(tmp_path):
     smk = SimpleNamespace(
         input=SimpleNamespace(cells=str(tmp_path / "cells.parquet"),
                               requests=str(tmp_path / "requests.parquet")),
-        params=SimpleNamespace(n_boot=100, ci=0.95, seed=0, slo=SLO),
+        params=SimpleNamespace(n_boot=100, ci=0.95, seed=0,
+                               slo=resolve({"slo": SLO})["slo"]),
         log=[str(tmp_path / "analyse.log")], output=SimpleNamespace(**out),
     )
     runpy.run_path(str(SCRIPTS / "analyse.py"), init_globals={"snakemake": smk})

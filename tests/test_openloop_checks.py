@@ -126,8 +126,8 @@ def test_a_rate_arm_with_one_cell_is_not_assessable(closed):
     assert not v["assessable"] and v["verdict"] == "not assessable" and v["effect"] == "none"
     assert v["sentence"] == (
         "Overload is not assessable: rate-2/s is not assessable (1 cell with timed requests, 2 "
-        "needed for an interval), so nothing shows whether the queue stayed bounded; run more "
-        "reps.")
+        "needed for an interval) (MIN_CELLS = 2, see docs/method.md#constants), so nothing "
+        "shows whether the queue stayed bounded; run more reps.")
 
 
 def test_the_growth_bound_comes_from_the_config(closed):
@@ -208,8 +208,9 @@ def test_nothing_near_is_not_assessable_and_says_which_rates_would_pair():
     (v,), details = understated(paired_cells(rate_arm=-300, achieved=0.3))
     assert not v["assessable"] and v["verdict"] == "not assessable" and v["effect"] == "none"
     assert v["sentence"] == (
-        "Closed-loop understatement is not assessable: no rate arm came within ±30% of a "
-        "closed-loop arm's achieved rate in the same rep (closed loop: parallel-2 0.6 req/s, "
+        "Closed-loop understatement is not assessable: no rate arm came within ±30% (NEAR = "
+        "0.3, see docs/method.md#constants) of a closed-loop arm's achieved rate in the same "
+        "rep (closed loop: parallel-2 0.6 req/s, "
         "parallel-4 1.2 req/s; rate arms achieved: rate-0.3/s 0.3 req/s); add rate arms at the "
         "closed arms' achieved rates, e.g. {rate: 0.6}, {rate: 1.2} in `arms`.")
     assert details["closed_loop_understatement"].empty

@@ -132,7 +132,7 @@ def test_a_rate_arm_goes_out_on_time_and_counts_ttft_from_the_plan_on_every_form
     n = 48
     requests = [{"request": i, "prompt": f"Request {base}{i:04d}. Tell me about the sea",
                  "seed": i} for i in range(n)]
-    offsets = arrival_offsets(n, 60.0, seed=base)
+    offsets = arrival_offsets(n, 60.0, seed=base, arrival="poisson", burstiness=1.0)
     # a warm-up, as a rep's: the connections the cell reuses, and the openai backend's probe
     warm = [{"request": i, "prompt": f"Request {base}99{i:02d}. Warm up", "seed": i}
             for i in range(WARM)]
@@ -223,10 +223,11 @@ def test_a_matrix_with_rate_arms_gives_every_expanded_target_the_rate_arms():
     arrivals = {}
     for target in cfg["targets"]:
         plan = run_plan(target["name"], "run1", cfg["arms"], cfg["requests_per_cell"],
-                        cfg["seed"], cfg["prompt"]["template"], cfg["prompt"]["nonce_digits"])
+                        cfg["seed"], cfg["prompt"]["template"], cfg["prompt"]["nonce_digits"],
+                        nonces=True, control_arm=False)
         plan = json.loads(json.dumps(plan))  # as the plan file holds it
         for rep in range(1, 6):  # one full rotation of the five arms
-            rep_plan = make_rep_plan(plan, rep)
+            rep_plan = make_rep_plan(plan, rep, client_processes=1)
             cells = {c["arm"]: c for c in rep_plan["cells"]}
             assert sorted(cells) == sorted(arm_id(a) for a in cfg["arms"])
             for spec in filled:
@@ -236,7 +237,8 @@ def test_a_matrix_with_rate_arms_gives_every_expanded_target_the_rate_arms():
                                                              "max_in_flight")}
                 assert len(cell["requests"]) == len(cell["arrivals"]) == n
                 arrivals[(target["name"], rep, cell["arm"])] = tuple(cell["arrivals"])
-        positions = [[c["arm"] for c in make_rep_plan(plan, rep)["cells"]] for rep in range(1, 6)]
+        positions = [[c["arm"] for c in make_rep_plan(plan, rep, client_processes=1)["cells"]]
+                     for rep in range(1, 6)]
         for arm in (arm_id(s) for s in filled):  # a Latin square: each position once
             assert sorted(order.index(arm) for order in positions) == [0, 1, 2, 3, 4]
     # each target draws its own arrivals (seeded by target, run, rep and arm)

@@ -52,12 +52,15 @@ def _plan(count_tokens=None, **kw):
         template=TEMPLATE,
         nonce_digits=6,
         count_tokens=count_tokens,
+        nonces=True,
+        control_arm=False,
     )
     return run_plan(**(args | kw))
 
 
 def _reps(plan, n=4, count_tokens=None):
-    return [make_rep_plan(plan, rep, count_tokens) for rep in range(1, n + 1)]
+    return [make_rep_plan(plan, rep, count_tokens, client_processes=1)
+            for rep in range(1, n + 1)]
 
 
 def test_the_run_plan_does_not_depend_on_reps_and_each_rep_only_on_itself():
@@ -106,13 +109,13 @@ def test_prompts_are_kept_to_the_runs_token_length():
 def test_impossible_equal_length_is_a_clear_error():
     plan = _plan(count_tokens=lambda text: 10)
     with pytest.raises(RuntimeError, match="rep 2: could not find .* 10 tokens long"):
-        make_rep_plan(plan, 2, lambda text: 11)
+        make_rep_plan(plan, 2, lambda text: 11, client_processes=1)
 
 
 def test_a_rep_number_beyond_the_nonce_is_refused():
     assert max_reps(6) == 999 and max_reps(8) == 9999
     with pytest.raises(ValueError, match="raise prompt.nonce_digits"):
-        make_rep_plan(_plan(), 1000)
+        make_rep_plan(_plan(), 1000, client_processes=1)
 
 
 def test_control_arm_shares_one_prompt_and_is_not_rotated():
@@ -136,12 +139,12 @@ def test_requests_per_cell_may_be_set_per_arm_so_a_wide_arm_runs_several_rounds(
 
     cfg = resolve({"arms": [1, 2, 4, 8], "requests_per_cell": {1: 4, 2: 4, 4: 8, 8: 16}})
     run = json.loads(json.dumps(run_plan("t", "run1", cfg["arms"], cfg["requests_per_cell"],
-                                              1, "x {nonce}", 6)))
-    rep = make_rep_plan(run, 3)
+                                              1, "x {nonce}", 6, nonces=True, control_arm=False)))
+    rep = make_rep_plan(run, 3, client_processes=1)
     assert {c["arm"]: len(c["requests"]) for c in rep["cells"]} == {1: 4, 2: 4, 4: 8, 8: 16}
     nonces = [r["nonce"] for c in rep["cells"] for r in c["requests"]]
     assert len(set(nonces)) == len(nonces) == 32  # every request its own prompt
-    assert make_rep_plan(run, 3) == rep  # from (seed, target, run, rep) alone
+    assert make_rep_plan(run, 3, client_processes=1) == rep  # from (seed, target, run, rep) alone
 
 
 def test_in_the_paired_design_a_pairs_sides_share_their_arm_order_but_not_their_prompts():
@@ -152,20 +155,20 @@ def test_in_the_paired_design_a_pairs_sides_share_their_arm_order_but_not_their_
                       "max_in_flight": None}]
     a, b = (_plan(target=t, paired=True, arms=arms) for t in ("emb-parallel2", "emb-parallel4"))
     for rep in range(1, 7):
-        ra, rb = make_rep_plan(a, rep), make_rep_plan(b, rep)
+        ra, rb = (make_rep_plan(p, rep, client_processes=1) for p in (a, b))
         assert ra["order"] == rb["order"]
         rate_a, rate_b = ([c["arrivals"] for c in r["cells"] if "arrivals" in c] for r in (ra, rb))
         assert rate_a == rate_b
         assert rate_a and rate_a[0]
         assert [q["nonce"] for c in ra["cells"] for q in c["requests"]] != [
             q["nonce"] for c in rb["cells"] for q in c["requests"]]
-    orders = [make_rep_plan(a, rep)["order"] for rep in range(1, 5)]
+    orders = [make_rep_plan(a, rep, client_processes=1)["order"] for rep in range(1, 5)]
     assert len({tuple(o) for o in orders}) == 4, "the pairs' orders still rotate"
     # independent targets keep their own orders, and their plans are as they always were
     x, y = (_plan(target=t, arms=arms) for t in ("emb-parallel2", "emb-parallel4"))
     assert "order_seed" not in x
-    assert [make_rep_plan(x, r)["order"] for r in range(1, 7)] != [
-        make_rep_plan(y, r)["order"] for r in range(1, 7)]
+    assert [make_rep_plan(x, r, client_processes=1)["order"] for r in range(1, 7)] != [
+        make_rep_plan(y, r, client_processes=1)["order"] for r in range(1, 7)]
 
 
 def test_a_request_that_cannot_fit_one_slot_is_refused_before_anything_is_sent():

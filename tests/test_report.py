@@ -317,8 +317,10 @@ def test_serialised_arm_is_warned_before_the_table_and_not_read_as_the_engine():
     md, page, _, _ = syn.rendered(syn.make_requests(slots=1), fingerprints=[fp])
     head = syn.section(md, TARGET)
     warning = ("Warning: parallel-4 was served one request at a time. In 5 of 5 cells no two of "
-               "its requests were generating at once, although the client had 4 in flight; time "
-               "to first token grew by")
+               "its requests were generating at once (SERIALISED_SHARE = 0.8, OVERLAP_TOLERANCE_S "
+               "= 0.005, see docs/method.md#constants: the share of cells that decides it, and "
+               "the gap within which two windows still count as one after the other), although "
+               "the client had 4 in flight; time to first token grew by")
     assert warning in head and "Warning: parallel-2 was served one request at a time." in head
     assert "Likely cause: OLLAMA_NUM_PARALLEL=1 (or a model architecture" in head
     assert "The stated setting is --parallel 4" in head

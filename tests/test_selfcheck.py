@@ -12,6 +12,8 @@ import pytest
 from slotbench.checks import client as selfcheck
 
 ARMS = (1, 2, 4)
+# the thresholds, at the schema's checks.send_lag_s and checks.client_cpu_share
+LIMITS = {"lag_threshold_s": 0.010, "cpu_share_threshold": 0.10}
 
 
 def simulate_cell(arm, durations, delay=0.0, t0=1.0, rep=0, position=0, target="t",
@@ -79,7 +81,7 @@ def test_slowed_client_fires():
     late = lags[lags["send_order"] >= lags["arm"]]
     assert late["lag_s"].to_numpy() == pytest.approx(0.030)
     assert (lags.loc[lags["send_order"] < lags["arm"], "lag_s"] == 0).all()
-    out = selfcheck.self_check(requests)
+    out = selfcheck.self_check(requests, **LIMITS)
     assert out["lag_fired"] and out["distorted"]
     assert out["lag_p95_s"] == pytest.approx(0.030)
     assert "late" in out["sentence"] and "30.0 ms" in out["sentence"]
@@ -89,7 +91,7 @@ def test_slowed_client_fires():
 
 
 def test_prompt_client_passes():
-    out = selfcheck.self_check(simulate(delay=0.0005, skew=0.001))
+    out = selfcheck.self_check(simulate(delay=0.0005, skew=0.001), **LIMITS)
     assert not out["lag_fired"] and not out["distorted"] and out["lag_p95_s"] < 0.010
     assert out["sentence"].startswith("The client kept up")
     assert "not assessed" in out["sentence"] and not out["cpu_assessed"]
@@ -102,7 +104,7 @@ def test_more_in_flight_than_the_arm_is_named():
     lags, cells = selfcheck.send_lag(requests)
     assert cells.loc[cells["arm"] == 1, "n_early"].item() == 1
     assert lags["lag_s"].min() >= 0
-    out = selfcheck.self_check(requests)
+    out = selfcheck.self_check(requests, **LIMITS)
     assert out["early_cells"] == ["t/run1/rep0/arm1"] and "before any slot" in out["sentence"]
 
 
@@ -120,7 +122,8 @@ def test_client_cpu_per_token():
 
 def test_cpu_hungry_client_fires():
     requests = simulate(itl=0.02)
-    out = selfcheck.self_check(requests, cpu_for(requests, 0.005))  # 25% of a 20 ms interval
+    # 25% of a 20 ms interval
+    out = selfcheck.self_check(requests, cpu_for(requests, 0.005), **LIMITS)
     assert out["cpu_fired"] and out["distorted"] and not out["lag_fired"]
     assert out["cpu_share"] == pytest.approx(0.25)
     assert out["inter_token_s"] == pytest.approx(0.02)
@@ -131,7 +134,7 @@ def test_cpu_hungry_client_fires():
 
 def test_light_client_passes_cpu_check():
     requests = simulate(itl=0.02)
-    out = selfcheck.self_check(requests, cpu_for(requests, 0.0002))  # 1% of the interval
+    out = selfcheck.self_check(requests, cpu_for(requests, 0.0002), **LIMITS)  # 1% of it
     assert out["cpu_assessed"] and not out["cpu_fired"] and not out["distorted"]
     assert out["cpu_share"] == pytest.approx(0.01)
     assert out["cells_over_cpu"] == [] and "1.0%" in out["sentence"]
@@ -142,7 +145,7 @@ def test_one_hungry_cell_is_named():
     cpu = cpu_for(requests, 0.0002)
     hot = (cpu["rep"] == 2) & (cpu["arm"] == 4)
     cpu.loc[hot, "client_cpu_s"] *= 100
-    out = selfcheck.self_check(requests, cpu)
+    out = selfcheck.self_check(requests, cpu, **LIMITS)
     assert out["cpu_fired"] and out["worst_cpu_cell"] == "t/run1/rep2/arm4"
     assert out["cells_over_cpu"] == ["t/run1/rep2/arm4"]
 
@@ -157,7 +160,7 @@ def test_thresholds_are_reported_and_adjustable():
 def test_cell_cpu_without_the_column_says_what_to_do():
     requests = simulate(reps=1)
     with pytest.raises(ValueError, match="client_cpu_s"):
-        selfcheck.self_check(requests, requests[["target", "run", "rep", "arm"]])
+        selfcheck.self_check(requests, requests[["target", "run", "rep", "arm"]], **LIMITS)
 
 
 def test_intended_send_times_match_a_sort_per_request():

@@ -28,7 +28,7 @@ def summary_row(arm, n_reps, rel_half, target="t", value=1.4):
 def test_two_wide_reps_miss_the_target():
     summary = pd.DataFrame([summary_row(1, 2, 0.0), summary_row(2, 2, 0.20),
                             summary_row(4, 2, 0.15)])
-    out = sufficiency(summary)
+    out = sufficiency(summary, target_rel=0.05)
     assert list(out.columns) == SUFFICIENCY_COLUMNS
     assert set(out["arm"]) == {2, 4}  # serial skipped
     assert len(out) == 2 * len(METRICS)
@@ -42,19 +42,19 @@ def test_two_wide_reps_miss_the_target():
 
 def test_few_reps_that_happen_to_agree_do_not_meet_it():
     summary = pd.DataFrame([summary_row(2, 3, 0.01), summary_row(4, 8, 0.30)])
-    out = sufficiency(summary, metrics=("speedup",))
+    out = sufficiency(summary, metrics=("speedup",), target_rel=0.05)
     few, wide = out.iloc[0], out.iloc[1]
     assert not few["meets"] and few["reps_needed"] == 5  # the floor, not ceil(3 * 0.04)
     assert not wide["meets"] and wide["reps_needed"] == 288
     assert "outside the ±5% target with 8 reps" in wide["sentence"]
-    relaxed = sufficiency(summary, metrics=("speedup",), min_reps=2).iloc[0]
+    relaxed = sufficiency(summary, metrics=("speedup",), min_reps=2, target_rel=0.05).iloc[0]
     assert relaxed["meets"] and relaxed["reps_needed"] == 2
 
 
 def test_twenty_tight_reps_meet_it():
     summary = pd.DataFrame([summary_row(1, 20, 0.0), summary_row(2, 20, 0.02),
                             summary_row(4, 20, 0.03)])
-    out = sufficiency(summary)
+    out = sufficiency(summary, target_rel=0.05)
     assert out["meets"].all()
     assert (out["reps_needed"] <= 20).all()
     assert out.loc[out["arm"] == 4, "reps_needed"].iloc[0] == math.ceil(20 * 0.36)
@@ -72,7 +72,8 @@ def test_target_is_adjustable_and_one_rep_never_meets():
 
 def test_missing_columns_are_named():
     with pytest.raises(ValueError, match="gen_gain_lo"):
-        sufficiency(pd.DataFrame([summary_row(2, 4, 0.1)]).drop(columns=["gen_gain_lo"]))
+        sufficiency(pd.DataFrame([summary_row(2, 4, 0.1)]).drop(columns=["gen_gain_lo"]),
+                    target_rel=0.05)
 
 
 def rotated_cells(reps, noise, seed=0):
@@ -93,8 +94,9 @@ def rotated_cells(reps, noise, seed=0):
 
 @pytest.mark.parametrize(("reps", "noise", "meets"), [(2, 0.15, False), (20, 0.005, True)])
 def test_on_summarise_output(reps, noise, meets):
-    summary = analyse.summarise(analyse.cell_ratios(rotated_cells(reps, noise)), n_boot=300)
-    out = sufficiency(summary)
+    summary = analyse.summarise(analyse.cell_ratios(rotated_cells(reps, noise)), n_boot=300,
+                                ci=0.95, seed=0)
+    out = sufficiency(summary, target_rel=0.05)
     assert len(out) == 2 * len(METRICS)
     assert (out["n_reps"] == reps).all()
     assert out["meets"].all() == meets and out["meets"].any() == meets

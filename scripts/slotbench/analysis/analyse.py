@@ -130,10 +130,9 @@ def decomposition(speedup: float, gen_gain: float, pipelining: float) -> str | N
     return "batching+pipelining" if pipelining > 1 else "batching-lost"
 
 
-def summarise(
-    ratios: pd.DataFrame, n_boot: int = 2000, ci: float = 0.95, seed: int = 0
-) -> pd.DataFrame:
-    """One row per (target, arm): medians across reps (runs pooled) with bootstrap CIs.
+def summarise(ratios: pd.DataFrame, n_boot: int, ci: float, seed: int) -> pd.DataFrame:
+    """One row per (target, arm): medians across reps (runs pooled) with bootstrap CIs, with
+    ``n_boot`` resamples at level ``ci`` from ``seed`` (analysis.bootstrap, analysis.ci, seed).
 
     Every metric of an arm is bootstrapped from the same resampled cells, and each arm starts
     its own generator from ``seed``, so an arm's interval does not change when another target

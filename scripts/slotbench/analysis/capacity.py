@@ -31,7 +31,7 @@ def _judge(lo: float, hi: float, limit: float | None, at_least: bool) -> str | N
 def arm_rows(cells: pd.DataFrame, slo: dict, n_boot: int, ci: float, seed: int) -> list[dict]:
     """Per arm of one target: the per-user rate, the judged TTFT and the aggregate, each as a
     median with its bootstrap interval over the arm's cells, and the verdict on each level."""
-    ttft_col = TTFT_COLUMN[slo.get("ttft_percentile") or "p95"]
+    ttft_col = TTFT_COLUMN[slo["ttft_percentile"]]
     rows = []
     for arm, grp in cells.groupby("arm", sort=True):
         resamples = stats.resample_indices(len(grp), n_boot, seed)
@@ -87,7 +87,7 @@ def assess(ratios: pd.DataFrame, slo: dict, n_boot: int, ci: float, seed: int) -
     """Per target: every arm's judged numbers, the capacity and the saturation point. Without
     any level set, only the saturation point and the curve are given."""
     levels = {k: slo.get(k) for k in ("user_tps_min", "ttft_s_max") if slo.get(k) is not None}
-    out = {"slo": {**levels, "ttft_percentile": slo.get("ttft_percentile") or "p95"},
+    out = {"slo": {**levels, "ttft_percentile": slo["ttft_percentile"]},
            "ci": ci, "targets": {}}
     # concurrency levels only: a rate arm is judged on the open loop's own axis
     for target, grp in ratios[ratios["arm"] > 0].groupby("target", sort=True):
@@ -95,6 +95,6 @@ def assess(ratios: pd.DataFrame, slo: dict, n_boot: int, ci: float, seed: int) -
         out["targets"][str(target)] = {
             "arms": rows,
             "capacity": capacity(rows) if levels else None,
-            "saturation": saturation(rows, float(slo.get("saturation_gain", 0.05))),
+            "saturation": saturation(rows, float(slo["saturation_gain"])),
         }
     return out

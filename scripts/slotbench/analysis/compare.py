@@ -25,7 +25,6 @@ the figure is slotbench.figures.compare.
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 from dataclasses import dataclass, field
@@ -33,11 +32,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from slotbench.core import stats
 from slotbench.core.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes
-from slotbench.core.code import REPO
+from slotbench.core.defaults import default
 from slotbench.core.fmt import fmt_signed_pct, missing
 from slotbench.measure.fingerprint import flatten
 from slotbench.workflow.archive import verify
@@ -67,6 +65,8 @@ CONFOUNDED = "confounded with time"
 SERIAL_NEUTRAL = ("slots", "parallel", "num_parallel")
 # an absolute rate measured while other processes took the CPU says how busy the machine was
 BUSY = "not comparable (busy host)"
+# the serial cells each side needs before the serial arm's move between them is judged
+MIN_SERIAL_CELLS = 3
 
 
 @dataclass
@@ -128,19 +128,12 @@ def differences(a: dict, b: dict, declared: tuple = ()) -> tuple[list[str], list
     return guarded, named
 
 
-@functools.cache
-def _schema_defaults() -> tuple[int, float, int]:
-    path = REPO / "config" / "schema.yaml"
-    schema = yaml.safe_load(path.read_text(encoding="utf-8"))["properties"]
-    analysis = schema["analysis"]["properties"]
-    return analysis["bootstrap"]["default"], analysis["ci"]["default"], schema["seed"]["default"]
-
-
 def defaults() -> dict:
     """A comparison's resamples, interval level and seed unless told otherwise: the config's
     own defaults (analysis.bootstrap, analysis.ci and seed in config/schema.yaml), which the
     compare rule passes on a default config, so the command and the rule agree."""
-    return dict(zip(("n_boot", "ci", "seed"), _schema_defaults()))
+    return {"n_boot": default("analysis.bootstrap"), "ci": default("analysis.ci"),
+            "seed": default("seed")}
 
 
 def verdict(lo: float, hi: float, higher_better: bool, detected: bool = True) -> str | None:
@@ -160,12 +153,14 @@ def serial_drift(ra: pd.DataFrame, rb: pd.DataFrame, named: list[str], busy: lis
     reps (B's median outside A's cells' range and A's outside B's), no fingerprint difference
     could explain it (one that only changes slots or parallelism does not), and neither side's
     host check saw other processes (those rows say "busy host" instead). "Not assessable"
-    when either side has fewer than 3 serial cells."""
+    when either side has fewer than MIN_SERIAL_CELLS serial cells."""
     va, vb = (r.loc[r["arm"] == SERIAL_ARM, "agg_tps"].to_numpy(float) if "agg_tps" in r
               else np.array([]) for r in (ra, rb))
     va, vb = va[np.isfinite(va)], vb[np.isfinite(vb)]
-    if min(len(va), len(vb)) < 3:
-        return {"assessable": False, "why": "fewer than 3 serial cells on a side"}
+    if min(len(va), len(vb)) < MIN_SERIAL_CELLS:
+        return {"assessable": False,
+                "why": f"fewer than {MIN_SERIAL_CELLS} serial cells on a side (MIN_SERIAL_CELLS "
+                       f"= {MIN_SERIAL_CELLS}, see docs/method.md#constants)"}
     med_a, med_b = stats.median(va), stats.median(vb)
     move = med_b / med_a - 1 if med_a else np.nan
     beyond = not (va.min() <= med_b <= va.max()) and not (vb.min() <= med_a <= vb.max())

@@ -33,7 +33,7 @@ from slotbench.analysis.capacity import MEETS, MISSES, UNDETERMINED, capacity
 from slotbench.core import stats
 from slotbench.core.cells import CELL_KEYS, arm_name, arm_order, arm_rate, cell_labels, raw_hashes
 
-SCHEMA = "slotbench.tables.openloop/1"
+SCHEMA = "slotbench.openloop/1"
 # The per-request service levels goodput counts (slo.*).
 LEVELS = ("user_tps_min", "ttft_s_max")
 # Each number of a rate arm -> the cells (ratios) column it is the median of.

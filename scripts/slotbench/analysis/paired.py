@@ -28,7 +28,9 @@ from slotbench.core.cells import SERIAL_ARM, cell_labels
 
 PAIR_KEYS = ["run", "rep"]  # a pair: one rep of every target, the same run and rep number
 TOO_FEW_PAIRS = "too few pairs to decide"
-SCHEMA = "slotbench.analysis.paired/1"
+SCHEMA = "slotbench.paired/1"
+# the sides with a serial cell a target needs for the drift line through them
+MIN_DRIFT_POINTS = 3
 
 
 def pair_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float, seed: int) -> list[dict]:
@@ -85,13 +87,14 @@ def pair_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float, seed: 
 def drift_line(cells: pd.DataFrame, target: str) -> dict:
     """The serial arm's aggregate tok/s of every side of ``target`` at the time it started,
     and the change over the run that a straight line through them gives (not assessable with
-    fewer than 3 sides)."""
+    fewer than MIN_DRIFT_POINTS sides)."""
     s = cells[(cells["target"].astype(str) == target) & (cells["arm"] == SERIAL_ARM)]
     s = s[np.isfinite(s["agg_tps"]) & np.isfinite(s["t_start_unix"])].sort_values("t_start_unix")
     points = [{"run": str(r), "pair": int(p), "t_unix": float(t), "agg_tps": float(v),
                "cell": f"{target}/{r}/rep{int(p)}/arm{SERIAL_ARM}"}
               for r, p, t, v in zip(s["run"], s["rep"], s["t_start_unix"], s["agg_tps"])]
-    out = {"points": points, "assessable": len(points) >= 3}
+    out = {"points": points, "assessable": len(points) >= MIN_DRIFT_POINTS,
+           "min_points": MIN_DRIFT_POINTS}
     if out["assessable"]:
         t = s["t_start_unix"].to_numpy(float)
         v = s["agg_tps"].to_numpy(float)

@@ -114,6 +114,13 @@ class Tables:
         return sorted(fps, key=lambda fp: str(fp.get("run")))
 
 
+def constant(**named) -> str:
+    """How a verdict names the constants of the method that decided it, e.g.
+    ``constant(SERIALISED_SHARE=0.8)``: "SERIALISED_SHARE = 0.8, see docs/method.md#constants",
+    where every such constant is listed with its value and what it decides."""
+    return ", ".join(f"{k} = {v:g}" for k, v in named.items()) + ", see docs/method.md#constants"
+
+
 def setting(settings: dict, key: str):
     """A value of the resolved config by its dotted key (e.g. "checks.rotation_threshold")."""
     value = settings

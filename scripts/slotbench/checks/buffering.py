@@ -10,7 +10,7 @@ check does not read buffered requests' windows, which no longer say when the ser
 
 from __future__ import annotations
 
-from slotbench.checks.base import Tables, Verdict, judged, not_assessable
+from slotbench.checks.base import Tables, Verdict, constant, judged, not_assessable
 from slotbench.core.cells import label_series
 from slotbench.core.fmt import count
 from slotbench.tables.delivery import BURST_CHUNKS, buffered, judged as delivery_judged
@@ -46,12 +46,20 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     return verdicts, {}
 
 
+def _rule() -> str:
+    """What decides the verdict, as its sentence says it."""
+    return (f"a request is buffered when {BURST_CHUNKS} chunks or more came in one read, and the "
+            f"check fires at {BUFFERED_SHARE:.0%} of the requests "
+            f"({constant(BURST_CHUNKS=BURST_CHUNKS, BUFFERED_SHARE=BUFFERED_SHARE)})")
+
+
 def _verdict(target: str, judged_req, held) -> Verdict:
     n, m = int(held.sum()), len(held)
     fired = n >= 1 and n >= BUFFERED_SHARE * m
     if not fired:
         summary = f"the text arrived as it was made ({count(m, 'request')} judged, {n} in bursts)"
-        return judged(TRAP, TITLE, target, False, summary, f"Buffered stream: {summary}.",
+        return judged(TRAP, TITLE, target, False, summary,
+                      f"Buffered stream: {summary}; {_rule()}.",
                       threshold=BUFFERED_SHARE,
                       evidence={"requests": m, "buffered": n})
     bursts = judged_req[held]
@@ -64,9 +72,9 @@ def _verdict(target: str, judged_req, held) -> Verdict:
                f"delivered up to {most} tokens in one read, {at_end} of them in their last read)")
     what = ("time to first token and the per-user rate timed by the client" if client_timed
             else "time to first token")
-    warning = (f"Warning: {summary[0].upper()}{summary[1:]}. The client saw the tokens in bursts, "
-               f"so its {what} measured the bursts, not the server: they are not a headline. "
-               f"{FIX}")
+    warning = (f"Warning: {summary[0].upper()}{summary[1:]}; {_rule()}. The client saw the tokens "
+               f"in bursts, so its {what} measured the bursts, not the server: they are not a "
+               f"headline. {FIX}")
     cells = sorted(set(label_series(bursts)))
     return judged(TRAP, TITLE, target, True, summary, warning.removeprefix("Warning: "),
                   effect="warn", threshold=BUFFERED_SHARE, cells=cells,

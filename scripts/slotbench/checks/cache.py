@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from slotbench.checks.base import Tables, Verdict, judged, records
+from slotbench.checks.base import Tables, Verdict, constant, judged, records
 from slotbench.core import stats
 from slotbench.core.cells import label_series
 from slotbench.core.fmt import count
@@ -84,8 +84,13 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 f"{count(k, 'request')} of {n_req} served (partly) from a prefix cache (e.g. "
                 f"{first['cell']} request {int(first['request'])}: {first['reason']})"
             )
+        sentence = f"Prefix cache: {summary}."
+        if _column(requests[requests["target"] == target], "eval_count").notna().any():
+            sentence += (f" An Ollama prompt evaluated more than {OLLAMA_CACHE_SPEEDUP:g}x faster "
+                         "per token than the target's median counts as served from the cache "
+                         f"({constant(OLLAMA_CACHE_SPEEDUP=OLLAMA_CACHE_SPEEDUP)}).")
         verdicts.append(judged(
-            TRAP, TITLE, target, len(rows), summary, f"Prefix cache: {summary}.",
+            TRAP, TITLE, target, len(rows), summary, sentence,
             evidence={"measured_requests": n_req, "rows": records(rows)},
             cells=sorted(set(rows["cell"])),
         ))

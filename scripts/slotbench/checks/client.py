@@ -9,13 +9,13 @@ Two ways the client can distort a cell without any error:
 - **Client CPU.** On a small machine the client competes with the server for the same cores; a
   client that burns a lot of CPU per streamed token slows the very generation it measures.
 
-Thresholds (defaults of :func:`verdict`, quoted in docs/report.md):
+Thresholds (config keys, quoted in docs/report.md; their defaults are the schema's):
 
-- ``lag_threshold_s = 0.010``: p95 send lag above 10 ms. At the embedded default's ~20 ms per
+- ``checks.send_lag_s`` (0.010): p95 send lag above 10 ms. At the embedded default's ~20 ms per
   token, 10 ms is half a token of idle server per late send; across a cell of four ~2–3 s
   requests it is well under 1% of wall_s, so a client that stays below it cannot explain
   effects of the size the report quotes (rotation threshold 10%, run-to-run noise ±15%).
-- ``cpu_share_threshold = 0.10``: client CPU time per streamed token above 10% of the cell's
+- ``checks.client_cpu_share`` (0.10): client CPU time per streamed token above 10% of the cell's
   median inter-token interval (gen_s / output_tokens of its requests). Below it the client is
   a small fraction of the work per token; above it, on 2 cores, it is plausibly taking CPU
   from the server. With N streams the client is busy about N times that share.
@@ -28,7 +28,7 @@ import heapq
 import numpy as np
 import pandas as pd
 
-from slotbench.checks.base import Tables, Verdict, judged, plain, setting
+from slotbench.checks.base import Tables, Verdict, constant, judged, plain, setting
 from slotbench.core import stats
 from slotbench.core.cells import CELL_KEYS, cell_label, label_key
 from slotbench.core.fmt import fmt_ms, fmt_pct
@@ -165,14 +165,16 @@ def cpu_shares(requests: pd.DataFrame, cell_cpu: pd.DataFrame) -> pd.DataFrame:
 def self_check(
     requests: pd.DataFrame,
     cell_cpu: pd.DataFrame | None = None,
-    lag_threshold_s: float = 0.010,
-    cpu_share_threshold: float = 0.10,
+    *,
+    lag_threshold_s: float,
+    cpu_share_threshold: float,
 ) -> dict:
     """Whether the client could have distorted the numbers, with the evidence and a sentence.
 
-    Fires when the p95 send lag over all requests exceeds ``lag_threshold_s`` (default 10 ms),
-    or when any cell's client CPU per streamed token exceeds ``cpu_share_threshold`` (default
-    0.10) times that cell's median inter-token interval. Without ``cell_cpu`` (or server
+    Fires when the p95 send lag over all requests exceeds ``lag_threshold_s``
+    (checks.send_lag_s), or when any cell's client CPU per streamed token exceeds
+    ``cpu_share_threshold`` (checks.client_cpu_share) times that cell's median inter-token
+    interval. Without ``cell_cpu`` (or server
     generation times) the CPU half is reported as not assessed rather than passed.
     """
     lags, lag_cells = send_lag(requests)
@@ -252,7 +254,8 @@ def _sentence(info: dict) -> str:
     if early:
         sentence += (
             f" In {len(early)} cell(s) (e.g. {early[0]}) a request went out before any slot "
-            "was free: more requests were in flight than the arm's concurrency."
+            f"was free (by more than {constant(EARLY_TOLERANCE_S=EARLY_TOLERANCE_S)}): more "
+            "requests were in flight than the arm's concurrency."
         )
     return sentence
 
@@ -267,7 +270,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     for target in tables.targets:
         req = requests[requests["target"] == target]
         cpu = tables.cells.loc[tables.cells["target"] == target, KEYS + ["client_cpu_s"]]
-        info = self_check(req, cpu, lag_s, cpu_share)
+        info = self_check(req, cpu, lag_threshold_s=lag_s, cpu_share_threshold=cpu_share)
         share = info["cpu_share"]
         with_cpu = info["cpu_assessed"] and share is not None
         cpu_text = f", CPU {fmt_pct(share, 1)} of an inter-token interval" if with_cpu else ""

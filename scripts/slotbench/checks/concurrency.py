@@ -9,7 +9,7 @@ headline, and the report says what it reached.
 
 from __future__ import annotations
 
-from slotbench.checks.base import Tables, Verdict, judged
+from slotbench.checks.base import Tables, Verdict, constant, judged
 from slotbench.core import stats
 from slotbench.core.cells import (OVERLAP_TOLERANCE_S, SERIAL_ARM, arm_name, label_series,
                              most_at_once_by_cell)
@@ -18,6 +18,9 @@ TRAP = "concurrency"
 TITLE = "Arm below its concurrency (in flight at once)"
 ORDER = 12
 TABLES = ()
+# how the verdicts name what decides "at once"
+AT_ONCE = (f"requests whose windows meet within {OVERLAP_TOLERANCE_S * 1000:g} ms count as one "
+           f"after the other: {constant(OVERLAP_TOLERANCE_S=OVERLAP_TOLERANCE_S)}")
 
 
 def reached(requests) -> list[dict]:
@@ -53,8 +56,8 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         if short:
             text = "; ".join(why.values())
             warning = (
-                f"Warning: {text}: the client could not keep the arm's requests in flight, "
-                "so its numbers describe a lower concurrency; it gets no headline."
+                f"Warning: {text} ({AT_ONCE}): the client could not keep the arm's requests in "
+                "flight, so its numbers describe a lower concurrency; it gets no headline."
             )
             verdicts.append(judged(
                 TRAP, TITLE, target, True, text, warning.removeprefix("Warning: "),
@@ -70,7 +73,8 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 if rows
                 else "no parallel arm"
             )
-            verdicts.append(judged(TRAP, TITLE, target, False, summary, f"Concurrency: {summary}.",
+            verdicts.append(judged(TRAP, TITLE, target, False, summary,
+                                   f"Concurrency: {summary} ({AT_ONCE}).",
                                    evidence={"rows": records_of(rows)}))
     return verdicts, {}
 

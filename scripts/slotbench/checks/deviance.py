@@ -37,8 +37,9 @@ def modal_tokens(cells: pd.DataFrame) -> pd.Series:
     return cells.groupby(RUN_KEYS, sort=True)["tokens_out"].agg(stats.mode).rename("modal_tokens")
 
 
-def deviance(cells: pd.DataFrame, threshold: float = 0.05) -> pd.DataFrame:
-    """Cells whose output differs from their run's mode by more than ``threshold``.
+def deviance(cells: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """Cells whose output differs from their run's mode by more than ``threshold``
+    (checks.deviance_threshold).
 
     wall_effect and tps_effect compare each deviant cell with the median of the normal cells of
     the same target, run and arm, showing how far the extra (or missing) tokens moved it.

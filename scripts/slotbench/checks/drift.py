@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from slotbench.checks.base import Tables, Verdict, judged, not_assessable, setting
+from slotbench.checks.base import Tables, Verdict, constant, judged, not_assessable, setting
 from slotbench.core import stats
 from slotbench.core.cells import SERIAL_ARM, cell_labels, label_key
 from slotbench.core.fmt import count, fmt_change, fmt_num, fmt_pct
@@ -25,6 +25,10 @@ ORDER = 80
 TABLES = ("burst",)
 CONFIG_KEY = "checks.drift_threshold"
 ARTICLE_DRIFT = -0.082
+# the serial cells, in time order, that make the burst (the first quarter) and the plateau (the
+# second half) the drift compares (docs/method.md#constants)
+BURST_FRAC = 0.25
+PLATEAU_FRAC = 0.5
 BURST_COLUMNS = [
     "target", "n_serial", "burst_tps", "plateau_tps", "change", "span_s",
     "burst_cells", "plateau_cells",
@@ -33,8 +37,8 @@ BURST_COLUMNS = [
 
 def burst_vs_plateau(
     cells: pd.DataFrame,
-    burst_frac: float = 0.25,
-    plateau_frac: float = 0.5,
+    burst_frac: float = BURST_FRAC,
+    plateau_frac: float = PLATEAU_FRAC,
     by: tuple[str, ...] = ("target",),
 ) -> pd.DataFrame:
     """Serial-arm throughput at the start versus the end, per target (runs pooled in time order).
@@ -85,7 +89,8 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         plateau = [c for c in str(r["plateau_cells"]).split(";") if c]
         evidence = {"change": change, "burst_tps": r["burst_tps"], "plateau_tps": r["plateau_tps"],
                     "n_serial": n, "span_s": r["span_s"], "burst_cells": burst,
-                    "plateau_cells": plateau, "article_change": ARTICLE_DRIFT}
+                    "plateau_cells": plateau, "article_change": ARTICLE_DRIFT,
+                    "burst_frac": BURST_FRAC, "plateau_frac": PLATEAU_FRAC}
         if pd.isna(change):
             summary = f"too few serial cells ({n}) to see a trend"
             verdicts.append(not_assessable(
@@ -97,7 +102,10 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         fired = bool(change <= -threshold)
         summary = (f"serial arm: burst {fmt_num(r['burst_tps'])} tok/s, plateau "
                    f"{fmt_num(r['plateau_tps'])} tok/s ({fmt_change(1 + change, 1)})")
-        sentence = f"Drift: {summary} over {count(n, 'serial cell')}"
+        sentence = (f"Drift: {summary} over {count(n, 'serial cell')} (burst: the first "
+                    f"{fmt_pct(BURST_FRAC)} of them in time order, plateau: the last "
+                    f"{fmt_pct(PLATEAU_FRAC)}; "
+                    f"{constant(BURST_FRAC=BURST_FRAC, PLATEAU_FRAC=PLATEAU_FRAC)})")
         sentence += (
             f"; a loss beyond {fmt_pct(threshold)} means the machine slowed during the " "run."
             if fired

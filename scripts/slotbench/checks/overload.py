@@ -24,7 +24,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from slotbench.checks.base import Tables, Verdict, judged, not_assessable, plain, setting
+from slotbench.checks.base import (Tables, Verdict, constant, judged, not_assessable, plain,
+                                   setting)
 from slotbench.core import stats
 from slotbench.core.cells import arm_name, arm_rate, cell_labels, label_key, label_series
 from slotbench.core.fmt import count, fmt_ms, signed
@@ -95,9 +96,9 @@ def arm_rows(tables: Tables, settings: dict) -> list[dict]:
     bootstrap interval, the growth over a cell, the offered and achieved rates, and whether it
     is assessable and overloaded."""
     threshold = float(setting(settings, CONFIG_KEY))
-    analysis = settings.get("analysis", {})
-    n_boot, ci = int(analysis.get("bootstrap", 2000)), float(analysis.get("ci", 0.95))
-    seed = int(settings.get("seed", 0))
+    analysis = settings["analysis"]
+    n_boot, ci = int(analysis["bootstrap"]), float(analysis["ci"])
+    seed = int(settings["seed"])
     cells = tables.cells
     trusted = set(cell_labels(cells))
     slopes = cell_slopes(tables.measured_requests)
@@ -163,23 +164,25 @@ def judge(target: str, rows: list[dict], cells: dict, threshold: float) -> Verdi
     common = {"threshold": threshold, "config_key": CONFIG_KEY}
     evidence = {"arms": {str(r["arm"]): plain(r) for r in rows}, "per": PER}
     unassessed = _unassessed(rows)
+    cited = f" ({constant(MIN_CELLS=MIN_CELLS)})" if unassessed else ""
     every = sorted((c for cs in cells.values() for c in cs), key=label_key)
     if not any(r["assessable"] for r in rows):
         return not_assessable(
             TRAP, TITLE, target, f"too few cells: {unassessed}",
-            f"Overload is not assessable: {unassessed}, so nothing shows whether the queue "
-            "stayed bounded; run more reps.",
+            f"Overload is not assessable: {unassessed}{cited}, so nothing shows whether the "
+            "queue stayed bounded; run more reps.",
             evidence=evidence, cells=every, **common,
         )
     hot = [r for r in rows if r["overloaded"]]
     tail = f"; {unassessed}" if unassessed else ""
     if not hot:
         text = _bounded(rows, threshold)
-        return judged(TRAP, TITLE, target, False, text + tail, f"No overload: {text}{tail}.",
+        return judged(TRAP, TITLE, target, False, text + tail,
+                      f"No overload: {text}{tail}{cited}.",
                       evidence=evidence, cells=every, **common)
     what = "that arm" if len(hot) == 1 else "those arms"
     sentence = (f"Overloaded: {'; '.join(_clause(r) for r in hot)}, so no TTFT percentile of "
-                f"{what} is quoted{tail}.")
+                f"{what} is quoted{tail}{cited}.")
     why = {str(r["arm"]): f"{arm_name(r['arm'])} is overloaded (waiting grew by "
                           f"{per_ten(r['slope_s'], r['slope_lo_s'], r['slope_hi_s'])}), so its "
                           "TTFT percentiles depend on how many requests a cell sends"

@@ -24,7 +24,8 @@ import math
 import pandas as pd
 
 from slotbench.analysis.analyse import position_medians
-from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records, setting
+from slotbench.checks.base import (Tables, Verdict, constant, judged, not_assessable, records,
+                                   setting)
 from slotbench.core import stats
 from slotbench.core.cells import arm_name
 from slotbench.core.fmt import fmt_pct
@@ -92,12 +93,12 @@ def judge(target: str, cells: pd.DataFrame, threshold: float, settings: dict) ->
             f"the arm; run at least {cells['arm'].nunique()} reps per run (a full rotation).",
             effect="provisional", **common | {"evidence": evidence | {"gaps": gaps}},
         )
-    analysis = settings.get("analysis", {})
-    n_boot = int(analysis.get("bootstrap", 2000))
+    analysis = settings["analysis"]
+    n_boot = int(analysis["bootstrap"])
     fit = stats.position_effect(
         cells["agg_tps"], cells["run"].astype(str) + "/" + cells["rep"].astype(str),
         cells["arm"], cells["position"], n_boot=n_boot, n_perm=n_boot,
-        ci=float(analysis.get("ci", 0.95)), seed=int(settings.get("seed", 0)),
+        ci=float(analysis["ci"]), seed=int(settings["seed"]),
     )
     effect, lo, hi, p = fit["effect"], fit["lo"], fit["hi"], fit["p_value"]
     coefs = fit["coefficients"]
@@ -118,13 +119,14 @@ def judge(target: str, cells: pd.DataFrame, threshold: float, settings: dict) ->
         evidence["reason"] = (
             f"position bias: position moved aggregate tok/s by {fmt_pct(effect, 1)} "
             f"[{fmt_pct(lo, 1)}, {fmt_pct(hi, 1)}], above the {fmt_pct(threshold)} threshold and "
-            f"more than noise alone gives (p = {p:.3f}): arm order, not concurrency, may be "
-            "driving the result; cool the machine between reps (cooldown_s) or find what else "
-            "ran"
+            f"more than noise alone gives (p = {p:.3f} < {constant(ALPHA=ALPHA)}): arm "
+            "order, not concurrency, may be driving the result; cool the machine between reps "
+            "(cooldown_s) or find what else ran"
         )
         return judged(TRAP, TITLE, target, True, summary + "; headline refused",
                       f"{moved}: above the {fmt_pct(threshold)} threshold and more than noise "
-                      f"alone gives (p = {p:.3f}). The report refuses a headline.",
+                      f"alone gives (p = {p:.3f} < {constant(ALPHA=ALPHA)}). The report "
+                      "refuses a headline.",
                       effect="refuse", verdict="position bias", **common)
     if hi < threshold:
         return judged(TRAP, TITLE, target, False, summary,
@@ -140,8 +142,9 @@ def judge(target: str, cells: pd.DataFrame, threshold: float, settings: dict) ->
     return Verdict(
         TRAP, TITLE, target, assessable=True, fired=False, verdict="inconclusive",
         summary=summary + f"; about {needed} reps would resolve it",
-        sentence=f"{moved}, {noise} (p = {p:.2f}), and its interval reaches across the "
-        f"{fmt_pct(threshold)} threshold: inconclusive; about {needed} reps would resolve it. "
+        sentence=f"{moved}, {noise} (p = {p:.2f}; {constant(ALPHA=ALPHA)}), and its "
+        f"interval reaches across the {fmt_pct(threshold)} threshold: inconclusive; about "
+        f"{needed} reps would resolve it. "
         "The headline is provisional.", effect="provisional", **common,
     )
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records
+from slotbench.checks.base import Tables, Verdict, constant, judged, not_assessable, records
 from slotbench.core import stats
 from slotbench.core.cells import (OVERLAP_TOLERANCE_S, SERIAL_ARM, arm_name, label_series,
                              most_at_once_by_cell)
@@ -131,8 +131,10 @@ def warning_text(row: dict, fps: list[dict]) -> str:
     flight = row["arm"] if pd.isna(row["in_flight_median"]) else int(row["in_flight_median"])
     text = (
         f"Warning: {name} was served one request at a time. In {int(row['serialised_cells'])} of "
-        f"{count(int(row['n_cells']), 'cell')} no two of its requests were generating at once, "
-        f"although the client had {flight} in flight"
+        f"{count(int(row['n_cells']), 'cell')} no two of its requests were generating at once "
+        f"({constant(SERIALISED_SHARE=SERIALISED_SHARE, OVERLAP_TOLERANCE_S=OVERLAP_TOLERANCE_S)}"
+        f": the share of cells that decides it, and the gap within which two windows still "
+        f"count as one after the other), although the client had {flight} in flight"
     )
     gap, wait = row["queue_gap_slope_s"], row["wait_slope_s"]
     if not pd.isna(gap):

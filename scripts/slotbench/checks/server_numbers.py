@@ -9,9 +9,10 @@ of the headline, the other checks and the figures; this check names them and why
 
 from __future__ import annotations
 
-from slotbench.checks.base import Tables, Verdict, judged, records
+from slotbench.checks.base import Tables, Verdict, constant, judged, records
 from slotbench.core.cells import label_key, label_series
 from slotbench.core.fmt import count
+from slotbench.tables import crosscheck as cc
 
 TRAP = "server_numbers"
 TITLE = "Server counts and timings (cross-checked with the client)"
@@ -20,6 +21,10 @@ TABLES = ("server_numbers",)
 ALL_CELLS = True  # judged from every request, those out of the headline too
 COLUMNS = ["target", "run", "rep", "arm", "position", "request", "output_tokens", "chunks",
            "gen_s", "suspect_reason", "cell"]
+# how every verdict of this check names the cross-check's tolerances
+TOLERANCES = (" (the cross-check's tolerances: "
+              + constant(MAX_TOKENS_PER_CHUNK=cc.MAX_TOKENS_PER_CHUNK, TIME_RATIO=cc.TIME_RATIO,
+                         TIME_SLACK_S=cc.TIME_SLACK_S, MIN_SPAN_RATIO=cc.MIN_SPAN_RATIO) + ")")
 
 
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
@@ -35,7 +40,8 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         if rows.empty:
             summary = f"every server count and timing agreed with the client ({n_req} requests)"
             verdicts.append(
-                judged(TRAP, TITLE, target, False, summary, f"Server numbers: {summary}.")
+                judged(TRAP, TITLE, target, False, summary,
+                       f"Server numbers: {summary}{TOLERANCES}.")
             )
             continue
         first = rows.iloc[0]
@@ -47,7 +53,8 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                       f"hold up against what the client saw ({example}), and no cell of "
                       f"{target} is left behind the headline")
             verdicts.append(judged(
-                TRAP, TITLE, target, True, summary, reason[0].upper() + reason[1:] + ".",
+                TRAP, TITLE, target, True, summary,
+                reason[0].upper() + reason[1:] + TOLERANCES + ".",
                 effect="refuse", evidence={"rows": records(rows), "reason": reason},
                 cells=cells,
             ))
@@ -55,7 +62,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         warning = (
             f"Warning: the server's numbers for {count(len(rows), 'request')} of {target} did not "
             f"hold up against what the client saw (e.g. {first['cell']} request "
-            f"{int(first['request'])}: {first['suspect_reason']}). Their "
+            f"{int(first['request'])}: {first['suspect_reason']}){TOLERANCES}. Their "
             f"{count(len(cells), 'cell')} ({', '.join(cells[:5])}{', …' if len(cells) > 5 else ''})"
             " are kept out of the headline, the checks and the figures."
         )

@@ -18,7 +18,8 @@ import math
 
 import pandas as pd
 
-from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records, setting
+from slotbench.checks.base import (Tables, Verdict, constant, judged, not_assessable, records,
+                                   setting)
 from slotbench.core import stats
 from slotbench.core.cells import SERIAL_ARM, arm_name
 from slotbench.core.fmt import count
@@ -62,9 +63,10 @@ def _sentence(
 
 
 def sufficiency(
-    summary: pd.DataFrame, metrics=METRICS, target_rel: float = 0.05, min_reps: int = MIN_REPS
+    summary: pd.DataFrame, metrics=METRICS, *, target_rel: float, min_reps: int = MIN_REPS
 ) -> pd.DataFrame:
-    """Per parallel arm and metric: interval half-width relative to the value, and reps needed.
+    """Per parallel arm and metric: interval half-width relative to the value (against
+    ``target_rel``, checks.precision), and reps needed.
 
     ``summary`` is :func:`slotbench.analysis.analyse.summarise` output (per target and arm: <metric>,
     <metric>_lo, <metric>_hi, n_reps). The serial arm is skipped: its ratios are 1 by
@@ -151,6 +153,9 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             }
             sentence = (f"Too few reps: {summary} if the spread stays as it is (widest: "
                         f"{evidence['widest']}).")
+            if (pd.to_numeric(misses["n_reps"], errors="coerce") < MIN_REPS).any():
+                sentence += (f" An interval from fewer than {MIN_REPS} reps never counts as "
+                             f"meeting it ({constant(MIN_REPS=MIN_REPS)}).")
         verdicts.append(judged(
             TRAP, TITLE, target, len(misses), summary, sentence, threshold=target_rel,
             config_key=CONFIG_KEY, evidence=evidence, arms=sorted({int(a) for a in misses["arm"]}),

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import pandas as pd
 
-from slotbench.checks.base import Tables, Verdict, judged, not_assessable, plain
+from slotbench.checks.base import Tables, Verdict, constant, judged, not_assessable, plain
 from slotbench.checks.overload import overloaded_arms, rate_text, seconds_text
 from slotbench.core import stats
+from slotbench.core import stats
+from slotbench.core.cells import arm_name, arm_order, cell_label, label_key
 from slotbench.core.cells import arm_name, arm_order, cell_label, label_key
 from slotbench.core.fmt import fmt_times
 
@@ -90,9 +92,9 @@ def pairs(cells: pd.DataFrame, overloaded: dict[str, set[int]]) -> pd.DataFrame:
 def per_arm(paired: pd.DataFrame, settings: dict) -> list[dict]:
     """Per closed arm: its pairs, the median ratio with a bootstrap interval over them, and the
     medians of what was paired."""
-    analysis = settings.get("analysis", {})
-    n_boot, ci = int(analysis.get("bootstrap", 2000)), float(analysis.get("ci", 0.95))
-    seed = int(settings.get("seed", 0))
+    analysis = settings["analysis"]
+    n_boot, ci = int(analysis["bootstrap"]), float(analysis["ci"])
+    seed = int(settings["seed"])
     rows = []
     for arm, grp in paired.groupby("arm", sort=True):
         ratio, lo, hi = stats.median_ci(grp["ratio"], stats.resample_indices(len(grp), n_boot,
@@ -137,9 +139,17 @@ def _suggestion(cells: pd.DataFrame, overloaded: set[int]) -> str:
                     for a, r in opened.items())
     wanted = ", ".join(f"{{rate: {rate_text(r)}}}" for r in closed.values() if r == r)
     which = "rate arm the server sustained" if overloaded else "rate arm"
-    return (f"no {which} came within ±{NEAR:.0%} of a closed-loop arm's achieved rate in the "
-            f"same rep (closed loop: {achieved}; rate arms achieved: {got}); add rate arms at "
+    return (f"no {which} came within ±{NEAR:.0%} ({constant(NEAR=NEAR)}) of a closed-loop "
+            f"arm's achieved rate in the same rep (closed loop: {achieved}; rate arms achieved: "
+            f"{got}); add rate arms at "
             f"the closed arms' achieved rates, e.g. {wanted} in `arms`")
+
+
+def _pairing() -> str:
+    """The constants that made the pairs, as a judged verdict's sentence names them."""
+    return (f" A rate cell pairs with a closed cell within ±{NEAR:.0%} of its achieved rate, "
+            f"and a closed arm needs {MIN_PAIRS} pairs for an interval "
+            f"({constant(NEAR=NEAR, MIN_PAIRS=MIN_PAIRS)}).")
 
 
 def judge(target: str, cells: pd.DataFrame, paired: pd.DataFrame, overloaded: set[int],
@@ -170,17 +180,19 @@ def judge(target: str, cells: pd.DataFrame, paired: pd.DataFrame, overloaded: se
         return not_assessable(
             TRAP, TITLE, target, "one rep paired each closed arm: no interval",
             f"Closed-loop understatement is not assessable: only one rep paired each closed "
-            f"arm with a rate arm ({text}), too few for an interval; run more reps.",
+            f"arm with a rate arm ({text}), too few for an interval "
+            f"({constant(MIN_PAIRS=MIN_PAIRS)}); run more reps.",
             **common)
     under = [r for r in rows if r["pairs"] >= MIN_PAIRS and r["ratio_lo"] > 1]
     if under:
         tail = f"understates waiting: {text}. {WHY}"
-        return judged(TRAP, TITLE, target, True, f"understated: {text}", f"Closed loop {tail}",
+        return judged(TRAP, TITLE, target, True, f"understated: {text}",
+                      f"Closed loop {tail}{_pairing()}",
                       effect="warn", evidence=evidence | {
                           "warnings": [f"Warning: the closed loop {tail}"]},
                       cells=labels)
     return judged(TRAP, TITLE, target, False, text,
-                  f"The closed loop did not understate waiting: {text}.", **common)
+                  f"The closed loop did not understate waiting: {text}.{_pairing()}", **common)
 
 
 def applies(tables: Tables, target: str) -> bool:

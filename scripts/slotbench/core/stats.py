@@ -218,10 +218,10 @@ def position_effect(
     arms,
     positions,
     *,
-    n_boot: int = 2000,
-    n_perm: int = 2000,
-    ci: float = 0.95,
-    seed: int = 0,
+    n_boot: int,
+    n_perm: int,
+    ci: float,
+    seed: int,
 ) -> dict:
     """How much position (the place in the rep's order) moves a value, reps and arms accounted.
 

@@ -252,7 +252,7 @@ def plot_capacity(ratios: pd.DataFrame, path: Path, assessed: dict | None = None
         ax.set_ylabel("tokens / s")
         ax.set_ylim(bottom=0)
         twin = ax.twinx()
-        pct = slo.get("ttft_percentile", "p95")
+        pct = slo["ttft_percentile"]
         ttft = [r["ttft"] if r["ttft"] is not None else np.nan for r in rows]
         twin.plot(x, ttft, color=colours[1], marker="^", linewidth=1, label=f"TTFT {pct}")
         if slo.get("ttft_s_max") is not None:

@@ -38,7 +38,7 @@ class Clients:
     """The client processes of one rep: ``cell(...)`` runs one cell's shares and merges them."""
 
     def __init__(self, backend: Backend, target: dict, base_url: str, timeout_s: float,
-                 processes: int = 1, cpus: list[int] | None = None):
+                 processes: int, cpus: list[int] | None = None):
         self.backend = backend
         self.processes = max(1, int(processes))
         self.children: list[subprocess.Popen] = []

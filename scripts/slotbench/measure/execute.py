@@ -159,25 +159,26 @@ def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict
 
 
 def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code: dict,
-            log=sys.stderr, thermal_sources=(), thermal_interval_s: float = 1.0,
-            host=None, client: dict | None = None) -> dict:
+            log=sys.stderr, thermal_sources=(), host=None, client: dict | None = None) -> dict:
     """Measure one rep and return its raw record (the caller writes it atomically).
 
     Background samplers record the machine's thermal state and, with a ``host`` source, what the
-    rest of the machine was doing (slotbench.measure.hostload), from before the warm-up to the end of
-    the last cell; an optional cooldown lets the machine settle before the rep starts. ``client``
+    rest of the machine was doing (slotbench.measure.hostload), every ``thermal_interval_s`` of the
+    measurement ``settings`` from before the warm-up to the end of the last cell; their
+    ``cooldown_s`` lets the machine settle before the rep starts. ``client``
     (resolved ``client`` settings: processes, cpus) says how many client processes send the
     requests; the rep plan's shares split each cell over them.
     """
     ctx = {"target": plan["target"], "run": plan["run"], "rep": rep_entry["rep"]}
     label = f"{ctx['target']} {ctx['run']} rep {ctx['rep']}"
-    cooldown_s = float(settings.get("cooldown_s", 0) or 0)
+    cooldown_s = float(settings["cooldown_s"])
     if cooldown_s > 0:
         print(f"[{label}] cooling down for {cooldown_s:g} s", file=log)
         time.sleep(cooldown_s)
     started_unix = time.time()
-    sampler = Sampler(list(thermal_sources), interval_s=thermal_interval_s, tags=ctx)
-    host_sampler = Sampler([host] if host else [], interval_s=thermal_interval_s, tags=ctx,
+    interval_s = float(settings["thermal_interval_s"])
+    sampler = Sampler(list(thermal_sources), interval_s=interval_s, tags=ctx)
+    host_sampler = Sampler([host] if host else [], interval_s=interval_s, tags=ctx,
                            kind="host")
     client = client or {}
     processes = max([len(c.get("shares") or [1]) for c in rep_entry["cells"]]

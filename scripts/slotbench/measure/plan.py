@@ -23,7 +23,7 @@ from typing import Callable
 
 from slotbench.core.cells import arm_id, is_rate_arm
 
-PLAN_SCHEMA = "slotbench.measure.plan/2"
+PLAN_SCHEMA = "slotbench.plan/2"
 CALIBRATION_PROMPTS = 30
 # candidates tried per prompt a rep needs, before giving up on finding equal lengths
 ATTEMPTS_PER_PROMPT = 20
@@ -97,11 +97,13 @@ def run_plan(
     template: str,
     nonce_digits: int,
     count_tokens: Callable[[str], int] | None = None,
-    nonces: bool = True,
-    control_arm: bool = False,
+    *,
+    nonces: bool,
+    control_arm: bool,
     paired: bool = False,
 ) -> dict:
     """What every rep of a run shares. Nothing here depends on how many reps there are.
+    ``nonces`` and ``control_arm`` are the config's prompt.nonces and control_arm.
 
     ``paired`` (design: paired): the arm order and the open loop's arrivals of rep k come from
     (seed, run, k) without the target, so the sides of a pair run their arms in one order and
@@ -163,18 +165,14 @@ def cell_requests(per_cell: int | dict, arm) -> int:
     return int(per_cell)
 
 
-# The streams one client process is given at most when client.processes is "auto": one event
-# loop ingests about 40,000 tokens/s on a core (benchmarks/RESULTS.md), 128 streams of 300 each.
-STREAMS_PER_PROCESS = 128
+def auto_processes(widest_arm: int, cpus: int, streams_per_process: int) -> int:
+    """client.processes "auto": one process per ``streams_per_process`` streams of the widest
+    arm (client.streams_per_process), never more than the client's CPUs."""
+    return max(1, min(math.ceil(widest_arm / streams_per_process), cpus))
 
 
-def auto_processes(widest_arm: int, cpus: int) -> int:
-    """client.processes "auto": enough for the widest arm, never more than the client's CPUs."""
-    return max(1, min(math.ceil(widest_arm / STREAMS_PER_PROCESS), cpus))
-
-
-def arrival_offsets(n: int, rate: float, seed: int, arrival: str = "poisson",
-                    burstiness: float = 1.0) -> list[float]:
+def arrival_offsets(n: int, rate: float, seed: int, arrival: str,
+                    burstiness: float) -> list[float]:
     """When each of an open-loop cell's ``n`` requests arrives, in seconds from its start, at
     ``rate`` requests/s: the first at 0, then gaps that are exponential (``poisson``), all
     1/rate (``constant``) or gamma-distributed with shape ``burstiness`` and the same mean
@@ -227,9 +225,11 @@ def make_rep_plan(
     plan: dict,
     rep: int,
     count_tokens: Callable[[str], int] | None = None,
-    client_processes: int = 1,
+    *,
+    client_processes: int,
 ) -> dict:
-    """Rep ``rep``'s order, warm-up and cells, from (seed, target, run, rep) alone.
+    """Rep ``rep``'s order, warm-up and cells, from (seed, target, run, rep) alone, its cells
+    shared out over ``client_processes`` (config.client_settings' processes).
 
     ``nonces=False`` gives every measured request the run's shared prompt and lets the server
     cache it: what a naive benchmark does, kept only so the cache-hit check can be shown to

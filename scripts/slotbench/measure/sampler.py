@@ -22,7 +22,7 @@ class Sampler:
     def __init__(
         self,
         sources: list,
-        interval_s: float = 1.0,
+        interval_s: float,
         origin: float | None = None,
         tags: dict | None = None,
         kind: str = "thermal",

@@ -38,7 +38,7 @@ from slotbench.core.cells import (
 from slotbench.measure.rawfiles import plain
 from slotbench.provenance import cellsets
 
-SCHEMA = "slotbench.provenance.ids/2"
+SCHEMA = "slotbench.provenance/2"
 # Ratios taken against the serial cell of the same rep (docs/method.md#within-rep-ratios): their
 # cells include it.
 WITHIN_REP = ("speedup", "efficiency", "user_ratio", "ttft_ratio", "gen_gain", "pipelining")

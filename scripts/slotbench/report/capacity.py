@@ -30,7 +30,7 @@ def levels_text(slo: dict, open_loop: bool = False) -> str:
     if slo.get("ttft_s_max") is not None:
         ceiling = f"≤ {fmt_num(slo['ttft_s_max'], 2)} s"
         parts.append(f"TTFT {ceiling} from the planned arrival" if open_loop
-                     else f"TTFT {slo.get('ttft_percentile', 'p95')} {ceiling}")
+                     else f"TTFT {slo['ttft_percentile']} {ceiling}")
     return (" and " if open_loop else " with ").join(parts)
 
 
@@ -66,14 +66,14 @@ def _why(row: dict | None, slo: dict, ci: str) -> str:
     if "user_tps" in judged:
         parts.append(f"the per-user rate is {_interval(row, 'user_tps')} tok/s")
     if "ttft" in judged:
-        parts.append(f"TTFT {slo.get('ttft_percentile', 'p95')} is {_interval(row, 'ttft', 2)} s")
+        parts.append(f"TTFT {slo['ttft_percentile']} is {_interval(row, 'ttft', 2)} s")
     return " and ".join(parts) + f" ({ci} intervals over reps)"
 
 
 def saturation_sentence(record: dict) -> str:
-    sat = record.get("saturation") or {}
-    gain = sat.get("gain", 0.05)
-    if sat.get("arm") is None:
+    sat = record["saturation"]
+    gain = sat["gain"]  # slo.saturation_gain, as the analysis judged with it
+    if sat["arm"] is None:
         return (f"Aggregate tok/s grew by more than {gain:.0%} at every step: not saturated by "
                 "the largest arm.")
     step = f"{abs(sat['step']):.1%}"
@@ -92,7 +92,7 @@ def blocks(record: dict | None, slo: dict, ctx: TargetContext) -> list:
                           "statement.)")]
     out: list = [Heading(3, "Capacity"), Paragraph(sentence, "headline"),
                  Paragraph(saturation_sentence(record))]
-    pct = slo.get("ttft_percentile", "p95")
+    pct = slo["ttft_percentile"]
     columns = ["arm", "cells", f"per-user tok/s [{ctx.ci}]", f"TTFT {pct} s [{ctx.ci}]",
                f"aggregate tok/s [{ctx.ci}]", "service levels"]
     rows = [[arm_name(r["arm"]), str(r["cells"]), _interval(r, "user_tps"), _interval(r, "ttft", 2),

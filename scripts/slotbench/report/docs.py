@@ -64,8 +64,8 @@ Every key `config/schema.yaml` accepts, with its default and what it does, gener
 schema (`.venv/bin/{COMMAND}` rewrites this file; `--check` and a test fail when
 it is out of date). `config/config.yaml` states the article's experiment; files given with
 `--configfile` are merged over it, later files winning. A target's default that depends on its
-backend is given per backend; one derived from other keys gives its rule and constants. A key
-marked — has no default: it is required where it applies, or optional (see
+backend is given per backend; one derived from other keys is `null`, with the rule and constants
+that derive it. A key marked — has no default: it is required where it applies, or optional (see
 [docs/configuration.md](../docs/configuration.md) and [docs/targets.md](../docs/targets.md)).
 `targets[].` is a key of each target, `arms[].` of a rate arm, `matrix[].` of a matrix entry.
 """
@@ -103,6 +103,8 @@ def derived_default(rule: dict) -> str:
 
 def default_cell(key: str, sub: dict, by_backend: dict[str, list[str]]) -> str:
     """A key's default as its table cell: the value, per backend, its rule, or —."""
+    if sub.get("default", "") is None and "x-default" in sub:  # null: derived by the rule
+        return f"`null`: {derived_default(sub['x-default'])}".replace("|", "\\|")
     if "default" in sub:
         default = json.dumps(sub["default"], ensure_ascii=False)
         if len(default) > 40:

@@ -13,7 +13,10 @@ from pathlib import Path
 import pandas as pd
 
 from slotbench.checks import read_verdicts
+from slotbench.core import defaults
 from slotbench.core.cells import arm_name
+from slotbench.core.cells import arm_name
+from slotbench.provenance import ids as prov
 from slotbench.provenance import ids as prov
 from slotbench.report.across import blocks as across_blocks
 from slotbench.report.blocks import Bullets, Heading, Paragraph, Sources
@@ -56,7 +59,8 @@ class ReportData:
 
     @property
     def ci(self) -> float:
-        return float(((self.config or {}).get("analysis") or {}).get("ci", 0.95))
+        """The intervals' level: the config's analysis.ci (the schema's without a config)."""
+        return float(defaults.value((self.config or {}).get("analysis"), "analysis.ci"))
 
 
 def load(inputs: dict, config: dict | None = None, md_out: str | None = None) -> ReportData:

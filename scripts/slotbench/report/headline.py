@@ -28,7 +28,7 @@ def ci_label(ci) -> str:
 UNQUOTED = {"ttft": "time to first token", "user": "the per-user rate"}
 
 
-def headline_sentence(row, ci: str = "95%", unquoted=()) -> str | None:
+def headline_sentence(row, ci: str, unquoted=()) -> str | None:
     """The article's headline: what the top arm buys the operator and costs each user; a
     number the checks left out of the headline (``unquoted``: "ttft", "user") is named, not
     quoted."""
@@ -91,7 +91,8 @@ def decomposition_sentence(row, serialised: bool = False) -> str | None:
         "pipelining (one request's prefill overlapping another's decode), not batching.",
         "neither": loses + f"Neither batching nor pipelining pays: the aggregate is {s:.2f}×.",
         "batching": f"At {w} the generation-side gain is {g:.2f}× and the aggregate gain "
-        f"{s:.2f}×: batching is the whole story.",
+        f"{s:.2f}×: batching is the whole story (pipelining within PIPELINING_TOLERANCE of 1, "
+        "see docs/method.md#constants).",
         "batching+pipelining": f"At {w} batching delivers {g:.2f}× and pipelining adds "
         f"{p:.2f}× on top, for {s:.2f}× in aggregate.",
         "batching-lost": f"At {w} batching delivers {g:.2f}×, but {(1 - p) * 100:.0f}% of it is "

@@ -41,7 +41,8 @@ def _unpaired_text(u: dict) -> str:
 
 def _drift_sentence(target: str, line: dict) -> str:
     if not line.get("assessable"):
-        return f"{target}: not assessable (fewer than 3 sides with a serial cell)"
+        return (f"{target}: not assessable (fewer than {line['min_points']} sides with a serial "
+                f"cell: MIN_DRIFT_POINTS = {line['min_points']}, see docs/method.md#constants)")
     change = f"{line['change']:+.1%}".replace("-", "−")
     return (f"{target}: {arm_name(SERIAL_ARM)} {fmt_num(line['fit_start'], 1)} → "
             f"{fmt_num(line['fit_end'], 1)} tok/s over {line['minutes']:.1f} min ({change}, a "

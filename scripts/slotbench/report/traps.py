@@ -28,7 +28,7 @@ class TargetContext:
     cells: list
     index: prov.CellIndex
     overview_id: str = ""
-    ci: str = "95%"
+    ci: str | None = None  # the intervals' level, as ci_label gives it; None where none is quoted
     fingerprints: tuple = ()
 
     def hashes_for(self, labels) -> list[str]:

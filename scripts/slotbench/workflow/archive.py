@@ -35,7 +35,7 @@ from slotbench.measure.fingerprint import pipeline_version
 from slotbench.measure.rawfiles import RawFileChanged, verify_raw_file
 from slotbench.workflow.smkstate import record_path
 
-FORMAT = "slotbench.workflow.archive/1"
+FORMAT = "slotbench.archive/1"
 MANIFEST = "MANIFEST.sha256"
 METADATA_DIR = ".snakemake/metadata"
 # What goes in, relative to the working directory (besides the files the rule names as input).

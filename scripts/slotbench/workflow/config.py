@@ -11,29 +11,32 @@ import datetime
 import math
 import os
 import string
-from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from slotbench.core import urls
 from slotbench.core.cells import arm_id, arm_order
 from slotbench.core.code import REPO
+
+# the schema's defaults, read and filled in (config.default(key) reads one)
+from slotbench.core.defaults import (  # noqa: F401
+    SCHEMA_PATH,
+    backend_defaults,
+    default,
+    derived_default,
+    fill,
+    fill_target,
+    load_schema,
+)
 from slotbench.measure.plan import auto_processes, max_reps  # the nonce holds the rep number
 from slotbench.workflow import matrix
 
 REPO_CONFIG = REPO / "config" / "config.yaml"
-SCHEMA_PATH = REPO_CONFIG.parent / "schema.yaml"
 
 
 class ConfigError(ValueError):
     """A configuration problem, phrased for the person who wrote the config."""
-
-
-def load_schema(path: Path = SCHEMA_PATH) -> dict:
-    with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
 
 
 def _strict_types() -> jsonschema.TypeChecker:
@@ -87,27 +90,6 @@ def template_problems(template: str) -> list[str]:
             "literal text, so every prompt would be the same); every request needs its own nonce"
         )
     return problems
-
-
-def _fill_defaults(instance: Any, schema: dict) -> Any:
-    """Return a copy of ``instance`` with schema defaults filled in, recursively."""
-    if instance is None and "default" in schema:
-        instance = copy.deepcopy(schema["default"])
-    if isinstance(instance, dict) and "properties" in schema:
-        out = dict(instance)
-        for key, sub in schema["properties"].items():
-            if key not in out and "default" in sub:
-                out[key] = copy.deepcopy(sub["default"])
-            if key in out:
-                out[key] = _fill_defaults(out[key], sub)
-        return out
-    if isinstance(instance, list) and isinstance(schema.get("items"), dict):
-        return [_fill_defaults(item, schema["items"]) for item in instance]
-    if isinstance(instance, dict) and "oneOf" in schema:  # e.g. an arm: a number or a mapping
-        for branch in schema["oneOf"]:
-            if branch.get("type") == "object" and "properties" in branch:
-                return _fill_defaults(instance, branch)
-    return instance
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
@@ -194,25 +176,6 @@ def _schema_problems(instance: Any, schema: dict) -> list[str]:
             if e.validator == "type" or tuple(e.absolute_path) not in mistyped]
 
 
-# Every default sits in the schema; these read the ones that depend on a target's backend or
-# are derived from other keys (see the schema's `allOf` under `targets` and its `x-default`s).
-def _target_schema(schema: dict) -> dict:
-    return schema["properties"]["targets"]["items"]
-
-
-def backend_defaults(schema: dict, backend: Any) -> dict:
-    """The schema that adds ``backend``'s defaults to a target: the ``then`` of its ``if``."""
-    for branch in _target_schema(schema).get("allOf", []):
-        if branch["if"]["properties"]["backend"].get("const") == backend:
-            return branch["then"]
-    return {}
-
-
-def derived_default(schema: dict, key: str) -> dict:
-    """The rule and constants of a managed server's default derived from other keys."""
-    return _target_schema(schema)["properties"]["server"]["properties"][key]["x-default"]
-
-
 # Keys a backend does not understand: a clear error beats a silently ignored setting.
 BACKEND_ONLY = {
     "num_ctx": {"ollama"}, "keep_alive": {"ollama"}, "ollama_env": {"ollama"},
@@ -221,28 +184,6 @@ BACKEND_ONLY = {
 SERVER_ONLY = {"threads": {"llamacpp"}, "flash_attention": {"ollama"},
                "kv_cache_type": {"ollama"}, "keep_alive": {"ollama"}}
 MANAGEABLE = {"llamacpp", "ollama"}
-
-
-def _apply_backend_defaults(target: dict, arms: list, schema: dict) -> dict:
-    """A target with its backend's defaults and, when managed, its server's: the schema's, the
-    backend's, then those derived from the arms and the server's CPUs."""
-    backend = backend_defaults(schema, target.get("backend"))
-    given = target.get("server", {})
-    out = _fill_defaults({k: v for k, v in target.items() if k != "server"}, backend)
-    if "server" in target:
-        out["server"] = given
-    if not (out.get("managed") and isinstance(given, dict)):
-        return out
-    server = _fill_defaults(given, _target_schema(schema)["properties"]["server"])
-    server = _fill_defaults(server, backend.get("properties", {}).get("server", {}))
-    if isinstance(given.get("cpus"), list) and "threads" in server and "threads" not in given:
-        server["threads"] = max(1, len(given["cpus"]))  # its share of the cores
-    server.setdefault("parallel", max((a for a in arms if isinstance(a, int)), default=1))
-    if isinstance(server["parallel"], int):
-        ctx = derived_default(schema, "ctx_size")
-        server.setdefault("ctx_size", max(ctx["at_least"], ctx["per_slot"] * server["parallel"]))
-    out["server"] = server
-    return out
 
 
 def invalid(problems: list[str]) -> str:
@@ -274,14 +215,14 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
         except ValueError as exc:  # a varied key below a base value that is not a mapping
             raise ConfigError(invalid([f"config key `matrix`: {exc}"])) from None
         expanded_from = [t.get("name") for t in config["targets"]]
-    cfg = _fill_defaults(config, schema)
+    cfg = fill(config, schema)
     if isinstance(cfg.get("runs"), list):
         # YAML reads an unquoted 2026-12-01 as a date; the run id is what the user typed.
         cfg["runs"] = [r.isoformat() if isinstance(r, datetime.date) else r for r in cfg["runs"]]
     arms = cfg["arms"] if isinstance(cfg.get("arms"), list) else []
     if isinstance(cfg.get("targets"), list):
         cfg["targets"] = [
-            _apply_backend_defaults(t, arms, schema) if isinstance(t, dict) else t
+            fill_target(t, arms, schema) if isinstance(t, dict) else t
             for t in cfg["targets"]
         ]
     problems = _schema_problems(cfg, schema)
@@ -482,7 +423,7 @@ def client_settings(cfg: dict) -> dict:
                                   if hasattr(os, "sched_getaffinity") else [0])
         widest = max([a for a in cfg["arms"] if isinstance(a, int)]
                      + [a.get("max_in_flight") or 0 for a in cfg["arms"] if isinstance(a, dict)])
-        processes = auto_processes(widest, len(cpus))
+        processes = auto_processes(widest, len(cpus), client["streams_per_process"])
     return {"processes": int(processes), "cpus": client.get("cpus")}
 
 

@@ -52,10 +52,10 @@ def rep_runtime_min(cfg: dict) -> int:
     for arm in cfg["arms"]:
         n = cell_requests(cfg["requests_per_cell"], arm)
         if isinstance(arm, dict):  # a rate arm: its arrivals' span, then its last request
-            seconds += n / arm["rate"] + cfg["num_predict"] / SLOW_TPS + cfg.get("cooldown_s", 0)
+            seconds += n / arm["rate"] + cfg["num_predict"] / SLOW_TPS + cfg["cooldown_s"]
             continue
         rounds = math.ceil(n / arm)
-        seconds += rounds * cfg["num_predict"] / SLOW_TPS + cfg.get("cooldown_s", 0)
+        seconds += rounds * cfg["num_predict"] / SLOW_TPS + cfg["cooldown_s"]
     seconds += cfg["warmup_predict"] / SLOW_TPS
     return max(1, math.ceil(seconds / 60))
 

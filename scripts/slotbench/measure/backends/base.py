@@ -14,6 +14,7 @@ from html.parser import HTMLParser
 from urllib.parse import urlsplit
 
 from slotbench.measure.backends.transport import Answer, LoopThread, StreamError, lines, make_session
+from slotbench.core.defaults import default
 
 
 _RUNNER_LOCK = threading.Lock()
@@ -103,11 +104,14 @@ class Backend:
     name = "base"
     path = "/"  # the generation endpoint, for messages
 
-    def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
+    def __init__(self, base_url: str, target: dict | None = None,
+                 timeout_s: float | None = None):
+        """``target`` is a resolved target (one made by hand gets the schema's defaults for its
+        backend's keys); ``timeout_s`` the request timeout, request_timeout_s unless given."""
         self.base_url = base_url.rstrip("/")
         self.target = target or {}
         self.model = self.target.get("model")
-        self.timeout_s = timeout_s
+        self.timeout_s = default("request_timeout_s") if timeout_s is None else timeout_s
         self.aborted = False
         self._runner: LoopThread | None = None
         self.session = make_session()  # the control plane (model facts, tokenizer, load)

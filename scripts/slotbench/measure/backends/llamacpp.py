@@ -34,10 +34,11 @@ class LlamaCppBackend(Backend):
     name = "llamacpp"
     path = "/completion"
 
-    def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
+    def __init__(self, base_url: str, target: dict | None = None,
+                 timeout_s: float | None = None):
         super().__init__(base_url, target, timeout_s)
         # pin every output to num_predict tokens (llama-server biases the EOG tokens to -inf)
-        self.ignore_eos = bool(self.target.get("ignore_eos", False))
+        self.ignore_eos = bool(self.target.get("ignore_eos"))  # unset: not sent
 
     def _get(self, path: str) -> dict | list:
         try:

@@ -48,7 +48,8 @@ class OllamaBackend(Backend):
     name = "ollama"
     path = "/api/generate"
 
-    def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
+    def __init__(self, base_url: str, target: dict | None = None,
+                 timeout_s: float | None = None):
         super().__init__(base_url, target, timeout_s)
         self.num_ctx = self.target.get("num_ctx")
         self.keep_alive = self.target.get("keep_alive")

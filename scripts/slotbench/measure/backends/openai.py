@@ -32,6 +32,7 @@ import requests.auth
 from slotbench.measure.backends.base import (Backend, BackendError, RequestRecord, error_body, error_message, error_text,
                    finite)
 from slotbench.measure.backends.transport import lines
+from slotbench.core.defaults import value
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 TIMING_FIELDS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n")
@@ -108,16 +109,17 @@ class OpenAIBackend(Backend):
     name = "openai"
     path = ENDPOINTS["completions"]
 
-    def __init__(self, base_url: str, target: dict | None = None, timeout_s: float = 300):
+    def __init__(self, base_url: str, target: dict | None = None,
+                 timeout_s: float | None = None):
         super().__init__(base_url, target, timeout_s)
         self.root = api_root(self.base_url)
-        self.endpoint = self.target.get("endpoint", "completions")
+        self.endpoint = value(self.target, "targets[].endpoint", backend="openai")
         if self.endpoint not in ENDPOINTS:
             raise BackendError(
                 f"endpoint {self.endpoint!r} is not one of {', '.join(ENDPOINTS)}"
             )
         self.path = ENDPOINTS[self.endpoint]
-        self.ignore_eos = bool(self.target.get("ignore_eos", False))
+        self.ignore_eos = bool(self.target.get("ignore_eos"))  # unset: not sent
         self.api_key_env = self.target.get("api_key_env")
         self._key = _read_key(self.api_key_env)
         self._llama_server: bool | None = None  # learnt from the first response's headers

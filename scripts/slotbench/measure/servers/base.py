@@ -87,7 +87,7 @@ class ManagedServer:
             preexec_fn=_die_with_parent,
         )
         try:
-            self._wait_healthy(self.settings.get("startup_timeout_s", 120))
+            self._wait_healthy(self.settings["startup_timeout_s"])
         except BaseException:
             self.stop()
             raise

@@ -217,7 +217,7 @@ def _start(target: dict, run: str, path: Path, owner_pid: int) -> dict:
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=err)
     try:
-        return _await_start(proc, path, log, float(target["server"].get("startup_timeout_s", 120)))
+        return _await_start(proc, path, log, float(target["server"]["startup_timeout_s"]))
     except BaseException:  # an error, or the job interrupted while the server starts
         if proc.poll() is None:
             proc.terminate()

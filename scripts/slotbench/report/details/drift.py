@@ -32,9 +32,11 @@ def render(verdict: dict, ctx) -> list:
         text = (
             f"Drift: {verdict['summary']} over {count(ev['n_serial'], 'serial cell')} spanning "
             f"{_duration(ev['span_s'])}; the article lost {fmt_pct(-ev['article_change'], 1)}. "
-            "Burst is the median of the first quarter of the serial cells in time order (runs "
-            "pooled), plateau the median of the last half. The serial arm does the same work in "
-            "every rep, so a trend in it is the machine drifting, not concurrency."
+            f"Burst is the median of the first {fmt_pct(ev['burst_frac'])} of the serial cells in "
+            f"time order (runs pooled), plateau the median of the last "
+            f"{fmt_pct(ev['plateau_frac'])} (BURST_FRAC = {ev['burst_frac']:g}, PLATEAU_FRAC = "
+            f"{ev['plateau_frac']:g}, see docs/method.md#constants). The serial arm does the same "
+            "work in every rep, so a trend in it is the machine drifting, not concurrency."
         )
         if verdict["fired"]:
             text += (
