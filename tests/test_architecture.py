@@ -264,3 +264,12 @@ def test_the_fingerprint_records_every_requirement(tmp_path):
     recorded = software(own)["packages"]
     assert list(recorded) == ["pyyaml", "requests", "no-such-dist-slotbench"]
     assert recorded["pyyaml"] == version("pyyaml") and recorded["no-such-dist-slotbench"] is None
+
+
+def test_common_smk_holds_validation_and_input_functions_only():
+    """The jobs' planning lives in the package (slotbench/workflow/jobs.py, unit-tested without
+    Snakemake); rules/common.smk validates the config and names the files rules exchange."""
+    text = (REPO / "rules/common.smk").read_text()
+    assert len(text.splitlines()) < 100
+    assert "sbjobs.Jobs(" in text
+    assert not re.search(r"^def (run|rep)_priority|^def block_of|^REPS_PER_BLOCK =", text, re.M)
