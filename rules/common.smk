@@ -152,6 +152,15 @@ def code(script):
     ]
 
 
+def html_templates():
+    """The HTML page's templates (report/html/), inputs of the rules that render a page: like
+    code(), so that a change to one re-renders the page."""
+    return [
+        local(str(p))
+        for p in sorted((Path(workflow.basedir) / "report" / "html").glob("*.html"))
+    ]
+
+
 def raw_files(wildcards=None):
     return expand(
         "results/raw/{target}/{run}/rep{rep}.json", target=TARGETS, run=RUNS, rep=REPS
