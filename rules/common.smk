@@ -33,8 +33,8 @@ def refuse(message):
     raise SystemExit(1)
 
 
-# `snakemake compare --config compare_with=PATH`: what to compare this result with. It is not
-# part of the experiment, so it never reaches the resolved config (nor reruns anything).
+# `snakemake compare --config compare_with=PATH`: what to compare with; not part of the
+# experiment, so it never reaches the resolved config (nor reruns anything).
 COMPARE_WITH = config.pop("compare_with", None)
 # and the fingerprint fields meant to differ (compare --declare), comma-separated
 COMPARE_DECLARE = [
@@ -86,7 +86,7 @@ fingerprint_files = lambda w=None: per_run("results/fingerprint/{target}/{run}.j
 plan_files = lambda w=None: per_run("results/plan/{target}/{run}.json")
 target_cfg = lambda w: sbconfig.target_by_name(CFG, w.target)
 experiment = lambda w: sbconfig.experiment(CFG, w.target)  # what every raw file records
-
+html_templates = lambda: [local(p) for p in sbcode.html_templates(workflow.basedir)]
 if _refusal := sbraw.unrecorded_refusal(raw_files()):  # before anything runs
     refuse(_refusal)
 

@@ -5,6 +5,7 @@ rule compare:
     """
     input:
         code=code("compare.py"),
+        templates=html_templates(),
         ratios="results/analysis/ratios.parquet",
         checks="results/checks",
         fingerprints=fingerprint_files,

@@ -19,6 +19,7 @@ rule report:
             else {}
         ),
         code=code("report.py"),
+        templates=html_templates(),
         summary="results/analysis/summary.csv",
         capacity="results/analysis/capacity.json",
         openloop="results/analysis/openloop.json",

@@ -131,6 +131,11 @@ def package_modules(root: Path = ROOT) -> dict[str, Path]:
     return {module_name(p, root): p for p in sorted((root / "slotbench").rglob("*.py"))}
 
 
+def html_templates(repo: str | Path = REPO) -> list[str]:
+    """The Jinja2 templates the HTML pages are rendered from (report/html/ of the checkout)."""
+    return [str(p) for p in sorted((Path(repo) / "report" / "html").glob("*.html"))]
+
+
 def discovered(init: Path) -> bool:
     """Whether a package finds its modules by looking (``DISCOVERED = True`` in its __init__):
     then importing it runs all of them, although no import names them."""

@@ -7,7 +7,7 @@ and the headline decision from the checks (results/checks/), the pictures from t
 Layout (one module per concern):
   blocks.py       the neutral document's block types
   render_md.py    Markdown (compact sources; full lists in the appendix and the HTML)
-  render_html.py  the self-contained HTML page
+  render_html.py  the self-contained HTML page, from the templates in the checkout's report/html/
   headline.py     headline sentences, batching-or-pipelining reading, per-arm table
   traps.py        the traps table and the dispatch to each trap's details
   details/        one renderer per trap that needs more than its sentence

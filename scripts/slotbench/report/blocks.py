@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from slotbench.core.fmt import count
+
 
 @dataclass(frozen=True)
 class Heading:
@@ -38,6 +40,11 @@ class Table:
     row_ids: list[str] = field(default_factory=list)  # one provenance id per row, or none
     link_column: int | None = None  # a column whose cells are provenance ids (HTML: links)
 
+    @property
+    def ids_shown(self) -> bool:
+        """Whether both renderings add a provenance column: only when every row has an id."""
+        return bool(self.row_ids) and len(self.row_ids) == len(self.rows)
+
 
 @dataclass(frozen=True)
 class Figure:
@@ -61,6 +68,12 @@ class Sources:
     prov: str = ""  # provenance id of the table or figure above
     refs: tuple = ()  # the provenance.Ref entries it stands for (table, rows, numbers)
     scope: str = ""
+
+    @property
+    def scope_text(self) -> str:
+        """Which cells, in a few words: ``scope``, or how many. Markdown always names them so;
+        the HTML page when there are too many to list."""
+        return self.scope or count(len(self.cells), "cell")
 
 
 @dataclass(frozen=True)

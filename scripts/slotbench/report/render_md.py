@@ -22,7 +22,7 @@ def _cell(text: str) -> str:
 
 def with_row_ids(table: kinds.Table) -> tuple[list[str], list[list[str]]]:
     """Columns and rows, with a provenance column when every row has an id."""
-    if not table.row_ids or len(table.row_ids) != len(table.rows):
+    if not table.ids_shown:
         return list(table.columns), [list(r) for r in table.rows]
     rows = [[*r, rid] for r, rid in zip(table.rows, table.row_ids)]
     return [*table.columns, "provenance"], rows
@@ -65,9 +65,8 @@ def _table(b: kinds.Table) -> str:
 
 
 def _sources(b: kinds.Sources) -> str:
-    scope = b.scope or count(len(b.cells), "cell")
     prov = f" — provenance id `{escape(b.prov)}`" if b.prov else ""
-    return f"<sub>Sources: {escape(scope)}, {count(len(b.hashes), 'raw file')}{prov}</sub>"
+    return f"<sub>Sources: {escape(b.scope_text)}, {count(len(b.hashes), 'raw file')}{prov}</sub>"
 
 
 def render_markdown(blocks: list, image_dir: str = "figures") -> str:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field, fields
 from html.parser import HTMLParser
 from urllib.parse import urlsplit
 
-from slotbench.measure.backends.transport import Answer, LoopThread, StreamError, lines, make_session
 from slotbench.core.defaults import default
+from slotbench.measure.backends.transport import Answer, LoopThread, StreamError, lines, make_session
 
 
 _RUNNER_LOCK = threading.Lock()

@@ -29,10 +29,10 @@ import threading
 import requests
 import requests.auth
 
+from slotbench.core.defaults import value
 from slotbench.measure.backends.base import (Backend, BackendError, RequestRecord, error_body, error_message, error_text,
                    finite)
 from slotbench.measure.backends.transport import lines
-from slotbench.core.defaults import value
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 TIMING_FIELDS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n")
