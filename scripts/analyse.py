@@ -1,6 +1,6 @@
-"""Rule analyse: within-rep ratios and the per-arm summary (logic in slotbench.analysis.analyse), the
-capacity under the service levels (slotbench.analysis.capacity) and the open loop's numbers with the
-capacity in requests/s (slotbench.analysis.openloop)."""
+"""Rule analyse: within-rep ratios and the per-arm summary (logic in slotbench.analysis.analyse),
+the capacity under the service levels (slotbench.analysis.capacity) and the open loop's numbers with
+the capacity in requests/s (slotbench.analysis.openloop)."""
 
 import pandas as pd
 

@@ -1,4 +1,5 @@
-"""Rule archive: results/archive/<name>.tar.gz with a SHA-256 manifest (slotbench.workflow.archive)."""
+"""Rule archive: results/archive/<name>.tar.gz with a SHA-256 manifest
+(slotbench.workflow.archive)."""
 
 from slotbench.core.entry import fail, progress_log
 from slotbench.workflow.archive import ArchiveError, build_archive

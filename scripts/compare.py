@@ -1,5 +1,6 @@
 """Rule compare: this result (B) against the one named by --config compare_with=PATH (A), into
-results/compare/ (the rows in slotbench.analysis.compare, the document in slotbench.report.compare)."""
+results/compare/ (the rows in slotbench.analysis.compare, the document in
+slotbench.report.compare)."""
 
 from pathlib import Path
 

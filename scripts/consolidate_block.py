@@ -5,7 +5,12 @@ Every raw file is first checked against the SHA-256 recorded when it was written
 
 from slotbench.core.entry import fail_and_withdraw, progress_log
 from slotbench.measure.rawfiles import RawFileChanged, write_ledger
-from slotbench.tables.consolidate import RawFileError, consolidate_all, verify_raw_files, write_block
+from slotbench.tables.consolidate import (
+    RawFileError,
+    consolidate_all,
+    verify_raw_files,
+    write_block,
+)
 
 
 def main(sm) -> None:

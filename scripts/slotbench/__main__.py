@@ -9,11 +9,16 @@ import sys
 from importlib import import_module
 
 COMMANDS = {
-    "explain": ("slotbench.provenance.explain", "main_explain", "print the raw request rows behind a figure or table cell"),
-    "archive-verify": ("slotbench.workflow.archive", "main_verify", "verify an archive's SHA-256 manifest"),
-    "archive-render": ("slotbench.workflow.archive", "main_render", "re-render the report from an archive, no server needed"),
-    "compare": ("slotbench.report.compare", "main_compare", "compare two results (directories or archives) arm by arm"),
-    "docs": ("slotbench.report.docs", "main_docs", "write the generated docs (config/README.md, report captions); --check"),
+    "explain": ("slotbench.provenance.explain", "main_explain",
+                "print the raw request rows behind a figure or table cell"),
+    "archive-verify": ("slotbench.workflow.archive", "main_verify",
+                       "verify an archive's SHA-256 manifest"),
+    "archive-render": ("slotbench.workflow.archive", "main_render",
+                       "re-render the report from an archive, no server needed"),
+    "compare": ("slotbench.report.compare", "main_compare",
+                "compare two results (directories or archives) arm by arm"),
+    "docs": ("slotbench.report.docs", "main_docs",
+             "write the generated docs (config/README.md, report captions); --check"),
 }
 
 

@@ -123,7 +123,8 @@ def differences(a: dict, b: dict, declared: tuple = ()) -> tuple[list[str], list
 
     keys = sorted(set(a) | set(b))
     guarded = [k for k in GUARDED if differ(k) and k not in declared]
-    named = [k for k in keys if differ(k) and k not in guarded and not k.startswith("config.target.name")
+    named = [k for k in keys if differ(k) and k not in guarded
+             and not k.startswith("config.target.name")
              and (k in declared or any(k == n or k.startswith(n + ".") for n in NAMED))]
     return guarded, named
 
@@ -184,7 +185,8 @@ def within_serial(row: dict, drift: dict) -> bool:
     return lo <= drift["change_hi"] and drift["change_lo"] <= hi
 
 
-def metric_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float, seed: int) -> list[dict]:
+def metric_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float,
+                seed: int) -> list[dict]:
     """One row per (arm, metric) that both sides' cells have: A, B, B − A [interval], B / A,
     the rank-sum p-value, whether Holm over the rows detected a change and the verdict ("too
     few reps to decide" where the test never could), with the cells of both sides."""

@@ -1,12 +1,12 @@
 """The paired design's comparison: every target against the first, pair by pair.
 
 With ``design: paired``, rep k of every target is pair k of its run, its sides measured back to
-back in an order that reverses every other pair (ABBA, :func:`slotbench.measure.plan.pair_order`). Two
-sides of a pair ran minutes apart at most, so whatever the machine did over the run (a slower
-afternoon, a warming chassis) touches both nearly alike, and linear drift cancels over two
-pairs. Per (arm, metric) row of ``compare`` this module takes the ratio B / A within each pair,
-its median with a bootstrap interval over the pairs, and the exact Wilcoxon signed-rank p-value
-of the log ratios; Holm–Bonferroni over the rows of each comparison, as ``compare`` does.
+back in an order that reverses every other pair (ABBA, :func:`slotbench.measure.plan.pair_order`).
+Two sides of a pair ran minutes apart at most, so whatever the machine did over the run (a slower
+afternoon, a warming chassis) touches both nearly alike, and linear drift cancels over two pairs.
+Per (arm, metric) row of ``compare`` this module takes the ratio B / A within each pair, its median
+with a bootstrap interval over the pairs, and the exact Wilcoxon signed-rank p-value of the log
+ratios; Holm–Bonferroni over the rows of each comparison, as ``compare`` does.
 
 The verdict is "B faster" or "B slower" where the test detects a change and the interval
 excludes 1, "no detectable change" where it could have and did not, and "too few pairs to
@@ -133,7 +133,8 @@ def analyse(ratios: pd.DataFrame, cells: pd.DataFrame, targets: list[str], plann
     ra = ratios[ratios["target"].astype(str) == baseline]
     for target in targets[1:]:
         rb = ratios[ratios["target"].astype(str) == target]
-        refusal = [f"{label}'s headline was refused" for t, label in ((baseline, "A"), (target, "B"))
+        refusal = [f"{label}'s headline was refused"
+                   for t, label in ((baseline, "A"), (target, "B"))
                    if (decision.get(t) or {}).get("status") == "refused"]
         rows = pair_rows(ra, rb, n_boot, ci, seed)
         unpaired = {(r["arm"], r["metric"]): r for r in metric_rows(ra, rb, n_boot, ci, seed)}

@@ -242,7 +242,8 @@ def _sentence(info: dict) -> str:
         )
     else:
         sentence = (
-            f"The client kept up: p95 send lag {fmt_ms(lag_p95)} (threshold {fmt_ms(lag_threshold_s)})"
+            f"The client kept up: p95 send lag {fmt_ms(lag_p95)} "
+            f"(threshold {fmt_ms(lag_threshold_s)})"
             + (
                 f", client CPU at most {info['cpu_share']:.1%} of an inter-token interval "
                 f"(threshold {cpu_share_threshold:.0%})."

@@ -3,9 +3,10 @@ marked provisional or refused.
 
 A verdict's ``effect`` says what it does to the headline: "refuse", "provisional" (a check that
 could not look, or could not decide, never passes by default), "exclude" (its arms get no
-headline; with evidence ``no_percentiles`` their latency figures are not quoted either), "warn" (its warnings go before the headline) or "none". A verdict's evidence
-``unquoted_metrics`` ("ttft", "user") names numbers that no arm may quote as a headline (e.g.
-a buffered stream's client-timed ones). The report presents the decision.
+headline; with evidence ``no_percentiles`` their latency figures are not quoted either), "warn" (its
+warnings go before the headline) or "none". A verdict's evidence ``unquoted_metrics`` ("ttft",
+"user") names numbers that no arm may quote as a headline (e.g. a buffered stream's client-timed
+ones). The report presents the decision.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Trap: other processes (or a hypervisor's steal) taking the machine during a rep
 (docs/method.md#host-contention).
 
-A benchmark shares its cores with whatever else runs. slotbench.measure.hostload samples, during every
-rep, the CPU of the target server, of the harness, and of everything else by name, plus steal
-time and the load average. A rep in which other processes, or steal, took more than the
-threshold's share of the machine on average was measured on a shared machine: it is named, with
-the processes that competed, in a warning before the headline. Where no source could sample the
-host (an unsupported system, raw files from before this check) the check is not assessable.
+A benchmark shares its cores with whatever else runs. slotbench.measure.hostload samples, during
+every rep, the CPU of the target server, of the harness, and of everything else by name, plus steal
+time and the load average. A rep in which other processes, or steal, took more than the threshold's
+share of the machine on average was measured on a shared machine: it is named, with the processes
+that competed, in a warning before the headline. Where no source could sample the host (an
+unsupported system, raw files from before this check) the check is not assessable.
 """
 
 from __future__ import annotations

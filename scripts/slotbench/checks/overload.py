@@ -2,11 +2,11 @@
 as the cell lasted.
 
 A rate arm's requests arrive on their planned schedule whether or not earlier ones are done
-(slotbench.tables.openloop). Below capacity the server's queue comes and goes, and a request's waiting
-(its TTFT counted from its planned arrival: t_first_s - t_planned_s) does not depend on when in
-the cell it arrived. Above capacity the queue grows without bound: each request waits longer
-than the one before, so the arm's TTFT percentiles grow with requests_per_cell and describe the
-cell's length, not the server.
+(slotbench.tables.openloop). Below capacity the server's queue comes and goes, and a request's
+waiting (its TTFT counted from its planned arrival: t_first_s - t_planned_s) does not depend on when
+in the cell it arrived. Above capacity the queue grows without bound: each request waits longer than
+the one before, so the arm's TTFT percentiles grow with requests_per_cell and describe the cell's
+length, not the server.
 
 Per cell, the slope of each request's waiting against its arrival order (0, 1, 2, … by planned
 arrival) in seconds per request (stats.within_group_slope over the one cell: an OLS slope); per

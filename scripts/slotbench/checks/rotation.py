@@ -72,7 +72,8 @@ def incomplete_rotation(cells: pd.DataFrame) -> list[str]:
 
 def reps_to_resolve(n_reps: int, effect: float, lo: float, hi: float, threshold: float) -> int:
     """Reps for the interval to leave the threshold, if it narrows as 1/sqrt(reps)
-    (:func:`slotbench.core.stats.reps_needed`, its half-width against the distance to the threshold)."""
+    (:func:`slotbench.core.stats.reps_needed`, its half-width against the distance to the
+    threshold)."""
     distance = abs(effect - threshold)
     if not distance:
         return MAX_REPS_QUOTED

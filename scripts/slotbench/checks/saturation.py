@@ -1,12 +1,12 @@
 """Trap: a client process that could not keep up with the streams it was reading.
 
 A cell's streams are read by one or more client processes, each one event loop on one core
-(slotbench.measure.clients). A process that is busy nearly all of the cell's wall clock, or whose loop
-runs its own 10 ms timer late, reads chunks late: every token it times arrives later than the
-server sent it, TTFT grows and the per-user rate falls, and the arm looks worse than the server
-is. Each raw cell records, per process, its CPU time over its wall clock (``busy``) and how late
-its loop ran the timer (``lag_p95_s``); consolidation keeps the busiest process and the latest
-loop of each cell (cells.parquet: client_busy, client_lag_p95_s, with their process numbers).
+(slotbench.measure.clients). A process that is busy nearly all of the cell's wall clock, or whose
+loop runs its own 10 ms timer late, reads chunks late: every token it times arrives later than the
+server sent it, TTFT grows and the per-user rate falls, and the arm looks worse than the server is.
+Each raw cell records, per process, its CPU time over its wall clock (``busy``) and how late its
+loop ran the timer (``lag_p95_s``); consolidation keeps the busiest process and the latest loop of
+each cell (cells.parquet: client_busy, client_lag_p95_s, with their process numbers).
 
 A cell is measured by a client that could not keep up when a process was busy above
 ``checks.client_busy_share`` (0.85 of a core: the loop had almost no idle time left to read the

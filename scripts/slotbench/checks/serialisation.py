@@ -7,8 +7,8 @@ the engine. The verdict rests on that overlap alone; the queue gap (Ollama's tot
 prompt_eval - eval, the time spent waiting for a slot) and the client-side wait (TTFT over the
 serial arm's median TTFT) growing with service order are reported as corroboration, as slopes in
 seconds per place and as median Spearman trends. A cell with a request whose stream was buffered
-on its way (slotbench.tables.delivery) is not read: its windows say when bursts arrived, not when the
-server generated, and would blame the server's slots for what a proxy or a socket did.
+on its way (slotbench.tables.delivery) is not read: its windows say when bursts arrived, not when
+the server generated, and would blame the server's slots for what a proxy or a socket did.
 """
 
 from __future__ import annotations
@@ -139,13 +139,13 @@ def warning_text(row: dict, fps: list[dict]) -> str:
     gap, wait = row["queue_gap_slope_s"], row["wait_slope_s"]
     if not pd.isna(gap):
         text += (
-            f"; Ollama's own queue wait grew by {fmt_num(gap, 2)} s for each place a request stood in "
-            "the order of service"
+            f"; Ollama's own queue wait grew by {fmt_num(gap, 2)} s for each place a request "
+            "stood in the order of service"
         )
     elif not pd.isna(wait):
         text += (
-            f"; time to first token grew by {fmt_num(wait, 2)} s for each place a request stood in the "
-            "order of service"
+            f"; time to first token grew by {fmt_num(wait, 2)} s for each place a request stood "
+            "in the order of service"
         )
     stated = stated_parallel(fps)
     if stated and stated[1] == 1:
@@ -173,9 +173,9 @@ def capped_note(row: dict) -> str | None:
     if row["serialised"] or pd.isna(overlap) or not 1 < overlap < row["arm"]:
         return None
     return (
-        f"At {arm_name(row['arm'])} at most {fmt_num(overlap, 1)} requests were generating at once in "
-        f"the median cell, fewer than the {row['arm']} in flight: the server seems to run fewer "
-        "slots than this arm asks for."
+        f"At {arm_name(row['arm'])} at most {fmt_num(overlap, 1)} requests were generating at "
+        f"once in the median cell, fewer than the {row['arm']} in flight: the server seems to run "
+        "fewer slots than this arm asks for."
     )
 
 

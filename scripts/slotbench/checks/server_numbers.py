@@ -1,10 +1,10 @@
 """Trap: a server's token counts or timings that disagree with what the client saw
 (docs/method.md#server-numbers-are-evidence).
 
-slotbench.tables.crosscheck flags each request whose server-reported output tokens or generation time
-cannot be right given the chunks the client received and when (an 800-token count for 8 chunks,
-a negative or NaN time, a generation longer than the whole request took). Its cell is kept out
-of the headline, the other checks and the figures; this check names them and why.
+slotbench.tables.crosscheck flags each request whose server-reported output tokens or generation
+time cannot be right given the chunks the client received and when (an 800-token count for 8 chunks,
+a negative or NaN time, a generation longer than the whole request took). Its cell is kept out of
+the headline, the other checks and the figures; this check names them and why.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             continue
         first = rows.iloc[0]
         example = f"e.g. {first['cell']} request {int(first['request'])}: {first['suspect_reason']}"
-        summary = (f"{count(len(rows), 'request')} of {n_req} disagreed with the client ({example}); "
-                   f"{count(len(cells), 'cell')} kept out of the headline")
+        summary = (f"{count(len(rows), 'request')} of {n_req} disagreed with the client "
+                   f"({example}); {count(len(cells), 'cell')} kept out of the headline")
         if target not in set(tables.cells["target"].astype(str)):  # no cell left to headline
             reason = (f"the server's numbers for {count(len(rows), 'request')} of {n_req} did not "
                       f"hold up against what the client saw ({example}), and no cell of "

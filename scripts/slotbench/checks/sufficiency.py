@@ -68,10 +68,10 @@ def sufficiency(
     """Per parallel arm and metric: interval half-width relative to the value (against
     ``target_rel``, checks.precision), and reps needed.
 
-    ``summary`` is :func:`slotbench.analysis.analyse.summarise` output (per target and arm: <metric>,
-    <metric>_lo, <metric>_hi, n_reps). The serial arm is skipped: its ratios are 1 by
-    construction. Fewer than ``min_reps`` reps never count as meeting the target (one rep gives
-    a zero-width interval; a few give an interval too narrow to trust).
+    ``summary`` is :func:`slotbench.analysis.analyse.summarise` output (per target and arm:
+    <metric>, <metric>_lo, <metric>_hi, n_reps). The serial arm is skipped: its ratios are 1 by
+    construction. Fewer than ``min_reps`` reps never count as meeting the target (one rep gives a
+    zero-width interval; a few give an interval too narrow to trust).
     """
     if target_rel <= 0:
         raise ValueError(f"target_rel must be positive, got {target_rel}")
@@ -80,8 +80,8 @@ def sufficiency(
     ]
     if missing:
         raise ValueError(
-            f"summary lacks columns {missing}; pass the output of slotbench.analysis.analyse.summarise "
-            "or choose metrics it has"
+            f"summary lacks columns {missing}; pass the output of "
+            "slotbench.analysis.analyse.summarise or choose metrics it has"
         )
     rows = []
     parallel = summary.loc[summary["arm"] != SERIAL_ARM].sort_values(["target", "arm"])

@@ -1,9 +1,9 @@
 """Trap: the machine throttling, or reporting thermal pressure, during the reps
 (docs/method.md#thermal-state-and-drift).
 
-The background sampler (slotbench.measure.thermal) recorded every source the machine exposes. A reading
-with throttled set, or a pressure other than nominal, is an event. A machine whose sources can
-report neither (a VM with only /proc/cpuinfo clocks) cannot show throttling, so there the check
+The background sampler (slotbench.measure.thermal) recorded every source the machine exposes. A
+reading with throttled set, or a pressure other than nominal, is an event. A machine whose sources
+can report neither (a VM with only /proc/cpuinfo clocks) cannot show throttling, so there the check
 is not assessable rather than passed: zero events would rule nothing out. The article's machine
 reported no pressure in 424 samples while losing 8.2%, which is why the serial arm's drift is
 checked on its own (checks.drift).

@@ -52,7 +52,8 @@ def _lazy_lines(path: Path) -> set[int]:
     lines = set()
     for node in ast.walk(ast.parse(path.read_bytes(), str(path))):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            lines |= {n.lineno for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))}
+            lines |= {n.lineno for n in ast.walk(node)
+                      if isinstance(n, (ast.Import, ast.ImportFrom))}
     return lines
 
 

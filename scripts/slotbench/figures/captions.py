@@ -1,7 +1,7 @@
 """Every figure's title and caption, written once.
 
-The report takes them from the figures' sources.json (figures/plots.py and figures/openloop.py put them
-there). The captions ``snakemake --report`` shows beside each figure, report/<figure>.rst, are
+The report takes them from the figures' sources.json (figures/plots.py and figures/openloop.py put
+them there). The captions ``snakemake --report`` shows beside each figure, report/<figure>.rst, are
 made from them by ``caption_rst`` (``.venv/bin/python -m slotbench docs`` rewrites them; its
 ``--check`` and a test fail when one is out of date).
 """

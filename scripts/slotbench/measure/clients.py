@@ -3,14 +3,14 @@
 One event loop ingests a few tens of thousands of tokens a second on one core
 (benchmarks/RESULTS.md); an accelerator serving 256 users streams more. So a cell's streams are
 split over ``client.processes`` processes (the rep plan says how: plan.split_streams), each
-running slotbench.measure.loadgen on its own loop and core. They share a start barrier, a moment on the
-system-wide monotonic clock that every process reads alike (CLOCK_MONOTONIC on Linux, and
-on macOS), and their records merge into the cell, each request naming the process that sent it.
+running slotbench.measure.loadgen on its own loop and core. They share a start barrier, a moment on
+the system-wide monotonic clock that every process reads alike (CLOCK_MONOTONIC on Linux, and on
+macOS), and their records merge into the cell, each request naming the process that sent it.
 
 With one process the load generator runs in the rep's own process, on a thread of its own (the
 rep's samplers and its main thread are not the client); with more, each is a child process
-(``python -m slotbench.measure.clients``) that reads one JSON command a line on stdin and answers one
-JSON line on stdout. A child ends when its stdin closes, so a rep that dies leaves none behind.
+(``python -m slotbench.measure.clients``) that reads one JSON command a line on stdin and answers
+one JSON line on stdout. A child ends when its stdin closes, so a rep that dies leaves none behind.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ class Clients:
             for j in range(self.processes):
                 # the package's path on the command line: a process left behind is traceable
                 child = subprocess.Popen(
-                    [sys.executable, "-m", "slotbench.measure.clients", package], stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE, env=env, text=True, bufsize=1,
+                    [sys.executable, "-m", "slotbench.measure.clients", package],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1,
                     preexec_fn=_child_setup(cpus, j),
                 )
                 child.stdin.write(spec + "\n")

@@ -1,8 +1,8 @@
 """Run one rep: warm up, then every arm in the rep's planned order, and record every request.
 
 An arm of concurrency N sends the cell's requests with at most N in flight: N streams (on one
-event loop, or shared out over client processes as the rep plan says: slotbench.measure.clients), each
-sending its next request as soon as its previous one is done, so every arm does the same work.
+event loop, or shared out over client processes as the rep plan says: slotbench.measure.clients),
+each sending its next request as soon as its previous one is done, so every arm does the same work.
 """
 
 from __future__ import annotations

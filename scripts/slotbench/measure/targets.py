@@ -54,7 +54,8 @@ def _sigterm_as_exit(signum, frame):  # so that `finally` stops the server on SI
 def connect(target: dict, log_path: str | Path, timeout_s: float,
             run: str | None = None) -> Iterator[Connection]:
     """The target's backend, and its managed server if it has one: the run's server
-    (slotbench.measure.servers.supervisor) when a job of Snakemake names its ``run``, else one of its own."""
+    (slotbench.measure.servers.supervisor) when a job of Snakemake names its ``run``, else one of
+    its own."""
     previous = signal.signal(signal.SIGTERM, _sigterm_as_exit)
     cpus = (target.get("server") or {}).get("cpus") if target["managed"] else None
     if cpus:  # this process and the server it starts run on the target's CPUs alone

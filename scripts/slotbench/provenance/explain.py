@@ -55,7 +55,8 @@ def verify_raw(entry: dict, results: Path) -> list[dict]:
 
 def resolved(record: dict, entry: dict) -> dict:
     """An entry with its cells and raw files listed one by one: resolved from the sets it
-    cites (slotbench.provenance.cellsets), or as an older record (slotbench.provenance/1) listed them."""
+    cites (slotbench.provenance.cellsets), or as an older record (slotbench.provenance/1) listed
+    them."""
     if any("set" in group for group in entry.get("cells", [])):
         return {**entry, "cells": cellsets.entry_cells(record, entry),
                 "raw_files": cellsets.entry_raw_files(record, entry)}

@@ -10,8 +10,8 @@ same inputs give the same bytes), and ``python -m slotbench explain ID`` prints 
 rows behind one entry, checking each raw file against its recorded SHA-256 (no server needed).
 An entry cites its cells by set, once per role ("all cells of pacer, arm 256", the serial cells
 of the same reps), each set named once in the record by rule or, failing one, by id
-(slotbench.provenance.cellsets), so the record and the report stay small whatever the number of cells,
-and every id still resolves to its cells and their raw files' SHA-256s.
+(slotbench.provenance.cellsets), so the record and the report stay small whatever the number of
+cells, and every id still resolves to its cells and their raw files' SHA-256s.
 
 Ids are short paths a person can type: ``headline/<target>/arm<N>/<metric>``,
 ``positions/<target>/arm<N>``, ``openloop/<target>/arm-<rate × 1000>`` (a rate arm's row),
@@ -316,7 +316,8 @@ def listing(ref: Ref, index: CellIndex) -> tuple[list[dict], list[dict]]:
                       "role": role, "raw_sha256": info.get("raw_sha256")})
         if info.get("raw_file") is not None or info.get("raw_sha256") is not None:
             raw.add((info.get("raw_file"), info.get("raw_sha256")))
-    raw_files = [{"path": p, "sha256": s} for p, s in sorted(raw, key=lambda ps: tuple(map(str, ps)))]
+    raw_files = [{"path": p, "sha256": s}
+                 for p, s in sorted(raw, key=lambda ps: tuple(map(str, ps)))]
     return cells, raw_files
 
 

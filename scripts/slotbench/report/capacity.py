@@ -97,8 +97,8 @@ def blocks(record: dict | None, slo: dict, ctx: TargetContext) -> list:
                f"aggregate tok/s [{ctx.ci}]", "service levels"]
     rows = [[arm_name(r["arm"]), str(r["cells"]), _interval(r, "user_tps"), _interval(r, "ttft", 2),
              _interval(r, "agg_tps"),
-             ", ".join(f"{LEVEL_NAMES[k]} {v}" for k, v in sorted(r["judged"].items(),
-                                                                    key=lambda kv: kv[0] != "user_tps"))
+             ", ".join(f"{LEVEL_NAMES[k]} {v}"
+                       for k, v in sorted(r["judged"].items(), key=lambda kv: kv[0] != "user_tps"))
              or DASH] for r in record["arms"]]
     table_id = prov.capacity_id(ctx.target)
     out.append(Table(f"Capacity curve of {ctx.target}", columns, rows,

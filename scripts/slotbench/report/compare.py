@@ -70,8 +70,8 @@ def _drift_notes(rec: dict, ci: str) -> list:
         out.append(Paragraph(
             f"Confounded with time: {names}. Each changed by no more than the serial arm's "
             f"own rate may have moved from A to B ({fmt_signed_pct(drift['change_lo'])} to "
-            f"{fmt_signed_pct(drift['change_hi'])}, its {ci} interval), and no fingerprint difference "
-            "explains a move, so the machine alone could give the change. The ratios, "
+            f"{fmt_signed_pct(drift['change_hi'])}, its {ci} interval), and no fingerprint "
+            "difference explains a move, so the machine alone could give the change. The ratios, "
             "taken within each rep, compare. To compare absolute rates, measure A and B in "
             "one run, interleaved.", "note"))
     return out
@@ -116,7 +116,8 @@ def document(result: dict, figure: str | None = None) -> list:
             blocks.append(Bullets([f"{k}: A {shown(a)}; B {shown(b)}"
                                    for k, (a, b) in rec["differences"].items()]))
         else:
-            blocks.append(Paragraph("The fingerprints do not differ in any field compared.", "note"))
+            blocks.append(Paragraph("The fingerprints do not differ in any field compared.",
+                                    "note"))
         rows = [[arm_name(r["arm"]), r["label"], _num(r["a"], r["metric"]),
                  _num(r["b"], r["metric"]),
                  f"{_num(r['diff'], r['metric'])} [{_num(r['diff_lo'], r['metric'])}, "
@@ -155,7 +156,8 @@ def main_compare(argv: list[str]) -> int:
     parser.add_argument("b", help="results directory or archive (.tar.gz): the change")
     parser.add_argument("--out", default="results/compare", help="where to write (results/compare)")
     parser.add_argument("--declare", action="append", default=[], metavar="FIELD",
-                        help=f"a fingerprint field that is meant to differ; one of {', '.join(GUARDED)}")
+                        help="a fingerprint field that is meant to differ; "
+                             f"one of {', '.join(GUARDED)}")
     d = defaults()
     parser.add_argument("--bootstrap", type=int, default=d["n_boot"],
                         help=f"bootstrap resamples ({d['n_boot']}, as analysis.bootstrap)")

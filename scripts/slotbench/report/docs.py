@@ -185,8 +185,10 @@ def main_docs(argv: list[str], root: Path = REPO, registry: dict | None = None) 
         prog=COMMAND,
         description=(
             "Write the generated documentation and print what changed: config/README.md from\n"
-            "config/schema.yaml, the figures' report/<figure>.rst from slotbench/figures/captions.py,\n"
-            "and each generated section of a hand-written page (slotbench/report/docs.py lists them).\n"
+            "config/schema.yaml, the figures' report/<figure>.rst from "
+            "slotbench/figures/captions.py,\n"
+            "and each generated section of a hand-written page "
+            "(slotbench/report/docs.py lists them).\n"
             "With --check, change nothing: exit 1 naming each file that is out of date (with\n"
             "its diff), 0 when all are current."
         ),

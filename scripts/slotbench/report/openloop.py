@@ -1,6 +1,7 @@
 """The open loop's section: per target with rate arms, their numbers, the capacity in requests/s
-and the open loop's figures, presented from results/analysis/openloop.json (slotbench.analysis.openloop),
-the figures' sources and the overload check's verdict. A run without rate arms has no section.
+and the open loop's figures, presented from results/analysis/openloop.json
+(slotbench.analysis.openloop), the figures' sources and the overload check's verdict. A run without
+rate arms has no section.
 
 An arm the overload check marked (its queue grew all cell long) has no TTFT percentile quoted:
 the table says "overloaded" where they would stand, since they measure how long the cell ran.
@@ -9,7 +10,12 @@ the table says "overloaded" where they would stand, since they measure how long 
 from __future__ import annotations
 
 from slotbench.analysis.capacity import MISSES
-from slotbench.analysis.openloop import NO_GOODPUT_LEVEL, NO_SERVICE_LEVEL, has_rate_arms, overloaded
+from slotbench.analysis.openloop import (
+    NO_GOODPUT_LEVEL,
+    NO_SERVICE_LEVEL,
+    has_rate_arms,
+    overloaded,
+)
 from slotbench.core.fmt import DASH, fmt_change, fmt_num, fmt_pct, fmt_times, missing
 from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Heading, Paragraph, Table

@@ -1,6 +1,6 @@
 """The report's "Paired comparison" section (design: paired): every target against the first,
-pair by pair, from results/analysis/paired.json (slotbench.analysis.paired), with the unpaired verdict
-of the same cells beside each row, the drift line, and the figure."""
+pair by pair, from results/analysis/paired.json (slotbench.analysis.paired), with the unpaired
+verdict of the same cells beside each row, the drift line, and the figure."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from slotbench.report.blocks import Figure, Heading, Paragraph, Table
 from slotbench.report.traps import TargetContext
 
 PAIRED_ID = "paired"
-# as slotbench.analysis.paired and slotbench.analysis.compare say them (which import the report package, so they
-# are not imported here)
+# as slotbench.analysis.paired and slotbench.analysis.compare name them in the rows this section
+# reads: copies, not imports (tests/test_paired.py holds each equal to the analysis's own)
 TOO_FEW_PAIRS = "too few pairs to decide"
 TOO_FEW = "too few reps to decide"
 ABSOLUTE = ("agg_tps", "user_tps")

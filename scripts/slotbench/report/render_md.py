@@ -83,7 +83,8 @@ def render_markdown(blocks: list, image_dir: str = "figures") -> str:
         elif isinstance(b, kinds.Figure):
             link = f"{image_dir.rstrip('/')}/{b.file}" if image_dir else b.file
             img = (
-                f"![{escape(b.fig_id)}]({link})" if b.path is not None else "_(figure file missing)_"
+                f"![{escape(b.fig_id)}]({link})" if b.path is not None
+                else "_(figure file missing)_"
             )
             out.append(f"### {escape(b.title)}\n\n{img}\n\n_{escape(first_sentence(b.caption))}_")
         elif isinstance(b, kinds.Sources):

@@ -18,7 +18,13 @@ import pyarrow.parquet as pq
 
 from slotbench.core.cells import OVERLAP_TOLERANCE_S, REP_KEYS, mean_at_once, most_at_once
 from slotbench.core.stats import cell_median, cell_quantile
-from slotbench.measure.rawfiles import RAW_SCHEMA, RawFileChanged, read_json, sha256_file, verify_raw_file
+from slotbench.measure.rawfiles import (
+    RAW_SCHEMA,
+    RawFileChanged,
+    read_json,
+    sha256_file,
+    verify_raw_file,
+)
 from slotbench.tables.crosscheck import crosscheck, exclusions
 from slotbench.tables.delivery import generation_window
 from slotbench.tables.openloop import open_metrics

@@ -55,7 +55,8 @@ def crosscheck(req: dict, num_predict: int | None = None) -> str | None:
             f"the server reported {tokens:g} output tokens, more than the {num_predict} asked for"
         )
     if chunks > tokens + 1:
-        return f"the client received {chunks} chunks of text, but the server reported {tokens:g} tokens"
+        return (f"the client received {chunks} chunks of text, but the server reported "
+                f"{tokens:g} tokens")
     if tokens > max(1, chunks) * MAX_TOKENS_PER_CHUNK + 1:
         return (f"the server reported {tokens:g} tokens, but the client received only {chunks} "
                 "chunks of text")
@@ -89,8 +90,8 @@ SERIAL_EXCLUDED = ("its rep's serial cell (the denominator of every ratio of the
 def exclusions(cells: pd.DataFrame) -> pd.Series:
     """Why each cell is kept out of the headline, or None: a cell with a request whose server
     numbers failed the cross-check with the client (:func:`crosscheck`), and every cell of a rep
-    whose serial cell (the ratios' denominator) did. The one rule behind consolidate.headline_cells and
-    cells.parquet's ``excluded`` column."""
+    whose serial cell (the ratios' denominator) did. The one rule behind consolidate.headline_cells
+    and cells.parquet's ``excluded`` column."""
     if "suspect_requests" not in cells or cells.empty:
         return pd.Series([None] * len(cells), index=cells.index, dtype=object)
     bad = cells["suspect_requests"].fillna(0) > 0

@@ -14,7 +14,13 @@ from html.parser import HTMLParser
 from urllib.parse import urlsplit
 
 from slotbench.core.defaults import default
-from slotbench.measure.backends.transport import Answer, LoopThread, StreamError, lines, make_session
+from slotbench.measure.backends.transport import (
+    Answer,
+    LoopThread,
+    StreamError,
+    lines,
+    make_session,
+)
 
 
 _RUNNER_LOCK = threading.Lock()

@@ -12,8 +12,16 @@ import json
 
 import requests
 
-from slotbench.measure.backends.base import (Backend, BackendError, RequestRecord, body_line, error_body, error_message,
-                   error_text, finite)
+from slotbench.measure.backends.base import (
+    Backend,
+    BackendError,
+    RequestRecord,
+    body_line,
+    error_body,
+    error_message,
+    error_text,
+    finite,
+)
 from slotbench.measure.backends.transport import lines
 
 # stop_type → the done_reason vocabulary shared with Ollama and OpenAI ("stop" or "length").

@@ -18,7 +18,15 @@ from urllib.parse import urlsplit
 
 import requests
 
-from slotbench.measure.backends.base import Backend, BackendError, RequestRecord, body_line, error_body, error_text, finite
+from slotbench.measure.backends.base import (
+    Backend,
+    BackendError,
+    RequestRecord,
+    body_line,
+    error_body,
+    error_text,
+    finite,
+)
 from slotbench.measure.backends.transport import lines
 
 # final-chunk field → name in RequestRecord.server (durations keep Ollama's nanoseconds)
@@ -266,7 +274,8 @@ class OllamaBackend(Backend):
 
     def _ollama_env(self) -> dict:
         if self.target.get("managed") and "server" in self.target:
-            from slotbench.measure.servers.ollama import managed_env  # the same function that started it
+            # the same function that started it
+            from slotbench.measure.servers.ollama import managed_env
 
             return managed_env(self.target["server"], urlsplit(self.base_url).netloc)
         return dict(self.target.get("ollama_env") or {})

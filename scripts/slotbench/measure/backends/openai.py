@@ -30,8 +30,15 @@ import requests
 import requests.auth
 
 from slotbench.core.defaults import value
-from slotbench.measure.backends.base import (Backend, BackendError, RequestRecord, error_body, error_message, error_text,
-                   finite)
+from slotbench.measure.backends.base import (
+    Backend,
+    BackendError,
+    RequestRecord,
+    error_body,
+    error_message,
+    error_text,
+    finite,
+)
 from slotbench.measure.backends.transport import lines
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
@@ -362,7 +369,8 @@ class OpenAIBackend(Backend):
         # is exactly that rate.
         rec.timing_source = "client"
         n, t_first, t_last = rec.output_tokens, rec.t_first, state["t_last"]
-        if n is not None and n > 1 and t_first is not None and t_last is not None and t_last > t_first:
+        if (n is not None and n > 1 and t_first is not None and t_last is not None
+                and t_last > t_first):
             rec.gen_s = (t_last - t_first) * n / (n - 1)
         else:
             rec.gen_s = None  # one token (or one chunk) has no measurable generation rate

@@ -7,9 +7,10 @@ state and command line (and its PID and start time), and is still the unit of re
 
 How the server lives and dies:
 
-- The first measuring job of a run starts a supervisor (``python -m slotbench.measure.servers.supervisor``),
-  which starts the server as its own child (the server dies with it: PR_SET_PDEATHSIG) and
-  writes the run's state file once the server answers its health check.
+- The first measuring job of a run starts a supervisor
+  (``python -m slotbench.measure.servers.supervisor``), which starts the server as its own child
+  (the server dies with it: PR_SET_PDEATHSIG) and writes the run's state file once the server
+  answers its health check.
 - A job holds the run's lock while it measures, so no two jobs ever use the server at once. It
   reuses the server only if the supervisor and the server are alive, the server answers, and
   both belong to the Snakemake that runs this job (the Snakefile exports its PID as
@@ -198,7 +199,8 @@ def _copy_log(server: RunServer, offset: int, job_log: Path) -> None:
         job_log.parent.mkdir(parents=True, exist_ok=True)
         how = "reused" if server.reused else "started"
         head = (f"# {how} the run's server: PID {server.pid}, started "
-                f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(server.state['started_unix']))}"
+                f"""{time.strftime('%Y-%m-%d %H:%M:%S',
+                                   time.localtime(server.state['started_unix']))}"""
                 f", jobs before this one {server.state['served']}; its whole log is "
                 f"{server.log_path}\n# its lines while this job ran:\n")
         job_log.write_bytes(head.encode() + lines)
@@ -213,7 +215,8 @@ def _start(target: dict, run: str, path: Path, owner_pid: int) -> dict:
             "cpus": (target["server"] or {}).get("cpus"), "target": target["name"], "run": run}
     path.unlink(missing_ok=True)
     with open(log, "ab") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "slotbench.measure.servers.supervisor", json.dumps(spec)],
+        proc = subprocess.Popen([sys.executable, "-m", "slotbench.measure.servers.supervisor",
+                                 json.dumps(spec)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=err)
     try:

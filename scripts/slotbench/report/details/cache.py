@@ -33,8 +33,9 @@ def render(verdict: dict, ctx) -> list:
     columns = ["cell", "position", "request", "prompt tokens", "evaluated", "evidence"]
 
     def make_row(r):
-        return [r["cell"], fmt_int(r["position"]), fmt_int(r["request"]), fmt_int(r["prompt_tokens"]),
-                fmt_int(r.get("evaluated")), str(r.get("reason") or "")]
+        return [r["cell"], fmt_int(r["position"]), fmt_int(r["request"]),
+                fmt_int(r["prompt_tokens"]), fmt_int(r.get("evaluated")),
+                str(r.get("reason") or "")]
 
     def metric(r):
         return {"name": "evaluated", "value": r.get("evaluated"),

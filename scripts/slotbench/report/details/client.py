@@ -23,7 +23,8 @@ def render(verdict: dict, ctx) -> list:
         else "not assessed (no per-cell CPU times or no server generation times)"
     )
     table_rows = [
-        ["send lag p95 (max)", f"{fmt_ms(info.get('lag_p95_s'))} (max {fmt_ms(info.get('lag_max_s'))})",
+        ["send lag p95 (max)",
+         f"{fmt_ms(info.get('lag_p95_s'))} (max {fmt_ms(info.get('lag_max_s'))})",
          fmt_ms(info.get("lag_threshold_s")), "yes" if info.get("lag_fired") else "no",
          ", ".join(over_lag) or "none"],
         ["client CPU per streamed token", cpu_measured,

@@ -53,8 +53,9 @@ def render(verdict: dict, ctx) -> list:
 
     def make_row(r):
         diff = r["prompt_tokens"] - r["modal_prompt_tokens"]
-        return [r["cell"], fmt_int(r["position"]), fmt_int(r["request"]), fmt_int(r["prompt_tokens"]),
-                fmt_int(r["modal_prompt_tokens"]), signed(f"{int(diff):+d}")]
+        return [r["cell"], fmt_int(r["position"]), fmt_int(r["request"]),
+                fmt_int(r["prompt_tokens"]), fmt_int(r["modal_prompt_tokens"]),
+                signed(f"{int(diff):+d}")]
 
     def metric(r):
         return {"name": "prompt_tokens", "value": r["prompt_tokens"],
