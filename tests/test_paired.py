@@ -216,9 +216,3 @@ def test_the_report_section_shows_the_verdicts_the_drift_and_traces_every_cell(t
     assert len(table.rows) == 9
     sources = next(b for b in blocks if isinstance(b, Sources))
     assert len(sources.cells) == 2 * 2 * 10  # both targets, both arms, every pair
-
-
-def test_the_report_says_the_verdicts_as_the_analysis_and_compare_name_them():
-    assert report_paired.TOO_FEW_PAIRS == paired.TOO_FEW_PAIRS
-    assert report_paired.TOO_FEW == compare.TOO_FEW
-    assert report_paired.ABSOLUTE == compare.ABSOLUTE

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from slotbench.analysis.compare import ABSOLUTE, TOO_FEW
+from slotbench.analysis.paired import TOO_FEW_PAIRS
 from slotbench.core.cells import SERIAL_ARM, arm_name
 from slotbench.core.fmt import DASH, fmt_num, missing
 from slotbench.provenance import ids as prov
@@ -13,11 +15,6 @@ from slotbench.report.blocks import Figure, Heading, Paragraph, Table
 from slotbench.report.traps import TargetContext
 
 PAIRED_ID = "paired"
-# as slotbench.analysis.paired and slotbench.analysis.compare name them in the rows this section
-# reads: copies, not imports (tests/test_paired.py holds each equal to the analysis's own)
-TOO_FEW_PAIRS = "too few pairs to decide"
-TOO_FEW = "too few reps to decide"
-ABSOLUTE = ("agg_tps", "user_tps")
 
 
 def _num(x, metric: str) -> str:
