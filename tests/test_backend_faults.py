@@ -1,6 +1,6 @@
-"""The llama.cpp client against a server that misbehaves (tests/fault_server.py): a deadline for
-the whole request, streams ended at once when a rep stops, and every fault a BackendError that
-says what the server did."""
+"""The llama.cpp client against a server that misbehaves (tests/doubles/fault_server.py): a
+deadline for the whole request, streams ended at once when a rep stops, and every fault a
+BackendError that says what the server did."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from fault_server import FaultServer
+from doubles.fault_server import FaultServer
 from slotbench.backends import BackendError
 from slotbench.backends.llamacpp import LlamaCppBackend
 

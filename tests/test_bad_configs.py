@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from e2e_helpers import REPO, copy_repo
-from fault_server import FaultServer
+from doubles.fault_server import FaultServer
 
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"  # Snakemake's own entry point
 NAN, INF = float("nan"), float("inf")

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from e2e_helpers import REPO, copy_repo
-from fault_server import FaultServer
+from doubles.fault_server import FaultServer
 
 CONFIG = """\
 targets:

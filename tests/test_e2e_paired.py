@@ -1,9 +1,9 @@
 """The paired design end to end, on scripted servers whose speed drifts on purpose.
 
-Three scripted llama-servers (tests/fault_server.py) share one clock and slow down together by
-one percent every second, a machine drifting by about a fifth over the run: ``a`` and
-``same`` generate alike, ``slow`` takes 10% longer per token. The real pipeline measures them
-as a paired design (10 pairs, ABBA) and the test reads what it concluded:
+Three scripted llama-servers (tests/doubles/fault_server.py) share one clock and slow down
+together by one percent every second, a machine drifting by about a fifth over the run: ``a``
+and ``same`` generate alike, ``slow`` takes 10% longer per token. The real pipeline measures
+them as a paired design (10 pairs, ABBA) and the test reads what it concluded:
 
 - paired, ``same`` against ``a`` is "no detectable change" on every row;
 - paired, the 10% slower server is "B slower" on every absolute rate, and its within-rep ratios
@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from e2e_helpers import copy_repo, jobs_run
-from fault_server import FaultServer
+from doubles.fault_server import FaultServer
 from slotbench import compare
 from slotbench.plan import pair_order
 

@@ -1,5 +1,6 @@
 """Fault injection on the real pipeline: a scripted llama-server that misbehaves on purpose
-(tests/fault_server.py), interrupts, a full disk, and raw files that were deleted or changed.
+(tests/doubles/fault_server.py), interrupts, a full disk, and raw files that were deleted or
+changed.
 
 Every case runs the workflow (Snakefile, rules, scripts, consolidation, checks, report) in a
 throw-away copy of the repository against the scripted server, and asserts what the user sees
@@ -26,7 +27,7 @@ import pandas as pd
 import pytest
 
 from e2e_helpers import copy_repo, fill, jobs_run, small_filesystem, wait_for_no_processes
-from fault_server import ERROR_PAGE, ERROR_PAGE_TITLE, FaultServer
+from doubles.fault_server import ERROR_PAGE, ERROR_PAGE_TITLE, FaultServer
 
 NUM_PREDICT = 8
 CONFIG = """\

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import time
 
 import pytest
@@ -17,8 +16,7 @@ from slotbench.backends import make_backend
 from slotbench.loadgen import run_cell
 from slotbench.plan import arrival_offsets
 
-sys.path.insert(0, str(REPO / "benchmarks"))
-from pacer import start_subprocess  # noqa: E402
+from doubles.pacer import start_subprocess
 
 
 def gaps(offsets):

@@ -58,8 +58,7 @@ from slotbench.hostload import LinuxHostLoad
 from slotbench.loadgen import run_cell
 from slotbench.plan import arrival_offsets, make_rep_plan, run_plan
 
-sys.path.insert(0, str(REPO / "benchmarks"))
-from pacer import start_subprocess  # noqa: E402
+from doubles.pacer import start_subprocess
 
 FORMATS = {  # name -> target fields (benchmarks/fidelity.py's)
     "llamacpp": {"backend": "llamacpp"},

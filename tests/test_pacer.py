@@ -1,6 +1,6 @@
-"""benchmarks/pacer.py speaks every backend's wire format and its truth log is the truth.
+"""tests/doubles/pacer.py speaks every backend's wire format and its truth log is the truth.
 
-Fast (a few seconds). The server is benchmarks/pacer.c (compiled on first use by pacer.py);
+Fast (a few seconds). The server is tests/doubles/pacer.c (compiled on first use by pacer.py);
 the backends are slotbench's own, so this also checks the streaming client against a known
 schedule. The byte-level tests below pin the wire formats the earlier Python pacer produced.
 """
@@ -11,15 +11,13 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from pacer import PacerConfig, PacerThread, build  # noqa: E402
+from doubles.pacer import PacerConfig, PacerThread, build
 
 from slotbench.backends import make_backend  # noqa: E402
 

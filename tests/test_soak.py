@@ -16,7 +16,7 @@ import sys
 import pandas as pd
 
 from e2e_helpers import copy_repo, wait_for_no_processes
-from fault_server import FaultServer
+from doubles.fault_server import FaultServer
 
 ARM, REPS, TOKENS = 256, 2, 8
 CONFIG = f"""\
