@@ -28,6 +28,7 @@ import pytest
 
 from e2e_helpers import copy_repo, fill, jobs_run, small_filesystem, wait_for_no_processes
 from doubles.fault_server import ERROR_PAGE, ERROR_PAGE_TITLE, FaultServer
+from doubles.wait import wait_for
 
 NUM_PREDICT = 8
 CONFIG = """\
@@ -350,11 +351,11 @@ def start_slow_run(case: Case) -> subprocess.Popen:
     proc = subprocess.Popen(command(), cwd=case.work, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=ENV,
                             start_new_session=True)
-    deadline = time.monotonic() + 120
-    while measured(case.server) < 2:
+    def streaming() -> bool:
         assert proc.poll() is None, proc.stdout.read()
-        assert time.monotonic() < deadline, "rep 2 never started"
-        time.sleep(0.05)
+        return measured(case.server) >= 2
+
+    wait_for(streaming, 120, "rep 2's measured requests to stream")
     return proc
 
 

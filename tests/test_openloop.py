@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from e2e_helpers import REPO
 from slotbench.backends import make_backend
 from slotbench.loadgen import run_cell
 from slotbench.plan import arrival_offsets

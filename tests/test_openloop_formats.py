@@ -59,6 +59,7 @@ from slotbench.loadgen import run_cell
 from slotbench.plan import arrival_offsets, make_rep_plan, run_plan
 
 from doubles.pacer import start_subprocess
+from doubles.wait import wait_for
 
 FORMATS = {  # name -> target fields (benchmarks/fidelity.py's)
     "llamacpp": {"backend": "llamacpp"},
@@ -141,8 +142,12 @@ def test_a_rate_arm_goes_out_on_time_and_counts_ttft_from_the_plan_on_every_form
                                       arrivals=offsets))
     (load,) = host.sample() or [{"other_cores": 0.0, "steal_cores": 0.0, "top": ""}]
     shared = load["other_cores"] > SHARED_CORES or (load["steal_cores"] or 0) > STEAL_CORES
-    time.sleep(0.1)  # the pacer logs a request right after its last write
-    served = truth(log)
+
+    def logged():  # the pacer logs a request right after its last write
+        rows = truth(log)
+        return rows if all(f"{base}{i:04d}" in rows for i in range(n)) else None
+
+    served = wait_for(logged, 10, f"the pacer's truth rows of all {n} requests")
     assert stats["requests"] == n and len(recs) == n
     start = recs[0].t_planned
     skews, received, waited, errors, from_plan = [], [], [], [], []

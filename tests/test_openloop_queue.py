@@ -61,7 +61,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from e2e_helpers import REPO, copy_repo, wait_for_no_processes
+from e2e_helpers import copy_repo, wait_for_no_processes
 from slotbench.cells import arm_id
 
 from doubles.pacer import start_subprocess

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from doubles.pacer import PacerConfig, PacerThread, build
+from doubles.wait import wait_for
 
 from slotbench.backends import make_backend  # noqa: E402
 
@@ -36,15 +37,16 @@ def pacer(tmp_path):
         yield url, log
 
 
-def truth(log: Path, wait_for: str | None = None) -> dict:
-    """The truth log by request id; the pacer writes a request's line just after its last
-    bytes, so the client can be a moment ahead of it."""
-    deadline = time.monotonic() + 2
-    while True:
-        found = {r["id"]: r for r in map(json.loads, log.read_text().splitlines())}
-        if wait_for is None or wait_for in found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.01)
+def truth(log: Path, row: str | None = None) -> dict:
+    """The truth log by request id, once it holds ``row``: the pacer writes a request's line
+    just after its last bytes, so the client can be a moment ahead of it."""
+
+    def rows():
+        return {r["id"]: r for r in map(json.loads, log.read_text().splitlines())}
+
+    if row is not None:
+        wait_for(lambda: row in rows(), 2, f"the pacer's truth row {row}", interval=0.01)
+    return rows()
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))

@@ -14,11 +14,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from doubles.wait import wait_for
 from slotbench import runserver
 from slotbench.runserver import alive, run_server, stop
 from slotbench.server import ServerError
@@ -43,15 +43,6 @@ def owner():
     if proc.poll() is None:
         proc.kill()
     proc.wait()
-
-
-def wait_until(what, timeout: float = 20) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if what():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_a_state_naming_someone_elses_processes_stops_nothing(workdir):
@@ -91,7 +82,8 @@ def test_a_server_is_reused_by_its_own_snakemake_only_and_dies_with_it(workdir, 
         assert not alive(first.pid)
         other.send_signal(signal.SIGKILL)
         other.wait()
-        assert wait_until(lambda: not alive(pid) and not alive(supervisor)), "left behind"
+        wait_for(lambda: not alive(pid) and not alive(supervisor), 20,
+                 "the server and its supervisor to go with their owner (SIGKILL)")
         assert not runserver._state_path("embedded", "run1").exists()
     finally:
         if other.poll() is None:

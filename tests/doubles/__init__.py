@@ -6,6 +6,7 @@ what the client should have seen.
 - ``served``: the life cycle those two share (a free local port, a daemon thread);
 - ``pacer`` (``pacer.c``): a server in C that logs the true time of every read and write, for
   grading a client; the benchmarks use it too;
+- ``wait``: ``wait_for``, the one way tests wait for a condition with a deadline.
 
 Tests import them as ``from doubles import fault_server`` or ``from doubles.pacer import …``:
 pytest puts ``tests/`` on the path (``pythonpath`` in pyproject.toml). Benchmarks, which run as
