@@ -25,10 +25,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from doubles.pacer import start_subprocess
 from e2e_helpers import copy_repo, wait_for_no_processes
 
-from doubles.pacer import start_subprocess
-
+pytestmark = pytest.mark.slow  # the real pipeline (Snakemake) against the pacer
 
 NONCE = re.compile(r"Request (\S+)\.")
 TWO_CPUS = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2

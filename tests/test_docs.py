@@ -401,6 +401,7 @@ def dry_runs(tmp_path_factory):
         return dict(pool.map(run, [c for _, c in COMMANDS]))
 
 
+@pytest.mark.slow  # a Snakemake dry run for each
 @pytest.mark.parametrize("page,command", COMMANDS, ids=[c for _, c in COMMANDS])
 def test_every_documented_command_parses(dry_runs, page, command):
     kind, result = dry_runs[command]

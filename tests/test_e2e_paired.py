@@ -27,10 +27,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from e2e_helpers import copy_repo, jobs_run
 from doubles.fault_server import FaultServer
+from e2e_helpers import copy_repo, jobs_run
 from slotbench import compare
 from slotbench.plan import pair_order
+
+pytestmark = pytest.mark.slow  # the real pipeline (Snakemake) against scripted servers
 
 PAIRS = 10
 CONFIG = """\

@@ -26,9 +26,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from e2e_helpers import copy_repo, fill, jobs_run, small_filesystem, wait_for_no_processes
 from doubles.fault_server import ERROR_PAGE, ERROR_PAGE_TITLE, FaultServer
 from doubles.wait import wait_for
+from e2e_helpers import copy_repo, fill, jobs_run, small_filesystem, wait_for_no_processes
+
+pytestmark = pytest.mark.slow  # the real pipeline (Snakemake) against scripted servers
 
 NUM_PREDICT = 8
 CONFIG = """\

@@ -17,8 +17,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from e2e_helpers import copy_repo
 from doubles.fault_server import FaultServer
+from e2e_helpers import copy_repo
+
+pytestmark = pytest.mark.slow  # the real pipeline (Snakemake) against scripted servers
 
 CONFIG = """\
 targets:

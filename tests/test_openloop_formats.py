@@ -47,6 +47,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from doubles.pacer import start_subprocess
+from doubles.wait import wait_for
 from e2e_helpers import REPO, copy_repo, wait_for_no_processes
 from slotbench import config as sbconfig
 from slotbench import compare, resources
@@ -57,9 +59,6 @@ from slotbench.consolidate import cell_metrics
 from slotbench.hostload import LinuxHostLoad
 from slotbench.loadgen import run_cell
 from slotbench.plan import arrival_offsets, make_rep_plan, run_plan
-
-from doubles.pacer import start_subprocess
-from doubles.wait import wait_for
 
 FORMATS = {  # name -> target fields (benchmarks/fidelity.py's)
     "llamacpp": {"backend": "llamacpp"},
@@ -301,6 +300,7 @@ def result(tmp_path_factory):
     return work, tarball
 
 
+@pytest.mark.slow  # a finished pipeline run (Snakemake) against the pacer
 def test_compare_takes_two_results_with_rate_arms_and_names_them(result, tmp_path):
     work, tarball = result
     out = tmp_path / "compare"
@@ -323,6 +323,7 @@ def test_compare_takes_two_results_with_rate_arms_and_names_them(result, tmp_pat
         assert re.search(rf"^\| {re.escape(name)} \| speedup \|", md, re.M), md[:3000]
 
 
+@pytest.mark.slow  # a finished pipeline run (Snakemake) against the pacer
 def test_an_archive_with_rate_arms_re_renders_offline_byte_identical(result, tmp_path):
     work, tarball = result
     out = tmp_path / "render"
@@ -344,6 +345,7 @@ def test_an_archive_with_rate_arms_re_renders_offline_byte_identical(result, tmp
     assert set(cells.loc[cells["arm"] < 0, "offered_rate"]) == {5.0, 20.0}
 
 
+@pytest.mark.slow  # a finished pipeline run (Snakemake) against the pacer
 def test_the_slurm_profile_plans_the_rate_arm_reps_like_any_other(result, tmp_path):
     """A dry run with profiles/slurm in a fresh copy (no cluster is asked): the profile parses,
     and each rep job asks for the runtime resources.rep_runtime_min gives the config, rate arms

@@ -61,10 +61,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from doubles.pacer import start_subprocess
 from e2e_helpers import copy_repo, wait_for_no_processes
 from slotbench.cells import arm_id
 
-from doubles.pacer import start_subprocess
+pytestmark = pytest.mark.slow  # the real pipeline (Snakemake) against the pacer
 
 TTFT_MS, GAP_MS, TOKENS = 10, 2, 6
 D_NOMINAL = (TTFT_MS + (TOKENS - 1) * GAP_MS) / 1000  # 20 ms

@@ -62,6 +62,7 @@ def test_a_state_naming_someone_elses_processes_stops_nothing(workdir):
         bystander.wait()
 
 
+@pytest.mark.slow  # the real llama-server, through its supervisor
 def test_a_server_is_reused_by_its_own_snakemake_only_and_dies_with_it(workdir, owner):
     """Two jobs of one run get one server process; another owner's job starts its own; and
     when the owning Snakemake is killed (-9), its supervisor and server go within seconds."""
@@ -90,6 +91,7 @@ def test_a_server_is_reused_by_its_own_snakemake_only_and_dies_with_it(workdir, 
             other.kill()
 
 
+@pytest.mark.slow  # the real llama-server, through its supervisor
 def test_a_job_that_fails_stops_the_server_and_the_next_starts_a_fresh_one(workdir, owner):
     log = workdir / "job.server.log"
     with pytest.raises(RuntimeError):
@@ -110,6 +112,7 @@ def test_a_job_that_fails_stops_the_server_and_the_next_starts_a_fresh_one(workd
     assert not alive(fresh.pid)
 
 
+@pytest.mark.slow  # the real llama-server, through its supervisor
 def test_a_server_that_cannot_start_is_named_with_its_log(workdir, owner):
     bad = TARGET | {"server": TARGET["server"] | {"threads": "not-a-number"}}
     with pytest.raises(ServerError, match="llama-server exited with code"):
