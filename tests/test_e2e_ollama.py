@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from e2e_helpers import SMOKE, copy_repo, copy_work, file_states, jobs_run, snakemake
 from doubles.ollama_double import OllamaDouble
+from e2e_helpers import SMOKE, copy_repo, copy_work, file_states, jobs_run, snakemake
 
 pytestmark = pytest.mark.e2e
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 import requests
-from doubles.ollama_double import OllamaDouble
 
+from doubles.ollama_double import OllamaDouble
 from slotbench.backends import BackendError, make_backend
 from slotbench.backends.ollama import OllamaBackend
 from slotbench.ollama_server import NOT_INSTALLED, ManagedOllama, managed_env

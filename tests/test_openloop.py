@@ -11,11 +11,10 @@ import time
 
 import pytest
 
+from doubles.pacer import start_subprocess
 from slotbench.backends import make_backend
 from slotbench.loadgen import run_cell
 from slotbench.plan import arrival_offsets
-
-from doubles.pacer import start_subprocess
 
 
 def gaps(offsets):

@@ -19,7 +19,6 @@ import pytest
 
 from doubles.pacer import PacerConfig, PacerThread, build
 from doubles.wait import wait_for
-
 from slotbench.backends import make_backend  # noqa: E402
 
 FORMATS = {
