@@ -13,6 +13,8 @@ import pytest
 from slotbench import captions, figures, figures_open, figures_thermal, thermal
 from slotbench.cells import cell_label
 
+pytestmark = pytest.mark.slow  # figures drawn from synthetic runs: a second or more each
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ARMS = [1, 2, 4]
 REPO = Path(__file__).resolve().parents[1]

@@ -15,6 +15,8 @@ from slotbench import analyse, cellsets, explain, figures, provenance, report
 from slotbench.cells import cell_label
 from slotbench.report.blocks import Sources, Table
 
+pytestmark = pytest.mark.slow  # a synthetic run rendered through the real report: 1-2 s each
+
 TARGET = "embedded"
 ARMS = (1, 2, 4)
 REPS = (1, 2, 3)

@@ -26,6 +26,8 @@ from slotbench import cellsets, report
 from slotbench.checks import run_checks, write_checks
 from slotbench.report.blocks import Figure, Sources, Table
 
+pytestmark = pytest.mark.slow  # a synthetic run rendered through the real report: 1-2 s each
+
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 PNG_BYTES = b"\x89PNG\r\n\x1a\n" + b"synthetic-figure-bytes"
 TARGET = syn.TARGET

@@ -17,6 +17,8 @@ import synthetic as syn
 from slotbench import cellsets, provenance, report, thermal
 from slotbench.report.blocks import Sources, Table
 
+pytestmark = pytest.mark.slow  # a synthetic run rendered through the real report: 1-2 s each
+
 TARGET, RUN = syn.TARGET, syn.RUN
 T0 = syn.T0
 

@@ -12,6 +12,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # two fresh interpreters render a report: about 5 s
+
 REPO = Path(__file__).resolve().parents[1]
 
 TOY_CHECK = '''
