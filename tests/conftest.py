@@ -32,7 +32,7 @@ STARTED = pytest.StashKey[list]()
 _fast_item: pytest.Item | None = None  # the test running now, when it is not marked slow
 
 
-def _supervisor_module() -> str:
+def supervisor_module() -> str:
     """The module the managed server's supervisor runs as (python -m …): it starts the real
     server as its own child, out of this process's sight."""
     from slotbench import runserver
@@ -63,7 +63,7 @@ def slow_program(args) -> str | None:
         after_m = i > 0 and argv[i - 1] == "-m"
         if name in SLOW_PROGRAMS and (i == 0 or after_m or first in WRAPPERS):
             return SLOW_PROGRAMS[name]
-        if after_m and word == _supervisor_module():
+        if after_m and word == supervisor_module():
             return "the managed server's supervisor (it starts the real llama-server)"
         if i > 0 and argv[i - 1] == "-c" and first in SHELLS:
             return slow_program(word)

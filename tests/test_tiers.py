@@ -11,7 +11,7 @@ import sys
 import pytest
 
 import conftest
-from conftest import slow_program
+from conftest import slow_program, supervisor_module
 
 
 @pytest.mark.parametrize("argv, what", [
@@ -22,7 +22,7 @@ from conftest import slow_program
     (["chrt", "-f", "1", "/x/llama-server"], "the real llama-server"),
     ("snakemake --cores 1", "Snakemake"),
     (["bash", "-c", "cd /w && snakemake -n"], "Snakemake"),
-    ([sys.executable, "-m", "slotbench.runserver", "{}"], "supervisor"),
+    ([sys.executable, "-m", supervisor_module(), "{}"], "supervisor"),
 ])
 def test_what_starts_snakemake_or_the_server_is_seen(argv, what):
     assert what in slow_program(argv)
