@@ -2,7 +2,7 @@
 
 Why: every number slotbench reports (TTFT, per-user rate, aggregate tok/s) is measured by its
 client on the same 2 cores as the server. This script runs slotbench's backends (llamacpp,
-ollama, openai completions and chat) against benchmarks/pacer.py, a server that logs when each
+ollama, openai completions and chat) against tests/doubles/pacer.py, a server that logs when each
 request body arrived (the kernel's receive timestamp), when it read it and when it wrote each
 token, and reports the client's error per concurrency level, the way slotbench itself drives
 them (execute.py: one shared backend, a thread pool of C workers, N requests).
@@ -45,8 +45,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-from pacer import start_subprocess  # noqa: E402
+sys.path.insert(0, str(REPO / "tests"))  # tests/, as pytest has it: the doubles in tests/doubles/
+from doubles.pacer import start_subprocess  # noqa: E402
 
 FORMATS = {  # name → target fields
     "llamacpp": {"backend": "llamacpp"},

@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests"))  # tests/, as pytest has it: the doubles in tests/doubles/
 
 from e2e_helpers import copy_repo  # noqa: E402
 from test_e2e_capacity import SWEEP  # noqa: E402

@@ -3,7 +3,7 @@
 Why: on a server that gives every stream the same rate whatever the concurrency, the true
 speedup at N streams is N and the per-user rate does not move. A client that cannot keep up
 reports less (35.3x at 64 and 45.2x at 256 streams with the old threaded client). This runs
-``snakemake`` on a fresh copy of the checkout against benchmarks/pacer.py (pinned to one CPU,
+``snakemake`` on a fresh copy of the checkout against tests/doubles/pacer.py (pinned to one CPU,
 the pipeline to the other, so neither grades the other) and prints, per arm, the speedup and
 per-user change the report gives, their error against the truth, the client self-check and
 each arm's client processes, busy share and loop lag.
@@ -26,8 +26,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-sys.path.insert(0, str(HERE))
-from pacer import start_subprocess  # noqa: E402
+sys.path.insert(0, str(REPO / "tests"))  # tests/, as pytest has it: the doubles in tests/doubles/
+from doubles.pacer import start_subprocess  # noqa: E402
 
 
 def copy_checkout(dest: Path) -> Path:

@@ -1,4 +1,4 @@
-"""How fast the pacer (benchmarks/pacer.c) can stream while keeping its schedule.
+"""How fast the pacer (tests/doubles/pacer.c) can stream while keeping its schedule.
 
 A truth server must be faster than the client it grades. This runs the pacer pinned to one CPU
 (``--cpu 0``) against pacer_drain.c, a tiny C client pinned to another (``--cpu 1``): N
@@ -33,8 +33,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from pacer import build  # noqa: E402
+REPO = HERE.parent
+sys.path.insert(0, str(REPO / "tests"))  # tests/, as pytest has it: the doubles in tests/doubles/
+from doubles.pacer import build  # noqa: E402
 
 
 def proc_cpu_s(pid: int) -> float:
@@ -138,7 +139,7 @@ def main(argv=None) -> int:
     ap.add_argument("--markdown", type=Path, help="write the table here")
     args = ap.parse_args(argv)
 
-    pacer = build(HERE / "pacer.c", "pacer")
+    pacer = build()  # tests/doubles/pacer.c
     drain = build(HERE / "pacer_drain.c", "pacer_drain")
     load0 = os.getloadavg()
     results = []

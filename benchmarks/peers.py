@@ -2,7 +2,7 @@
 
 Why: slotbench's client error (benchmarks/fidelity.py) means little without a yardstick. The
 peers here (NVIDIA AIPerf, guidellm, inference-perf, genai-perf + perf_analyzer) are what
-others use to measure TTFT and inter-token latency; run against benchmarks/pacer.py, whose
+others use to measure TTFT and inter-token latency; run against tests/doubles/pacer.py, whose
 truth log records when each request body was read and each token written, their errors are
 known too.
 
@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from fidelity import analyse, pct, read_truth, run_level  # noqa: E402
-from pacer import start_subprocess  # noqa: E402
-
 REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO / "tests"))  # tests/, as pytest has it: the doubles in tests/doubles/
+from doubles.pacer import start_subprocess  # noqa: E402
+from fidelity import analyse, pct, read_truth, run_level  # noqa: E402
 
 CACHE = Path(os.environ.get("SLOTBENCH_CACHE", Path.home() / ".cache" / "slotbench")) / "peers"
 TOKENIZER = CACHE / "tokenizer"

@@ -7,10 +7,11 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+
+from doubles.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = ["--configfile", "config/smoke.yaml"]
@@ -106,13 +107,14 @@ def processes_mentioning(marker: str) -> list[tuple[int, str]]:
 
 
 def wait_for_no_processes(marker: str, timeout: float = 15) -> list[tuple[int, str]]:
-    """Wait until no process mentions ``marker``; return those still there at the timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = processes_mentioning(marker)
-        if not left or time.monotonic() > deadline:
-            return left
-        time.sleep(0.2)
+    """Wait until no process mentions ``marker``; return those still there at the timeout
+    (callers assert it is empty, so a failure shows their command lines)."""
+    try:
+        wait_for(lambda: not processes_mentioning(marker), timeout,
+                 f"no process mentioning {marker}", interval=0.2)
+    except AssertionError:
+        return processes_mentioning(marker)
+    return []
 
 
 @contextmanager

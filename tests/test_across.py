@@ -4,9 +4,12 @@ naming the neighbours that differ beyond their intervals."""
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 import synthetic as syn
 from slotbench.provenance import cellsets
+
+pytestmark = pytest.mark.slow  # three targets' synthetic runs rendered: 1-3 s each
 
 
 def requests_of(**slots):

@@ -190,6 +190,7 @@ def test_noisy_reps_pooled_medians_are_close_to_the_truth():
         assert row["agg_tps"] == pytest.approx(cells.loc[in_arm, "agg_tps"].median())
 
 
+@pytest.mark.slow  # a coverage study: seconds per level
 @pytest.mark.parametrize("ci, low, high", [(0.95, 0.85, 1.0), (0.5, 0.2, 0.75)])
 def test_bootstrap_intervals_cover_the_truth_at_about_their_level(ci, low, high):
     n_sets, hits = 60, {"speedup": 0, "gen_gain": 0}

@@ -1,6 +1,6 @@
-"""The llama.cpp client against a server that misbehaves (tests/fault_server.py): a deadline for
-the whole request, streams ended at once when a rep stops, and every fault a BackendError that
-says what the server did."""
+"""The llama.cpp client against a server that misbehaves (tests/doubles/fault_server.py): a
+deadline for the whole request, streams ended at once when a rep stops, and every fault a
+BackendError that says what the server did."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from fault_server import FaultServer
+from doubles.fault_server import FaultServer
+from doubles.wait import wait_for
 from slotbench.measure.backends import BackendError
 from slotbench.measure.backends.llamacpp import LlamaCppBackend
 
@@ -63,8 +64,9 @@ def test_abort_ends_the_streams_in_flight_at_once(server, pace):
     threads = [threading.Thread(target=one) for _ in range(3)]
     for t in threads:
         t.start()
-    while server.in_flight < min(3, server.slots) or server.hits.get("/completion", 0) < 3:
-        time.sleep(0.02)
+    wait_for(lambda: server.in_flight >= min(3, server.slots)
+             and server.hits.get("/completion", 0) >= 3, 10,
+             "three requests at the server, as many in flight as it has slots", interval=0.02)
     t0 = time.monotonic()
     backend.abort()
     for t in threads:

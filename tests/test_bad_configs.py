@@ -26,8 +26,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from doubles.fault_server import FaultServer
 from e2e_helpers import REPO, copy_repo
-from fault_server import FaultServer
 
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"  # Snakemake's own entry point
 NAN, INF = float("nan"), float("inf")
@@ -380,12 +380,17 @@ def _run_case(root: Path, name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory) -> dict[str, dict]:
+def in_process(tmp_path_factory) -> dict[str, dict]:
     root = tmp_path_factory.mktemp("bad-configs")
-    found = {name: _in_process(root, name) for name in CASES}
+    return {name: _in_process(root, name) for name in CASES}
+
+
+@pytest.fixture(scope="module")
+def through_snakemake(tmp_path_factory) -> dict[str, dict]:
+    root = tmp_path_factory.mktemp("bad-configs-snakemake")
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = {name: pool.submit(_run_case, root, name) for name in THROUGH_SNAKEMAKE}
-    return found | {f"{name} (snakemake)": f.result() for name, f in futures.items()}
+    return {f"{name} (snakemake)": f.result() for name, f in futures.items()}
 
 
 def test_the_real_command_cases_are_cases():
@@ -396,8 +401,12 @@ def test_there_are_at_least_40_cases():
     assert len(CASES) >= 40
 
 
-@pytest.mark.parametrize("name", list(CASES) + [f"{n} (snakemake)" for n in THROUGH_SNAKEMAKE])
-def test_a_bad_config_gets_one_line_and_nothing_is_sent(outcomes, name):
+# every case by the code the command runs (fast); some also through the real command (slow)
+@pytest.mark.parametrize("name", list(CASES) + [
+    pytest.param(f"{n} (snakemake)", marks=pytest.mark.slow) for n in THROUGH_SNAKEMAKE])
+def test_a_bad_config_gets_one_line_and_nothing_is_sent(request, name):
+    snakemake = name.endswith(" (snakemake)")
+    outcomes = request.getfixturevalue("through_snakemake" if snakemake else "in_process")
     result, expected = outcomes[name], CASES[name.removesuffix(" (snakemake)")][1]
     out = result["output"]
     assert result["returncode"] != 0, out[-3000:]

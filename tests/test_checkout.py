@@ -11,8 +11,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from doubles.fault_server import FaultServer
 from e2e_helpers import REPO, copy_repo
-from fault_server import FaultServer
+
+pytestmark = pytest.mark.slow  # Snakemake in a second checkout
 
 CONFIG = """\
 targets:

@@ -156,6 +156,7 @@ def test_a_real_position_effect_is_position_bias_and_refused():
     assert ev["reason"].startswith("position bias: position moved aggregate tok/s by")
 
 
+@pytest.mark.slow  # thousands of noisy runs: about 15 s
 def test_noise_alone_is_almost_never_called_position_bias():
     called = [rotation_verdict(noisy_cells(noise=0.10, seed=seed))["verdict"]
               for seed in range(100)]
@@ -281,6 +282,7 @@ def test_verdicts_are_plain_json_of_one_shape_for_every_target():
     assert rot["evidence"]["arms"]["4"]["positions_seen"] == [0, 1, 2]
 
 
+@pytest.mark.slow  # a whole synthetic run through the rule script
 def test_entry_point_writes_every_verdict_table_and_the_headline_decision(tmp_path):
     from slotbench.analysis.analyse import cell_ratios, summarise
     from slotbench.tables.consolidate import THERMAL_SCHEMA

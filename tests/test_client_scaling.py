@@ -1,5 +1,5 @@
 """The client is never the bottleneck, and says so when it is: the whole pipeline against the
-pacer (benchmarks/pacer.py, a scripted server whose every write is logged), pinned so that the
+pacer (tests/doubles/pacer.py, a scripted server whose every write is logged), pinned so that the
 server and the pipeline do not grade each other.
 
 - A server that scales perfectly (every stream 50 tokens/s whatever the concurrency): the
@@ -25,11 +25,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from e2e_helpers import REPO, copy_repo, wait_for_no_processes
+from doubles.pacer import start_subprocess
+from e2e_helpers import copy_repo, wait_for_no_processes
 
-sys.path.insert(0, str(REPO / "benchmarks"))
-from pacer import start_subprocess  # noqa: E402
-
+pytestmark = pytest.mark.slow  # the real pipeline (Snakemake) against the pacer
 
 NONCE = re.compile(r"Request (\S+)\.")
 TWO_CPUS = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2

@@ -68,6 +68,7 @@ def module_files_in_a_new_process(cache_home: Path) -> dict:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow  # fresh interpreters
 def test_the_parse_cache_gives_what_a_fresh_parse_gives_and_survives_damage(tmp_path):
     cache = tmp_path / code.CACHE_FILE
     fresh = module_files_in_a_new_process(tmp_path)

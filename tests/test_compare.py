@@ -95,6 +95,7 @@ def test_the_written_comparison_names_the_verdicts_and_traces_the_cells(tmp_path
     assert record["targets"]["t"]["rows"][0]["cells_a"]
 
 
+@pytest.mark.slow  # a simulation: about 5 s
 def test_too_few_reps_can_never_claim_a_change_and_many_metrics_do_not_make_one_likely():
     """3 reps against 3: the exact rank-sum test's smallest p is 0.1, so even a complete
     separation cannot be claimed: "too few reps to decide", never "no detectable change"; 6

@@ -107,6 +107,7 @@ def test_a_flagged_cell_and_a_rep_whose_serial_cell_is_flagged_leave_the_headlin
         "cells"]
 
 
+@pytest.mark.slow  # analysis, checks and figures of a synthetic run
 def test_the_analysis_the_checks_and_the_figures_read_the_same_cells(tmp_path):
     """One definition of the cells behind the headline: a rep whose serial cell was excluded
     leaves the ratios, the checks' tables and every figure with all its cells."""

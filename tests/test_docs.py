@@ -271,6 +271,8 @@ def test_the_layout_names_every_module():
     package = REPO / "scripts/slotbench"
     missing = [p.name for p in package.glob("*.py") if p.name not in layout]
     missing += [p.name for p in (REPO / "benchmarks").glob("*.py") if p.name not in layout]
+    missing += [p.name for p in (REPO / "tests/doubles").glob("*.py")
+                if p.name != "__init__.py" and p.name not in layout]
     assert not missing, missing
 
 
@@ -401,6 +403,7 @@ def dry_runs(tmp_path_factory):
         return dict(pool.map(run, [c for _, c in COMMANDS]))
 
 
+@pytest.mark.slow  # a Snakemake dry run for each
 @pytest.mark.parametrize("page,command", COMMANDS, ids=[c for _, c in COMMANDS])
 def test_every_documented_command_parses(dry_runs, page, command):
     kind, result = dry_runs[command]

@@ -13,13 +13,13 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
+from doubles.wait import wait_for
 from e2e_helpers import (
     SMOKE, copy_repo, copy_work, file_states, fill, jobs_run, llama_servers_under,
     small_filesystem, snakemake, wait_for_no_processes,
@@ -183,16 +183,6 @@ def test_bad_config_fails_before_any_request(tmp_path, cache):
     assert not (work / "results/raw").exists()
 
 
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cache,
                                                                     smoke_template):
     """Two reps more on a finished smoke run; the server is killed while the first of them
@@ -220,8 +210,8 @@ def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cac
     proc = subprocess.Popen(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, env=env)
     try:
-        rep = _wait_for(victim, 240, "a new rep to be measuring")
-        pids = _wait_for(lambda: llama_servers_under(str(cache)), 10, f"the {rep} server")
+        rep = wait_for(victim, 240, "a new rep to be measuring")
+        pids = wait_for(lambda: llama_servers_under(str(cache)), 10, f"the {rep} server")
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
         out, _ = proc.communicate(timeout=120)
@@ -268,7 +258,7 @@ def test_an_interrupt_stops_the_managed_server_and_keeps_what_was_measured(
 
     first, second = 3, 4
     try:
-        _wait_for(measuring_fourth, 300, "the fourth rep to be measuring")
+        wait_for(measuring_fourth, 300, "the fourth rep to be measuring")
         assert llama_servers_under(str(cache))
         kept = file_states([raw_dir / f"rep{first}.json", raw_dir / f"rep{first}.json.sha256"])
         if how == "ctrl-c":
@@ -281,7 +271,7 @@ def test_an_interrupt_stops_the_managed_server_and_keeps_what_was_measured(
     finally:
         if proc.poll() is None:
             proc.kill()
-    _wait_for(lambda: llama_servers_under(str(cache)) == [], 15, "the managed server to stop")
+    wait_for(lambda: llama_servers_under(str(cache)) == [], 15, "the managed server to stop")
     assert "Traceback" not in out
     assert file_states([raw_dir / f"rep{first}.json", raw_dir / f"rep{first}.json.sha256"]) == kept
     finished = how == "sigint to snakemake" and (raw_dir / f"rep{second}.json").exists()
@@ -316,7 +306,7 @@ def test_a_disk_that_fills_mid_rep_keeps_the_rep_and_stops_the_server(tmp_path, 
                                 cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=env)
         try:
-            _wait_for(lambda: (log / "rep4.log").exists()
+            wait_for(lambda: (log / "rep4.log").exists()
                       and "position 0" in (log / "rep4.log").read_text(), 300,
                       "the fourth rep to be measuring")
             filler = fill(disk)

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from doubles.ollama_double import OllamaDouble
 from e2e_helpers import copy_repo, jobs_run, snakemake
-from ollama_double import OllamaDouble
 
 pytestmark = pytest.mark.e2e
 
@@ -76,8 +76,8 @@ def test_a_sweep_past_two_slots_counts_the_streams_generating_and_states_the_cap
     assert (work / "results/figures/capacity.png").stat().st_size > 10_000
 
 
-# The scripted Ollama server (tests/ollama_double.py) with 4 slots paces every token of every
-# stream at token_s * (1 + 0.25 * (generating - 1)): a per-user rate of 100, 80 and 57.1 tok/s
+# The scripted Ollama server (tests/doubles/ollama_double.py) with 4 slots paces every token of
+# every stream at token_s * (1 + 0.25 * (generating - 1)): a per-user rate of 100, 80 and 57.1 tok/s
 # with 1, 2 and 4 streams generating, and 57.1 again at 8 in flight, where 4 wait for a slot
 # (about 32 tokens at 17.5 ms, 0.56 s, before their first token). So the answers are known. Its
 # tokens are paced against deadlines, so the client should see these rates to within a few per

@@ -8,12 +8,12 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 import yaml
 
+from doubles.wait import wait_for
 from e2e_helpers import SMOKE, copy_work
 
 pytestmark = pytest.mark.e2e
@@ -26,16 +26,6 @@ BURNER = ("import ctypes; ctypes.CDLL('libc.so.6').prctl(15, b'cpuburner', 0, 0,
 def host_verdict(work) -> dict:
     (record,) = json.loads((work / "results/checks/host.json").read_text())
     return record
-
-
-def _wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_burner_during_one_rep_is_named(tmp_path, smoke_template):
@@ -54,9 +44,9 @@ def test_a_burner_during_one_rep_is_named(tmp_path, smoke_template):
                            text=True, env=env)
     burner = None
     try:
-        _wait_for(measuring, 300, f"{rep} to be measuring")
+        wait_for(measuring, 300, f"{rep} to be measuring")
         burner = subprocess.Popen([sys.executable, "-c", BURNER])
-        _wait_for(lambda: (raw_dir / f"{rep}.json").exists(), 300, f"{rep} to finish")
+        wait_for(lambda: (raw_dir / f"{rep}.json").exists(), 300, f"{rep} to finish")
         burner.kill()
         out, _ = run.communicate(timeout=600)
     finally:

@@ -1,6 +1,6 @@
 """End to end with the scripted Ollama server: config/ollama.yaml, URL overridden.
 
-The double speaks Ollama's documented wire format (see tests/ollama_double.py); the real
+The double speaks Ollama's documented wire format (see tests/doubles/ollama_double.py); the real
 embedded llama-server is not involved here, it has its own end-to-end tests.
 """
 
@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from doubles.ollama_double import OllamaDouble
 from e2e_helpers import SMOKE, copy_repo, copy_work, file_states, jobs_run, snakemake
-from ollama_double import OllamaDouble
 
 pytestmark = pytest.mark.e2e
 

@@ -1,9 +1,9 @@
 """The paired design end to end, on scripted servers whose speed drifts on purpose.
 
-Three scripted llama-servers (tests/fault_server.py) share one clock and slow down together by
-one percent every second, a machine drifting by about a fifth over the run: ``a`` and
-``same`` generate alike, ``slow`` takes 10% longer per token. The real pipeline measures them
-as a paired design (10 pairs, ABBA) and the test reads what it concluded:
+Three scripted llama-servers (tests/doubles/fault_server.py) share one clock and slow down
+together by one percent every second, a machine drifting by about a fifth over the run: ``a``
+and ``same`` generate alike, ``slow`` takes 10% longer per token. The real pipeline measures
+them as a paired design (10 pairs, ABBA) and the test reads what it concluded:
 
 - paired, ``same`` against ``a`` is "no detectable change" on every row;
 - paired, the 10% slower server is "B slower" on every absolute rate, and its within-rep ratios
@@ -27,10 +27,12 @@ import pandas as pd
 import pytest
 import yaml
 
+from doubles.fault_server import FaultServer
 from e2e_helpers import copy_repo, jobs_run
-from fault_server import FaultServer
 from slotbench.analysis import compare
 from slotbench.measure.plan import pair_order
+
+pytestmark = pytest.mark.slow  # the real pipeline (Snakemake) against scripted servers
 
 PAIRS = 10
 CONFIG = """\

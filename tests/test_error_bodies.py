@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from fault_server import ERROR_PAGE, ERROR_PAGE_TITLE, FaultServer
+from doubles.fault_server import ERROR_PAGE, ERROR_PAGE_TITLE, FaultServer
 from slotbench.core.entry import Tee, fail
 from slotbench.measure.backends import BackendError
 from slotbench.measure.backends.base import LINE_CHARS, body_line, error_body, error_text

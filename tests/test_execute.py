@@ -136,6 +136,7 @@ def test_a_failing_warm_up_is_named_too():
         run_rep(FakeConnection(CountingBackend(fail_on=1)), p, p["reps"][0], SETTINGS, {})
 
 
+@pytest.mark.slow  # client processes: seconds
 def test_a_server_that_measured_a_rep_is_warmed_up_with_one_request_per_client_process():
     p = plan()
     rep = p["reps"][0]

@@ -1,5 +1,6 @@
 """Fault injection on the real pipeline: a scripted llama-server that misbehaves on purpose
-(tests/fault_server.py), interrupts, a full disk, and raw files that were deleted or changed.
+(tests/doubles/fault_server.py), interrupts, a full disk, and raw files that were deleted or
+changed.
 
 Every case runs the workflow (Snakefile, rules, scripts, consolidation, checks, report) in a
 throw-away copy of the repository against the scripted server, and asserts what the user sees
@@ -25,8 +26,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from doubles.fault_server import ERROR_PAGE, ERROR_PAGE_TITLE, FaultServer
+from doubles.wait import wait_for
 from e2e_helpers import copy_repo, fill, jobs_run, small_filesystem, wait_for_no_processes
-from fault_server import ERROR_PAGE, ERROR_PAGE_TITLE, FaultServer
+
+pytestmark = pytest.mark.slow  # the real pipeline (Snakemake) against scripted servers
 
 NUM_PREDICT = 8
 CONFIG = """\
@@ -349,11 +353,11 @@ def start_slow_run(case: Case) -> subprocess.Popen:
     proc = subprocess.Popen(command(), cwd=case.work, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=ENV,
                             start_new_session=True)
-    deadline = time.monotonic() + 120
-    while measured(case.server) < 2:
+    def streaming() -> bool:
         assert proc.poll() is None, proc.stdout.read()
-        assert time.monotonic() < deadline, "rep 2 never started"
-        time.sleep(0.05)
+        return measured(case.server) >= 2
+
+    wait_for(streaming, 120, "rep 2's measured requests to stream")
     return proc
 
 

@@ -20,7 +20,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from e2e_helpers import REPO
+
+pytestmark = pytest.mark.slow  # benchmarks/fidelity.py --quick: about 45 s
 
 TTFT_P50_BOUND_S = 0.002
 TTFT_P90_BOUND_S = 0.020

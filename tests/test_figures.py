@@ -14,6 +14,8 @@ from slotbench.core.cells import cell_label
 from slotbench.figures import captions, plots as figures, openloop as figures_open, thermal as figures_thermal
 from slotbench.measure import thermal
 
+pytestmark = pytest.mark.slow  # figures drawn from synthetic runs: a second or more each
+
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ARMS = [1, 2, 4]
 REPO = Path(__file__).resolve().parents[1]

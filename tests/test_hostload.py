@@ -114,6 +114,7 @@ def test_a_busy_neighbour_is_named_with_its_rep_and_process():
     assert rows[3]["samples"] == 6  # the measured part only (t_s >= 0)
 
 
+@pytest.mark.slow  # a synthetic run's report
 def test_a_quiet_machine_stays_quiet_and_the_threshold_is_the_config_key():
     v, _ = verdict(host_samples())
     assert not v["fired"] and v["effect"] == "none" and v["config_key"] == "checks.host_threshold"
@@ -129,6 +130,7 @@ def test_no_host_samples_is_not_assessable():
     assert not v["assessable"] and v["verdict"] == "not assessable" and not v["fired"]
 
 
+@pytest.mark.slow  # a synthetic run's report
 def test_the_report_warns_before_the_headline_and_lists_the_reps():
     md = syn.rendered(syn.make_requests(), host=host_samples(busy_reps=(3,)))[0]
     head = syn.section(md, syn.TARGET)
@@ -151,6 +153,7 @@ print(json.dumps(load.sample()[0]))
 BURN = "import ctypes; ctypes.CDLL('libc.so.6').prctl(15, b'%s', 0, 0, 0)\nwhile True: pass"
 
 
+@pytest.mark.slow  # burns both CPUs for a second
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin apart")
 def test_a_pinned_rep_counts_only_its_cpus_and_what_may_run_on_them():
     """Another target's rep pinned to the other CPU does not compete; a process that may run

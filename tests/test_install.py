@@ -13,6 +13,8 @@ import sysconfig
 from importlib.metadata import distributions
 from pathlib import Path
 
+import pytest
+
 from e2e_helpers import REPO
 
 VENV_BIN = Path(sys.executable).parent
@@ -59,6 +61,7 @@ def test_python_m_slotbench_works_from_any_directory(tmp_path):
     assert Path(where.stdout.strip()).resolve() == REPO / "scripts/slotbench/__init__.py"
 
 
+@pytest.mark.slow  # a fresh venv and pip's build
 def test_pip_install_e_works_in_a_fresh_venv(tmp_path):
     """A new venv, and this venv's pip pointed at it (--python): the build (pinned setuptools,
     in isolation) and the editable install; --no-deps, the dependencies being the list above."""
@@ -81,6 +84,7 @@ def test_pip_install_e_works_in_a_fresh_venv(tmp_path):
     assert ver == "0.1.0" and int(n) == len(requirement_lines())
 
 
+@pytest.mark.slow  # Snakemake
 def test_a_missing_configfile_is_one_line_for_python_m_snakemake_too(tmp_path):
     """The check is the workflow profile's, not an entry point's: `python -m snakemake` gets it."""
     for args, said in ((["--configfile", "nope.yaml"],

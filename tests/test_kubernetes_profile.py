@@ -23,6 +23,8 @@ import pytest
 
 from e2e_helpers import REPO, copy_repo
 
+pytestmark = pytest.mark.slow  # a venv of its own and a Snakemake dry run
+
 REQUIREMENTS = REPO / "profiles/kubernetes/requirements.txt"
 DRY_RUN = ["-n", "--profile", "profiles/kubernetes", "--configfile", "config/matrix.yaml"]
 # config/matrix.yaml: two endpoints x three slot counts, one run of three reps each

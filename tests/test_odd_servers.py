@@ -2,7 +2,7 @@
 on their way (Nagle's algorithm left on, a proxy that sends the response when it is over).
 
 Each case runs the workflow in a throw-away copy of the repository against the scripted
-llama-server (tests/fault_server.py), and reads what a user reads: the verdict records, the
+llama-server (tests/doubles/fault_server.py), and reads what a user reads: the verdict records, the
 report and the tables. The cases run two at a time: each is a small run of its own server.
 """
 
@@ -17,8 +17,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from doubles.fault_server import FaultServer
 from e2e_helpers import copy_repo
-from fault_server import FaultServer
+
+pytestmark = pytest.mark.slow  # the real pipeline (Snakemake) against scripted servers
 
 CONFIG = """\
 targets:

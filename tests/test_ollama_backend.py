@@ -1,4 +1,5 @@
-"""The ollama backend against a scripted Ollama (tests/ollama_double.py): wire, errors, slots."""
+"""The ollama backend against a scripted Ollama (tests/doubles/ollama_double.py): wire, errors,
+slots."""
 
 import json
 import os
@@ -12,11 +13,11 @@ from pathlib import Path
 
 import pytest
 import requests
-from ollama_double import OllamaDouble
 
+from doubles.ollama_double import OllamaDouble
 from slotbench.measure.backends import BackendError, make_backend
 from slotbench.measure.backends.ollama import OllamaBackend
-from slotbench.measure.servers.base import ServerError
+from slotbench.measure.servers.llamacpp import ServerError
 from slotbench.measure.servers.ollama import NOT_INSTALLED, ManagedOllama, managed_env
 from slotbench.measure.servers.supervisor import managed_class
 
@@ -294,7 +295,7 @@ def test_managed_ollama_without_ollama_on_path_says_so(tmp_path, monkeypatch):
 
 def fake_ollama(bin_dir: Path) -> None:
     """An `ollama` that logs a server config line and serves the double on OLLAMA_HOST."""
-    double = Path(__file__).with_name("ollama_double.py")
+    double = Path(__file__).parent / "doubles" / "ollama_double.py"
     script = bin_dir / "ollama"
     script.write_text(textwrap.dedent(f"""\
         #!{sys.executable}
@@ -339,7 +340,7 @@ def test_managed_ollama_starts_describes_and_stops(tmp_path, monkeypatch):
 
 
 def test_double_runs_standalone_and_prints_its_url():
-    script = Path(__file__).with_name("ollama_double.py")
+    script = Path(__file__).parent / "doubles" / "ollama_double.py"
     proc = subprocess.Popen([sys.executable, str(script), "--port", "0", "--slots", "2",
                              "--token-ms", "1", "--load-ms", "0"],
                             stdout=subprocess.PIPE, text=True)

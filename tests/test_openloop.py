@@ -7,18 +7,14 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import time
 
 import pytest
 
-from e2e_helpers import REPO
+from doubles.pacer import start_subprocess
 from slotbench.measure.backends import make_backend
 from slotbench.measure.loadgen import run_cell
 from slotbench.measure.plan import arrival_offsets
-
-sys.path.insert(0, str(REPO / "benchmarks"))
-from pacer import start_subprocess  # noqa: E402
 
 
 def gaps(offsets):

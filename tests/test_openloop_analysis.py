@@ -217,6 +217,7 @@ OVERLOAD = {"trap": "overload", "fired": True, "target": TARGET, "arms": [-4000]
             "effect": "exclude"}
 
 
+@pytest.mark.slow  # figures and reports of synthetic runs
 def test_figures_draw_with_rate_arms_and_mark_overloaded_arms(tmp_path):
     record = json.loads(json.dumps(assessed()))  # as read back from openloop.json
     sources = figures_open.make_open(record, tmp_path, verdicts=[OVERLOAD])
@@ -295,6 +296,7 @@ def test_no_capacity_sentence_says_why():
     assert "even rate-1/s, the lowest rate measured, misses it" in sentence
 
 
+@pytest.mark.slow  # figures and reports of synthetic runs
 def test_the_section_shows_its_figures_and_the_figures_section_does_not(tmp_path):
     record = json.loads(json.dumps(assessed()))
     sources = figures_open.make_open(record, tmp_path)
@@ -304,6 +306,7 @@ def test_the_section_shows_its_figures_and_the_figures_section_does_not(tmp_path
         "ttft": {"file": "ttft.png"}}
 
 
+@pytest.mark.slow  # figures and reports of synthetic runs
 def test_no_section_and_the_same_report_without_rate_arms(tmp_path):
     requests = syn.make_requests()
     data = syn.run(requests)

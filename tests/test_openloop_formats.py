@@ -47,6 +47,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from doubles.pacer import start_subprocess
+from doubles.wait import wait_for
 from e2e_helpers import REPO, copy_repo, wait_for_no_processes
 from slotbench.analysis import compare
 from slotbench.core.cells import arm_id, arm_name, is_rate_arm
@@ -58,9 +60,6 @@ from slotbench.tables.consolidate import cell_metrics
 from slotbench.workflow import config as sbconfig
 from slotbench.workflow import resources
 from slotbench.workflow.archive import markdown_tables
-
-sys.path.insert(0, str(REPO / "benchmarks"))
-from pacer import start_subprocess  # noqa: E402
 
 FORMATS = {  # name -> target fields (benchmarks/fidelity.py's)
     "llamacpp": {"backend": "llamacpp"},
@@ -143,8 +142,12 @@ def test_a_rate_arm_goes_out_on_time_and_counts_ttft_from_the_plan_on_every_form
                                       arrivals=offsets))
     (load,) = host.sample() or [{"other_cores": 0.0, "steal_cores": 0.0, "top": ""}]
     shared = load["other_cores"] > SHARED_CORES or (load["steal_cores"] or 0) > STEAL_CORES
-    time.sleep(0.1)  # the pacer logs a request right after its last write
-    served = truth(log)
+
+    def logged():  # the pacer logs a request right after its last write
+        rows = truth(log)
+        return rows if all(f"{base}{i:04d}" in rows for i in range(n)) else None
+
+    served = wait_for(logged, 10, f"the pacer's truth rows of all {n} requests")
     assert stats["requests"] == n and len(recs) == n
     start = recs[0].t_planned
     skews, received, waited, errors, from_plan = [], [], [], [], []
@@ -300,6 +303,7 @@ def result(tmp_path_factory):
     return work, tarball
 
 
+@pytest.mark.slow  # a finished pipeline run (Snakemake) against the pacer
 def test_compare_takes_two_results_with_rate_arms_and_names_them(result, tmp_path):
     work, tarball = result
     out = tmp_path / "compare"
@@ -322,6 +326,7 @@ def test_compare_takes_two_results_with_rate_arms_and_names_them(result, tmp_pat
         assert re.search(rf"^\| {re.escape(name)} \| speedup \|", md, re.M), md[:3000]
 
 
+@pytest.mark.slow  # a finished pipeline run (Snakemake) against the pacer
 def test_an_archive_with_rate_arms_re_renders_offline_byte_identical(result, tmp_path):
     work, tarball = result
     out = tmp_path / "render"
@@ -343,6 +348,7 @@ def test_an_archive_with_rate_arms_re_renders_offline_byte_identical(result, tmp
     assert set(cells.loc[cells["arm"] < 0, "offered_rate"]) == {5.0, 20.0}
 
 
+@pytest.mark.slow  # a finished pipeline run (Snakemake) against the pacer
 def test_the_slurm_profile_plans_the_rate_arm_reps_like_any_other(result, tmp_path):
     """A dry run with profiles/slurm in a fresh copy (no cluster is asked): the profile parses,
     and each rep job asks for the runtime resources.rep_runtime_min gives the config, rate arms

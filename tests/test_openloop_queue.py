@@ -1,7 +1,7 @@
 """M/D/1 ground truth through the whole pipeline: rate arms against a server whose queue theory
 is known.
 
-The pacer (benchmarks/pacer.py) with ``--slots 1 --ttft-ms 10 --gap-ms 2 --tokens 6`` serves one
+The pacer (tests/doubles/pacer.py) with ``--slots 1 --ttft-ms 10 --gap-ms 2 --tokens 6`` serves one
 request at a time, each for a fixed time D ≈ 10 + 5 × 2 = 20 ms, FIFO: fed Poisson arrivals it
 is an M/D/1 queue, whose mean wait for the server (Pollaczek–Khinchine) is
 
@@ -61,11 +61,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from e2e_helpers import REPO, copy_repo, wait_for_no_processes
+from doubles.pacer import start_subprocess
+from e2e_helpers import copy_repo, wait_for_no_processes
 from slotbench.core.cells import arm_id
 
-sys.path.insert(0, str(REPO / "benchmarks"))
-from pacer import start_subprocess  # noqa: E402
+pytestmark = pytest.mark.slow  # the real pipeline (Snakemake) against the pacer
 
 TTFT_MS, GAP_MS, TOKENS = 10, 2, 6
 D_NOMINAL = (TTFT_MS + (TOKENS - 1) * GAP_MS) / 1000  # 20 ms

@@ -1,6 +1,6 @@
-"""benchmarks/pacer.py speaks every backend's wire format and its truth log is the truth.
+"""tests/doubles/pacer.py speaks every backend's wire format and its truth log is the truth.
 
-Fast (a few seconds). The server is benchmarks/pacer.c (compiled on first use by pacer.py);
+Fast (a few seconds). The server is tests/doubles/pacer.c (compiled on first use by pacer.py);
 the backends are slotbench's own, so this also checks the streaming client against a known
 schedule. The byte-level tests below pin the wire formats the earlier Python pacer produced.
 """
@@ -11,17 +11,15 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from pacer import PacerConfig, PacerThread, build  # noqa: E402
-
-from slotbench.measure.backends import make_backend  # noqa: E402
+from doubles.pacer import PacerConfig, PacerThread, build
+from doubles.wait import wait_for
+from slotbench.measure.backends import make_backend
 
 FORMATS = {
     "llamacpp": {"backend": "llamacpp"},
@@ -38,15 +36,16 @@ def pacer(tmp_path):
         yield url, log
 
 
-def truth(log: Path, wait_for: str | None = None) -> dict:
-    """The truth log by request id; the pacer writes a request's line just after its last
-    bytes, so the client can be a moment ahead of it."""
-    deadline = time.monotonic() + 2
-    while True:
-        found = {r["id"]: r for r in map(json.loads, log.read_text().splitlines())}
-        if wait_for is None or wait_for in found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.01)
+def truth(log: Path, row: str | None = None) -> dict:
+    """The truth log by request id, once it holds ``row``: the pacer writes a request's line
+    just after its last bytes, so the client can be a moment ahead of it."""
+
+    def rows():
+        return {r["id"]: r for r in map(json.loads, log.read_text().splitlines())}
+
+    if row is not None:
+        wait_for(lambda: row in rows(), 2, f"the pacer's truth row {row}", interval=0.01)
+    return rows()
 
 
 @pytest.mark.parametrize("fmt", list(FORMATS))

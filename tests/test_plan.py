@@ -175,7 +175,7 @@ def test_a_request_that_cannot_fit_one_slot_is_refused_before_anything_is_sent()
     from slotbench.measure.backends.llamacpp import LlamaCppBackend
     from slotbench.measure.plan import context_problem
 
-    from fault_server import FaultServer
+    from doubles.fault_server import FaultServer
 
     with FaultServer() as server:  # its /props report 4096 tokens per slot
         context = LlamaCppBackend(server.url).slot_context()

@@ -18,6 +18,8 @@ from slotbench.figures import plots as figures
 from slotbench.provenance import cellsets, explain, ids as provenance
 from slotbench.report.blocks import Sources, Table
 
+pytestmark = pytest.mark.slow  # a synthetic run rendered through the real report: 1-2 s each
+
 TARGET = "embedded"
 ARMS = (1, 2, 4)
 REPS = (1, 2, 3)

@@ -27,6 +27,8 @@ from slotbench.provenance import cellsets
 from slotbench.report.blocks import Figure, Sources, Table
 from slotbench.workflow import config as sbconfig
 
+pytestmark = pytest.mark.slow  # a synthetic run rendered through the real report: 1-2 s each
+
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 PNG_BYTES = b"\x89PNG\r\n\x1a\n" + b"synthetic-figure-bytes"
 TARGET = syn.TARGET

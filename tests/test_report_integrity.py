@@ -19,6 +19,8 @@ from slotbench.measure import thermal
 from slotbench.provenance import cellsets, ids as provenance
 from slotbench.report.blocks import Sources, Table
 
+pytestmark = pytest.mark.slow  # a synthetic run rendered through the real report: 1-2 s each
+
 TARGET, RUN = syn.TARGET, syn.RUN
 T0 = syn.T0
 

@@ -14,13 +14,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from doubles.wait import wait_for
 from slotbench.measure.servers import supervisor as runserver
-from slotbench.measure.servers.base import ServerError
+from slotbench.measure.servers.llamacpp import ServerError
 from slotbench.measure.servers.supervisor import alive, run_server, stop
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -45,15 +45,6 @@ def owner():
     proc.wait()
 
 
-def wait_until(what, timeout: float = 20) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if what():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_a_state_naming_someone_elses_processes_stops_nothing(workdir):
     """A PID in a stale state file may belong to an unrelated process by now: it is left alone,
     and so is a state file another machine wrote (a cluster node)."""
@@ -71,6 +62,7 @@ def test_a_state_naming_someone_elses_processes_stops_nothing(workdir):
         bystander.wait()
 
 
+@pytest.mark.slow  # the real llama-server, through its supervisor
 def test_a_server_is_reused_by_its_own_snakemake_only_and_dies_with_it(workdir, owner):
     """Two jobs of one run get one server process; another owner's job starts its own; and
     when the owning Snakemake is killed (-9), its supervisor and server go within seconds."""
@@ -91,13 +83,15 @@ def test_a_server_is_reused_by_its_own_snakemake_only_and_dies_with_it(workdir, 
         assert not alive(first.pid)
         other.send_signal(signal.SIGKILL)
         other.wait()
-        assert wait_until(lambda: not alive(pid) and not alive(supervisor)), "left behind"
+        wait_for(lambda: not alive(pid) and not alive(supervisor), 20,
+                 "the server and its supervisor to go with their owner (SIGKILL)")
         assert not runserver._state_path("embedded", "run1").exists()
     finally:
         if other.poll() is None:
             other.kill()
 
 
+@pytest.mark.slow  # the real llama-server, through its supervisor
 def test_a_job_that_fails_stops_the_server_and_the_next_starts_a_fresh_one(workdir, owner):
     log = workdir / "job.server.log"
     with pytest.raises(RuntimeError):
@@ -118,6 +112,7 @@ def test_a_job_that_fails_stops_the_server_and_the_next_starts_a_fresh_one(workd
     assert not alive(fresh.pid)
 
 
+@pytest.mark.slow  # the real llama-server, through its supervisor
 def test_a_server_that_cannot_start_is_named_with_its_log(workdir, owner):
     bad = TARGET | {"server": TARGET["server"] | {"threads": "not-a-number"}}
     with pytest.raises(ServerError, match="llama-server exited with code"):

@@ -134,6 +134,7 @@ def test_cells_without_a_record_are_counted_as_not_assessed(requests):
         "; 3 of 9 cells predate the per-process client record (not assessed).")
 
 
+@pytest.mark.slow  # a synthetic run's report
 def test_the_headline_decision_excludes_the_arm_and_the_report_says_so(requests):
     cells = cells_with_client(requests, arm4={"client_busy": 0.95, "client_busy_process": 2})
     cfg = syn.config()

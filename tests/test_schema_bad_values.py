@@ -179,7 +179,10 @@ def test_every_property_of_the_schema_is_a_typed_key():
     assert not names(schema) - found, names(schema) - found
 
 
-@pytest.mark.parametrize("name", list(CASES))
+# the mistakes users made in the fast tier; the whole sweep the schema derives in the slow one
+# (hundreds of cases, each resolving a config)
+@pytest.mark.parametrize("name", [*NAMED, *(pytest.param(n, marks=pytest.mark.slow)
+                                            for n in DERIVED)])
 def test_a_bad_value_is_one_line_naming_its_key(name):
     cfg, key = CASES[name]
     try:

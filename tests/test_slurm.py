@@ -14,12 +14,12 @@ import os
 import shlex
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+from doubles.wait import wait_for
 from e2e_helpers import REPO, SMOKE, copy_repo, file_states, jobs_run, llama_servers_under
 
 pytestmark = [
@@ -121,11 +121,11 @@ def test_scancel_of_a_running_rep_leaves_no_server_and_the_next_run_resumes(meas
     run = slurm_snakemake(work, *MATRIX, "more.yaml", cache=cache, env=cluster, popen=True)
     env = os.environ | cluster
     try:
-        deadline = time.monotonic() + 300
-        while not (log.exists() and "position 0" in log.read_text()):
-            assert time.monotonic() < deadline, "emb-a rep 3 never started measuring"
+        def measuring() -> bool:
             assert run.poll() is None, run.stdout.read()[-3000:]
-            time.sleep(0.2)
+            return log.exists() and "position 0" in log.read_text()
+
+        wait_for(measuring, 300, "emb-a rep 3 to start measuring", interval=0.2)
         jobs = subprocess.run(["squeue", "-h", "-o", "%A %k"], capture_output=True, text=True,
                               env=env, check=True).stdout.splitlines()
         (job,) = [j.split()[0] for j in jobs if "rep" in j and "emb-a" in j]
@@ -135,10 +135,8 @@ def test_scancel_of_a_running_rep_leaves_no_server_and_the_next_run_resumes(meas
         if run.poll() is None:
             run.kill()
     assert run.returncode != 0, out[-3000:]
-    deadline = time.monotonic() + 30
-    while llama_servers_under(str(cache)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert llama_servers_under(str(cache)) == [], "a managed server outlived scancel"
+    wait_for(lambda: llama_servers_under(str(cache)) == [], 30,
+             "the managed server to go after scancel", interval=0.2)
     assert not (raw_dir / "rep3.json").exists()
     assert "emb-a" in out and "rep3" in out, out[-3000:]
 

@@ -14,9 +14,12 @@ import subprocess
 import sys
 
 import pandas as pd
+import pytest
 
+from doubles.fault_server import FaultServer
 from e2e_helpers import copy_repo, wait_for_no_processes
-from fault_server import FaultServer
+
+pytestmark = pytest.mark.slow  # the real pipeline (Snakemake), 256 streams
 
 ARM, REPS, TOKENS = 256, 2, 8
 CONFIG = f"""\

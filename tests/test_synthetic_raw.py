@@ -4,11 +4,15 @@ the cells."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+import importlib.util
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import synthetic_raw  # noqa: E402
+from e2e_helpers import REPO
+
+# a benchmark is a script, not a package: loaded from its file, as `python benchmarks/…` runs it
+_spec = importlib.util.spec_from_file_location("synthetic_raw",
+                                               REPO / "benchmarks/synthetic_raw.py")
+synthetic_raw = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(synthetic_raw)
 
 
 def rep(per_arm: dict[int, int]) -> dict:

@@ -12,6 +12,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # two fresh interpreters render a report: about 5 s
+
 REPO = Path(__file__).resolve().parents[1]
 
 TOY_CHECK = '''
@@ -56,7 +60,9 @@ def render(verdict, ctx):
 
 DRIVER = """
 import json, sys
-sys.path.insert(1, sys.argv[1])  # tests/, after the copied package
+import slotbench
+# PYTHONPATH puts the copied package first: the toy trap is found there or nowhere
+assert slotbench.__file__.startswith(sys.argv[1]), slotbench.__file__
 import synthetic as syn
 from slotbench.checks import run_checks, trap_modules, write_checks
 from slotbench.report import render
@@ -81,9 +87,10 @@ def test_a_toy_trap_needs_one_module_and_an_optional_renderer(tmp_path):
     (scripts / "slotbench/report/details/toy.py").write_text(textwrap.dedent(TOY_RENDERER))
     (tmp_path / "driver.py").write_text(DRIVER)
     out = tmp_path / "checks"
-    env = os.environ | {"PYTHONPATH": str(scripts)}
+    # the copied package first, then tests/ for the synthetic run (tests/synthetic.py)
+    env = os.environ | {"PYTHONPATH": os.pathsep.join([str(scripts), str(REPO / "tests")])}
     proc = subprocess.run(
-        [sys.executable, str(tmp_path / "driver.py"), str(REPO / "tests"), str(out)],
+        [sys.executable, str(tmp_path / "driver.py"), str(scripts), str(out)],
         capture_output=True,
         text=True,
         env=env,
@@ -104,7 +111,7 @@ def test_a_toy_trap_needs_one_module_and_an_optional_renderer(tmp_path):
     # without its renderer, the trap still gets its row and the generic details
     (scripts / "slotbench/report/details/toy.py").unlink()
     proc = subprocess.run(
-        [sys.executable, str(tmp_path / "driver.py"), str(REPO / "tests"), str(out)],
+        [sys.executable, str(tmp_path / "driver.py"), str(scripts), str(out)],
         capture_output=True,
         text=True,
         env=env,

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from e2e_helpers import copy_repo
@@ -18,12 +19,14 @@ def run(*cmd):
     return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # Snakemake
 def test_snakemake_lint_is_clean():
     proc = run(sys.executable, "-m", "snakemake", "--lint")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Congratulations" in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow  # snakefmt
 def test_snakefmt_check_is_clean():
     proc = run(str(Path(sys.executable).parent / "snakefmt"), "--check", ".")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -34,6 +37,7 @@ def test_profile_ignores_script_mtimes():
     assert "code" not in profile["rerun-triggers"]
 
 
+@pytest.mark.slow  # Snakemake
 def test_measuring_jobs_hold_their_endpoint_and_analysis_jobs_stay_local():
     """A dry run of the matrix: each measuring job holds the CPU its server is pinned to (the
     default target holds both), asks for its cores and a runtime; the analysis rules are
@@ -56,6 +60,7 @@ def test_measuring_jobs_hold_their_endpoint_and_analysis_jobs_stay_local():
             assert "runtime=" in res, res
 
 
+@pytest.mark.slow  # Snakemake
 def test_a_runs_measuring_jobs_share_one_priority_and_runs_go_in_order():
     """A run's fingerprint, plan and reps share its server, so Snakemake is asked to schedule
     them together (one priority per run, earlier runs higher) rather than interleave runs and
@@ -79,6 +84,7 @@ def test_a_runs_measuring_jobs_share_one_priority_and_runs_go_in_order():
     assert first > second > third, priority
 
 
+@pytest.mark.slow  # Snakemake
 def test_every_rule_but_the_measuring_ones_is_a_localrule():
     """Only fingerprint, plan and rep talk to a server; a new rule must say where it runs."""
     listed = run(sys.executable, "-m", "snakemake", "--list-rules")

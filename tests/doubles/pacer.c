@@ -1,6 +1,6 @@
 /* pacer.c: the deterministic pacing server (a fake LLM whose every timing is known), in C.
  *
- * benchmarks/pacer.py builds and runs this file; its docstring describes the server. In short:
+ * tests/doubles/pacer.py builds and runs this file; its docstring describes the server. In short:
  * one-word tokens (" tok") on an exact schedule in four wire formats (llama.cpp /completion
  * SSE, Ollama /api/generate NDJSON, OpenAI /v1/completions and /v1/chat/completions SSE), the
  * info routes the backends fingerprint, and a truth log: one JSON line per generation request

@@ -65,7 +65,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler
 
-from served import Served
+from .served import Served
 
 FAULTS = ("die", "silence", "trickle", "malformed", "error_event", "http404", "http500",
           "http503", "http501_html", "counts", "negative_timings", "zero_timings", "nan_timings")

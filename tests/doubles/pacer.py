@@ -72,7 +72,7 @@ On SIGTERM/SIGINT the server logs what is in flight, prints a summary line on st
 tokens written, tokens/s over the busy period, write lateness p50/p99/max, CPU seconds, epoll
 wakeups, and ``kernel arrival time for K of N requests (SO_TIMESTAMPING)``) and exits 0.
 
-    python benchmarks/pacer.py --port 0 --ttft-ms 50 --gap-ms 10 --tokens 32 \\
+    python tests/doubles/pacer.py --port 0 --ttft-ms 50 --gap-ms 10 --tokens 32 \\
         --slots 4 --alpha 0.1 --truth-log truth.jsonl [--cpu 0]
 
 prints the bound URL (``http://127.0.0.1:PORT``) as its first stdout line. Importable too:
@@ -198,7 +198,7 @@ class PacerThread:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python benchmarks/pacer.py ARGS``: build if needed, then exec the server."""
+    """``python tests/doubles/pacer.py ARGS``: build if needed, then exec the server."""
     argv = sys.argv[1:] if argv is None else argv
     binary = str(build())
     sys.stdout.flush()

@@ -26,7 +26,7 @@ Scripted behaviour:
 
 Run standalone (e.g. from Snakemake in a subprocess); it prints its URL and serves until killed:
 
-    python tests/ollama_double.py --port 0 --slots 4 [--model gemma3:270m] [--token-ms 20]
+    python tests/doubles/ollama_double.py --port 0 --slots 4 [--model gemma3:270m] [--token-ms 20]
 """
 
 from __future__ import annotations
@@ -43,7 +43,10 @@ import time
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler
 
-from served import Served
+if __package__:
+    from .served import Served
+else:  # run by path (python tests/doubles/ollama_double.py): this folder is sys.path[0]
+    from served import Served
 
 STOP_MARKER = re.compile(r"\[stop:(\d+)\]")
 BUSY = "server busy, please try again.  maximum pending requests exceeded"  # server/sched.go
