@@ -383,6 +383,7 @@ def test_archive_verifies_and_re_renders_offline_byte_identical(smoke, cache, tm
 OLDER_ARCHIVE = Path(__file__).parent / "data" / "smoke-archive-ddd678b.tar.gz"
 
 
+@pytest.mark.slow
 def test_an_archive_made_by_an_older_slotbench_re_renders_to_byte_identical_tables(tmp_path):
     prefix, data = archive.verify(OLDER_ARCHIVE)
     assert json.loads(data["code/git.json"])["commit"].startswith("ddd678b")

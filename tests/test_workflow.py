@@ -117,6 +117,7 @@ def snapshot(root: Path) -> dict[str, tuple]:
     return found
 
 
+@pytest.mark.slow
 def test_reading_the_workflow_changes_no_file(tmp_path):
     """A dry run reads the raw files' states, the consolidation's ledgers and the package's
     modules as the workflow is parsed, and writes none of them: twice over a results tree with

@@ -7,13 +7,11 @@ from pathlib import Path
 
 from slotbench.analysis.compare import METRICS, Side
 from slotbench.core import stats
+from slotbench.figures.plots import save
 
 
 def plot(result: dict, sides: tuple[Side, Side], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # Agg: figures.plots chose it
 
     targets = list(result["targets"]) or [""]
     arms = sorted({int(a) for side in sides for a in side.ratios["arm"].unique()})
@@ -33,6 +31,4 @@ def plot(result: dict, sides: tuple[Side, Side], path: Path) -> None:
             ax.set_title(f"{target}: {METRICS[metric][0]}")
             ax.set_xlabel("requests in flight")
             ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    save(fig, path)

@@ -6,15 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from slotbench.core.cells import SERIAL_ARM, arm_name
+from slotbench.figures.plots import save
 
 
 def plot(result: dict, path) -> None:
     """Left: the per-pair ratios B / A of the widest arm's speedup and of the serial arm's
     aggregate tok/s, with their median and interval; right: the drift line of every target."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # Agg: figures.plots chose it
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.6))
     ticks, y = [], 0
@@ -46,6 +44,4 @@ def plot(result: dict, path) -> None:
     right.set_ylabel(f"{arm_name(SERIAL_ARM)} aggregate tok/s")
     right.set_title("drift: the serial arm of every side")
     right.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, metadata={"Software": None})
-    plt.close(fig)
+    save(fig, path)
