@@ -25,8 +25,14 @@ SCHEMA_PATH = REPO / "config" / "schema.yaml"
 
 
 def load_schema(path: Path = SCHEMA_PATH) -> dict:
-    with open(path, encoding="utf-8") as fh:
-        return yaml.safe_load(fh)
+    """The schema, a copy of its own for the caller: each text is parsed once a process (a
+    parse took 0.1 s, and every config check reads the schema)."""
+    return copy.deepcopy(_parsed(Path(path).read_bytes()))
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(text: bytes) -> dict:
+    return yaml.safe_load(text.decode("utf-8"))
 
 
 @functools.cache
