@@ -143,8 +143,11 @@ REPORT_FORBIDDEN_CALLS = {
 
 def test_report_presents_and_decides_nothing():
     """No statistic is computed and no threshold is compared in slotbench/report/: it reads the
-    analysis, the verdicts and the headline decision."""
+    analysis, the verdicts and the headline decision. That holds for the compare document and
+    the paired section too: their rows and verdicts come from slotbench/analysis/compare.py and
+    paired.py, their figures from slotbench/figures/."""
     problems = []
+    assert {"slotbench.report.compare", "slotbench.report.paired"} <= set(modules())
     for name, path in modules().items():
         if not name.startswith("slotbench.report"):
             continue
