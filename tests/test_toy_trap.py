@@ -83,6 +83,7 @@ def test_a_toy_trap_needs_one_module_and_an_optional_renderer(tmp_path):
     scripts = tmp_path / "scripts"
     shutil.copytree(REPO / "scripts", scripts, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(REPO / "config", tmp_path / "config")
+    shutil.copytree(REPO / "report" / "html", tmp_path / "report" / "html")  # the page's templates
     (scripts / "slotbench/checks/toy.py").write_text(textwrap.dedent(TOY_CHECK))
     (scripts / "slotbench/report/details/toy.py").write_text(textwrap.dedent(TOY_RENDERER))
     (tmp_path / "driver.py").write_text(DRIVER)

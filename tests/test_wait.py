@@ -9,7 +9,7 @@ import time
 import pytest
 
 from doubles.wait import wait_for
-from e2e_helpers import wait_for_no_processes
+from e2e_helpers import processes_mentioning, wait_for_no_processes
 
 
 def test_wait_for_returns_the_first_true_value():
@@ -38,6 +38,8 @@ def test_no_processes_left_is_waited_for_and_leftovers_are_named(tmp_path):
     marker = str(tmp_path / "marker")
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", marker])
     try:
+        # the child names the marker once it has exec'd; until then there is nothing to wait for
+        wait_for(lambda: processes_mentioning(marker), 10, "the child to start")
         (left,) = wait_for_no_processes(marker, timeout=0.3)
         assert left[0] == proc.pid and marker in left[1]
     finally:
