@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from slotbench.analysis import compare
+from slotbench.core.fmt import fmt_signed_pct
 from slotbench.report import compare as compare_doc
 
 FP = {"host.cpu_model": "AMD EPYC", "host.cores": 2, "model.sha256": "abc",
@@ -196,7 +197,8 @@ def test_absolute_rates_measured_at_another_speed_are_confounded_with_time_but_r
     """The same engine, B measured when the machine ran 41% slower (every rate, serial too):
     the absolute rates say "confounded with time" and name the move; the within-rep ratios,
     which did not move, find no change. A fingerprint difference that could change the serial
-    rate (the model) explains the move; one of slots alone does not."""
+    rate (the model) is named as one possible explanation of the move, beside time, and the
+    rates stay confounded: nothing here tells the two apart. One of slots alone is not named."""
     a = side("A", ratios(seed=1))
     result = compare.compare(a, side("B", ratios(seed=2, rate=0.59)), n_boot=300)
     rec = result["targets"]["t"]
@@ -207,13 +209,19 @@ def test_absolute_rates_measured_at_another_speed_are_confounded_with_time_but_r
     assert rec["drift"]["text"].startswith("serial-1 −4") and "no host contention" in rec["drift"]["text"]
     md = "\n".join(str(b) for b in compare_doc.document(result))
     assert "confounded with time: serial-1 −4" in md
+    assert "no fingerprint difference" not in md and "may explain the move too" not in md
     slots = compare.compare(a, side("B", ratios(seed=2, rate=0.59), **{"server.slots": 1}), n_boot=300)
     assert slots["targets"]["t"]["drift"]["confounded"]
+    assert slots["targets"]["t"]["drift"]["may_explain"] == []
     model = compare.compare(a, side("B", ratios(seed=2, rate=0.59), **{"model.sha256": "q8"}),
                             n_boot=300, declared=("model.sha256",))
     drift = model["targets"]["t"]["drift"]
-    assert not drift["confounded"] and drift["explained_by"] == ["model.sha256"]
-    assert verdicts(model)["agg_tps"] == compare.SLOWER
+    assert drift["confounded"] and drift["may_explain"] == ["model.sha256"]
+    assert verdicts(model)["agg_tps"] == compare.CONFOUNDED
+    assert verdicts(model)["speedup"] == compare.NO_CHANGE
+    md = "\n".join(str(b) for b in compare_doc.document(model))
+    assert ("the difference in model.sha256 may explain the move too, and this comparison "
+            "cannot tell which") in md
     # the same engine at the same speed: within the spread, nothing confounded
     same = compare.compare(a, side("B", ratios(seed=2)), n_boot=300)["targets"]["t"]["drift"]
     assert same["assessable"] and not same["beyond_spread"] and not same["confounded"]
@@ -232,8 +240,9 @@ def test_an_absolute_change_the_serial_arms_own_move_could_give_is_confounded_wi
     spread, and a consistent −9% at 4-way that the rank-sum test detects): the serial arm's
     interval from A to B reaches −15%, so the machine alone could give the 4-way change, and
     its absolute rates say "confounded with time", by name; the ratios compare. A 4-way change
-    far beyond the serial arm's reach is still called; so is one a fingerprint difference
-    explains."""
+    far beyond the serial arm's reach is still called. A fingerprint difference that could move
+    the serial arm (the server's version) does not clear the confound: it is named beside
+    time."""
     spread = np.array([0.90, 0.94, 0.97, 0.99, 1.01, 1.03, 1.06, 1.10])
     tight = np.array([0.99, 0.995, 0.998, 1.0, 1.0, 1.002, 1.005, 1.01])
 
@@ -264,6 +273,127 @@ def test_an_absolute_change_the_serial_arms_own_move_could_give_is_confounded_wi
         assert (named in md) == (expected == compare.CONFOUNDED), md
     declared = side("B", frame(48 * spread[::-1], 75 * 0.91 * tight[::-1], 2),
                     **{"server.version": "b5678"})
-    explained = compare.compare(a, declared, n_boot=500)["targets"]["t"]
-    assert explained["drift"]["explained_by"] == ["server.version"]
-    assert verdicts({"targets": {"t": explained}})["agg_tps"] == compare.SLOWER
+    version = compare.compare(a, declared, n_boot=500)
+    rec = version["targets"]["t"]
+    assert rec["drift"]["may_explain"] == ["server.version"]
+    assert verdicts(version)["agg_tps"] == verdicts(version)["user_tps"] == compare.CONFOUNDED
+    four_way = next(r for r in rec["rows"] if r["arm"] == 4 and r["metric"] == "agg_tps")
+    assert four_way["within_serial"] and four_way["may_explain"] == ["server.version"]
+    md = "\n".join(str(blk) for blk in compare_doc.document(version))
+    assert ("so the machine alone could give the change; the difference in server.version "
+            "could too, and this comparison cannot tell which") in md
+
+
+T0 = 1_780_000_000.0  # when A's first rep started (unix s)
+
+
+def slowing(start, per_minute, speedup4=1.5, seed=0, rep_s=15.0, reps=8):
+    """A side measured from ``start`` on a machine that slows by ``per_minute`` of its first
+    rate every minute: each rep's absolute rates scaled by the machine's speed when the rep
+    started, its within-rep ratios untouched."""
+    frame = ratios(speedup4=speedup4, seed=seed, reps=reps)
+    frame["t_start_unix"] = start + frame["rep"] * rep_s + (frame["arm"] > 1) * rep_s / 2
+    speed = 1 - per_minute * (frame["t_start_unix"] - T0) / 60
+    for col in compare.ABSOLUTE:
+        frame[col] = frame[col] * speed
+    return frame
+
+
+def table_verdicts(md: str) -> dict:
+    """(arm, metric label) -> the verdict cell of each row of compare.md's table."""
+    out = {}
+    for line in md.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+        if len(cells) == 9 and cells[0].startswith(("serial-", "parallel-")):
+            out[(cells[0], cells[1])] = cells[7]
+    return out
+
+
+def test_identical_servers_measured_minutes_apart_on_a_slowing_machine_are_never_plain_slower(
+        tmp_path):
+    """Two identical servers (two URLs), B measured 4 min after A on a machine losing 6% of its
+    speed a minute: every absolute rate fell by about a fifth, the ratios did not move. No
+    absolute rate may say "B slower" or "B faster" without the time between the measurements
+    and the serial arm's move in its own row, and the URL difference is one possible
+    explanation of the move, beside time, not the explanation."""
+    url = {"config.target.url": "http://127.0.0.1:8081"}
+    a = side("A", slowing(T0, 0.06, seed=1), **url)
+    b = side("B", slowing(T0 + 240, 0.06, seed=2), **{"config.target.url": "http://127.0.0.1:8082"})
+    result = compare.compare(a, b, n_boot=300)
+    md, _, js, _ = compare_doc.write(result, (a, b), tmp_path)
+    rec = json.loads(js.read_text())["targets"]["t"]
+    assert rec["differences"] == {"config.target.url": ["http://127.0.0.1:8081",
+                                                        "http://127.0.0.1:8082"]}
+    assert rec["time_gap_s"] == pytest.approx(240)
+    assert rec["drift"]["may_explain"] == ["config.target.url"] and rec["drift"]["confounded"]
+    assert "explained_by" not in rec["drift"]
+    absolute = [r for r in rec["rows"] if r["metric"] in compare.ABSOLUTE]
+    ratio_rows = [r for r in rec["rows"] if r["metric"] not in compare.ABSOLUTE]
+    assert len(absolute) == 4 and len(ratio_rows) == 5
+    for row in absolute:
+        # the rank test and the interval alone would say "B slower" on every one of them
+        assert row["p"] < 0.001 and row["diff_hi"] < 0, row
+        assert row["verdict"] == compare.CONFOUNDED, row
+        assert row["time_gap_s"] == pytest.approx(240)
+        assert row["serial_move"] == pytest.approx(-0.24, abs=0.03)
+        assert row["serial_move_lo"] < row["serial_move"] < row["serial_move_hi"] < 0
+        assert row["may_explain"] == ["config.target.url"]
+    # the ratios, taken within each rep, keep the verdicts they have with no drift at all
+    still = compare.compare(side("A", ratios(seed=1)), side("B", ratios(seed=2)), n_boot=300)
+    unmoved = {(r["arm"], r["metric"]): r["verdict"] for r in still["targets"]["t"]["rows"]}
+    assert {(r["arm"], r["metric"]): r["verdict"] for r in ratio_rows} == {
+        k: v for k, v in unmoved.items() if k[1] not in compare.ABSOLUTE}
+    assert {r["verdict"] for r in ratio_rows} == {compare.NO_CHANGE}
+    assert not any("time_gap_s" in r or "serial_move" in r for r in ratio_rows)
+    text = md.read_text()
+    cells = table_verdicts(text)
+    move = absolute[0]
+    assert cells[("parallel-4", "aggregate tok/s")] == (
+        "confounded with time; measured 4.0 min after A, while the serial arm moved "
+        f"{fmt_signed_pct(move['serial_move'])} [{fmt_signed_pct(move['serial_move_lo'])}, "
+        f"{fmt_signed_pct(move['serial_move_hi'])}]: the machine alone could give the "
+        "change, or the difference in config.target.url may; this comparison cannot tell which")
+    assert cells[("serial-1", "aggregate tok/s")].startswith(
+        "confounded with time; measured 4.0 min after A: the machine alone")
+    for (arm, label), verdict in cells.items():
+        if label in ("aggregate tok/s", "per-user tok/s"):
+            assert "measured 4.0 min after A" in verdict, verdict
+        else:
+            assert verdict == compare.NO_CHANGE, (arm, label, verdict)
+    assert not any(v.startswith(("B slower", "B faster")) for v in cells.values())
+    assert "B was measured 4.0 min after A" in text
+    assert ("the difference in config.target.url may explain the move too, and this comparison "
+            "cannot tell which") in text
+    assert "no fingerprint difference explains" not in text
+
+
+def test_a_slower_server_measured_later_is_slower_with_the_time_in_its_row(tmp_path):
+    """A one-slot B, 4 min after A on a machine slowing 0.5% a minute: its 4-way rates fell far
+    beyond the serial arm's move and are "B slower", each with the time and the move in its
+    row, in compare.json and compare.md alike; its speedup is "B slower" with no caveat."""
+    a = side("A", slowing(T0, 0.005, seed=1))
+    b = side("B", slowing(T0 + 240, 0.005, speedup4=1.0, seed=2), **{"server.slots": 1})
+    result = compare.compare(a, b, n_boot=300)
+    md, _, js, _ = compare_doc.write(result, (a, b), tmp_path)
+    rec = json.loads(js.read_text())["targets"]["t"]
+    assert not rec["drift"]["confounded"] and rec["drift"]["may_explain"] == []
+    rows = {(r["arm"], r["metric"]): r for r in rec["rows"]}
+    called = [r for r in rec["rows"] if r["verdict"] in (compare.FASTER, compare.SLOWER)]
+    assert {(r["arm"], r["metric"]) for r in called} >= {(4, "agg_tps"), (4, "user_tps"),
+                                                          (4, "speedup")}
+    for row in called:
+        if row["metric"] in compare.ABSOLUTE:
+            assert row["time_gap_s"] == pytest.approx(240) and row["serial_move"] is not None
+            assert row["serial_move_lo"] <= row["serial_move"] <= row["serial_move_hi"]
+        else:
+            assert "time_gap_s" not in row
+    cells = table_verdicts(md.read_text())
+    serial = rows[(1, "agg_tps")]
+    assert cells[("parallel-4", "aggregate tok/s")] == (
+        f"B slower; measured 4.0 min after A, while the serial arm moved "
+        f"{fmt_signed_pct(serial['serial_move'])} [{fmt_signed_pct(serial['serial_move_lo'])}, "
+        f"{fmt_signed_pct(serial['serial_move_hi'])}]: the machine may have moved, not the server")
+    assert cells[("parallel-4", "speedup")] == compare.SLOWER
+    for (_, label), verdict in cells.items():
+        absolute = label in ("aggregate tok/s", "per-user tok/s")
+        assert ("measured 4.0 min after A" in verdict) == absolute, (label, verdict)

@@ -84,7 +84,7 @@ def test_two_runs_of_one_config_show_no_detectable_change(archives, tmp_path):
     # 4-way 9% slower in the second run, serial −4% with an interval reaching −15%). Never
     # "B faster" or "B slower": nothing changed but the time
     drift = rec["drift"]
-    assert drift["assessable"] and drift["explained_by"] == [], drift
+    assert drift["assessable"] and drift["may_explain"] == [], drift
     absolute = ("not comparable (busy host)" if rec["busy"]
                 else "confounded with time" if drift["confounded"] else "no detectable change")
 
@@ -96,6 +96,12 @@ def test_two_runs_of_one_config_show_no_detectable_change(archives, tmp_path):
     assert all(r["verdict"] == expected(r) for r in rows), [drift] + [
         (r["arm"], r["metric"], r["verdict"], r["p"], r["diff_lo"], r["diff_hi"]) for r in rows]
     assert all(r["verdict"] not in ("B faster", "B slower") for r in rows)
+    # every absolute rate carries when B was measured, after A, and the serial arm's move
+    for r in rows:
+        if r["metric"] in ("agg_tps", "user_tps"):
+            assert r["time_gap_s"] > 0 and r["serial_move_lo"] <= r["serial_move_hi"], r
+        else:
+            assert "time_gap_s" not in r, r
     assert "server.slots" not in rec["differences"]
     assert ("embedded: 16 no detectable change" in out or rec["busy"] or drift["confounded"]
             or any(r.get("within_serial") for r in rows))

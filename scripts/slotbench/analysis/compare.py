@@ -8,11 +8,17 @@ benchstat: "B faster" or "B slower" when a rank-sum test of the two sides' cells
 (Holm–Bonferroni over every row of the target, at 1 − ci) and the interval excludes 0, and
 "no detectable change" when the test could have found one and did not. Where it could not
 (3 reps against 3 can never reach p < 0.05, let alone after Holm), the verdict is "too few reps
-to decide", with the reps a side that could. Absolute rates measured at different times are
+to decide", with the reps a side that could. A and B were measured at different times (only a
+paired design, slotbench.analysis.paired, measures them together), so every absolute rate's row
+carries the time between them (``time_gap_s``, from the cells' start times) and how far the
+serial arm moved meanwhile (``serial_move`` [``serial_move_lo``, ``serial_move_hi``]): a change
+of the machine and a change of the server look alike in an absolute rate. Absolute rates are
 "confounded with time" when the serial arm's rate moved beyond both sides' spread over their
-reps and no fingerprint difference explains it, and so is any one absolute rate whose change
-lies within what the serial arm's own rate may have moved (their intervals overlap): the machine
-alone could give it. The ratios, taken within each rep, still compare. A verdict
+reps, and so is any one absolute rate whose change lies within what the serial arm's own rate
+may have moved (their intervals overlap): the machine alone could give it. A fingerprint
+difference that could change the serial rate does not clear that: it is named (``may_explain``)
+as a possible explanation beside time, and the comparison cannot tell the two apart. The
+ratios, taken within each rep, still compare, with no such caveat. A verdict
 refuses to speak when either side's headline was refused, or when the fingerprints differ in
 something that defines the measurement (CPU, model digest, num_predict, prompt length) and was
 not declared with ``--declare``; every other fingerprint difference (slots, server version,
@@ -148,13 +154,21 @@ def verdict(lo: float, hi: float, higher_better: bool, detected: bool = True) ->
     return FASTER if better else SLOWER
 
 
+def serial_explanations(named: list[str]) -> list[str]:
+    """The fingerprint differences that could move the serial arm's rate, beside time: every
+    named one but those that only change slots or parallelism."""
+    return [k for k in named if k.rsplit(".", 1)[-1].lower() not in SERIAL_NEUTRAL]
+
+
 def serial_drift(ra: pd.DataFrame, rb: pd.DataFrame, named: list[str], busy: list[str]) -> dict:
     """How far the serial arm's absolute rate moved from A to B, and whether that makes every
     absolute rate "confounded with time": the move lies beyond both sides' spread over their
-    reps (B's median outside A's cells' range and A's outside B's), no fingerprint difference
-    could explain it (one that only changes slots or parallelism does not), and neither side's
-    host check saw other processes (those rows say "busy host" instead). "Not assessable"
-    when either side has fewer than MIN_SERIAL_CELLS serial cells."""
+    reps (B's median outside A's cells' range and A's outside B's), and neither side's host
+    check saw other processes (those rows say "busy host" instead). A fingerprint difference
+    that could explain the move (``may_explain``; one that only changes slots or parallelism
+    could not) does not clear it: time could explain it as well, and nothing here tells the
+    two apart. "Not assessable" when either side has fewer than MIN_SERIAL_CELLS serial
+    cells."""
     va, vb = (r.loc[r["arm"] == SERIAL_ARM, "agg_tps"].to_numpy(float) if "agg_tps" in r
               else np.array([]) for r in (ra, rb))
     va, vb = va[np.isfinite(va)], vb[np.isfinite(vb)]
@@ -165,13 +179,12 @@ def serial_drift(ra: pd.DataFrame, rb: pd.DataFrame, named: list[str], busy: lis
     med_a, med_b = stats.median(va), stats.median(vb)
     move = med_b / med_a - 1 if med_a else np.nan
     beyond = not (va.min() <= med_b <= va.max()) and not (vb.min() <= med_a <= vb.max())
-    explained = [k for k in named if k.rsplit(".", 1)[-1].lower() not in SERIAL_NEUTRAL]
     text = (f"{arm_name(SERIAL_ARM)} " + fmt_signed_pct(move)
             + (" with no host contention detected" if not busy else "")
             + ("" if beyond else ", within the sides' spread over their reps"))
     return {"assessable": True, "serial_a": med_a, "serial_b": med_b, "move": move,
-            "beyond_spread": beyond, "explained_by": explained,
-            "confounded": bool(beyond and not explained and not busy), "text": text}
+            "beyond_spread": beyond, "may_explain": serial_explanations(named),
+            "confounded": bool(beyond and not busy), "text": text}
 
 
 def within_serial(row: dict, drift: dict) -> bool:
@@ -183,6 +196,31 @@ def within_serial(row: dict, drift: dict) -> bool:
         return False
     lo, hi = row["diff_lo"] / row["a"], row["diff_hi"] / row["a"]
     return lo <= drift["change_hi"] and drift["change_lo"] <= hi
+
+
+def measured_at(frame: pd.DataFrame) -> float:
+    """When a side was measured: the median start time (unix seconds) of its cells, NaN where
+    the cells do not record it."""
+    if "t_start_unix" not in frame:
+        return float("nan")
+    return stats.median(frame["t_start_unix"].to_numpy(float))
+
+
+def time_confound(ra: pd.DataFrame, rb: pd.DataFrame, rows: list[dict],
+                  named: list[str]) -> dict:
+    """What every absolute rate's row carries, since A and B were measured at different times:
+    the time from A to B (``time_gap_s``, B's cells' median start minus A's; None where either
+    side's cells lack their start times), how far the serial arm's rate moved meanwhile (its
+    B / A − 1, with its B − A interval relative to A; None without a serial row), and the
+    fingerprint differences that could have moved it too (``may_explain``)."""
+    gap = measured_at(rb) - measured_at(ra)
+    serial = next((r for r in rows if r["arm"] == SERIAL_ARM and r["metric"] == "agg_tps"), None)
+    known = serial is not None and not missing(serial["a"]) and serial["a"] > 0
+    return {"time_gap_s": None if missing(gap) else float(gap),
+            "serial_move": float(serial["b"] / serial["a"] - 1) if known else None,
+            "serial_move_lo": float(serial["diff_lo"] / serial["a"]) if known else None,
+            "serial_move_hi": float(serial["diff_hi"] / serial["a"]) if known else None,
+            "may_explain": serial_explanations(named)}
 
 
 def metric_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float,
@@ -220,6 +258,29 @@ def metric_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float,
     return rows
 
 
+def time_verdicts(rows: list[dict], drift: dict, confound: dict, busy: list[str]) -> None:
+    """Every absolute rate's row takes the time confound (:func:`time_confound`) and, where it
+    has a verdict, "busy host" when a side's host check saw other processes, "confounded with
+    time" when the serial arm moved beyond its spread or the row's change lies within the
+    serial arm's own move (``within_serial``), whatever fingerprint difference might explain
+    the move too. The ratios, taken within each rep, keep their verdicts."""
+    for row in rows:
+        if row["metric"] not in ABSOLUTE:
+            continue
+        row.update(confound | {"may_explain": list(confound["may_explain"])})
+        if not row["verdict"]:
+            continue
+        if busy:
+            row["verdict"] = BUSY
+        elif drift.get("confounded"):
+            row["verdict"] = CONFOUNDED
+        elif (row["verdict"] in (FASTER, SLOWER) and drift.get("assessable")
+              and within_serial(row, drift)):
+            # a change no larger than the machine's own move may be the machine's
+            row["verdict"] = CONFOUNDED
+            row["within_serial"] = True
+
+
 def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None,
             seed: int | None = None, declared: tuple = ()) -> dict:
     """Per target in both: the refusal (or None), the fingerprint differences and one row per
@@ -246,31 +307,20 @@ def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None
         rows = metric_rows(ra, rb, n_boot, ci, seed)
         busy = [label for side, label in ((a, "A"), (b, "B")) if target in side.busy]
         drift = serial_drift(ra, rb, named, busy)
-        serial = next((r for r in rows if r["arm"] == SERIAL_ARM and r["metric"] == "agg_tps"),
-                      None)
-        if drift.get("assessable") and serial is not None and serial["a"]:
-            drift["change_lo"] = serial["diff_lo"] / serial["a"]
-            drift["change_hi"] = serial["diff_hi"] / serial["a"]
+        confound = time_confound(ra, rb, rows, named)
+        if drift.get("assessable") and confound["serial_move"] is not None:
+            drift["change_lo"] = confound["serial_move_lo"]
+            drift["change_hi"] = confound["serial_move_hi"]
         for row in rows:
             if refusal:
                 row["verdict"] = None
                 row.pop("reps_to_decide", None)
-            if row["verdict"] and row["metric"] in ABSOLUTE:
-                # the ratios, taken within each rep, still compare
-                if busy:
-                    row["verdict"] = BUSY
-                elif drift.get("confounded"):
-                    row["verdict"] = CONFOUNDED
-                elif (row["verdict"] in (FASTER, SLOWER) and drift.get("assessable")
-                      and not drift["explained_by"] and within_serial(row, drift)):
-                    # a change no larger than the machine's own move may be the machine's
-                    row["verdict"] = CONFOUNDED
-                    row["within_serial"] = True
+        time_verdicts(rows, drift, confound, busy)
         out["targets"][target] = {"refusal": "; ".join(refusal) or None, "guarded": guarded,
                                   "busy": {label: side.busy[target] for side, label in
                                            ((a, "A"), (b, "B")) if target in side.busy},
                                   "differences": {k: [a.fingerprint.get(target, {}).get(k),
                                                       b.fingerprint.get(target, {}).get(k)]
                                                   for k in named}, "drift": drift,
-                                  "rows": rows}
+                                  "time_gap_s": confound["time_gap_s"], "rows": rows}
     return out

@@ -85,6 +85,18 @@ def count(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
+def fmt_duration(seconds) -> str:
+    """A length of time in the unit that reads best: 45 s, 14.0 min, 26.3 h."""
+    if missing(seconds):
+        return "n/a"
+    s = float(seconds)
+    if s >= 2 * 3600:
+        return f"{s / 3600:.1f} h"
+    if s >= 120:
+        return f"{s / 60:.1f} min"
+    return f"{s:.0f} s"
+
+
 def fmt_ms(seconds) -> str:
     """Seconds as milliseconds with one decimal: 0.0058 -> "5.8 ms"."""
     return "n/a" if missing(seconds) else f"{float(seconds) * 1000:.1f} ms"

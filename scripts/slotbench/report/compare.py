@@ -15,16 +15,19 @@ from pathlib import Path
 from slotbench.analysis import compare as analysis
 from slotbench.analysis.compare import (
     ABSOLUTE,
+    CONFOUNDED,
+    FASTER,
     GUARDED,
     METRICS,
+    SLOWER,
     TOO_FEW,
     Side,
     compare,
     defaults,
     load_side,
 )
-from slotbench.core.cells import arm_name
-from slotbench.core.fmt import DASH, fmt_num, fmt_signed_pct, missing
+from slotbench.core.cells import SERIAL_ARM, arm_name
+from slotbench.core.fmt import DASH, fmt_duration, fmt_num, fmt_signed_pct, missing
 from slotbench.figures.compare import plot
 from slotbench.measure.rawfiles import json_bytes
 from slotbench.report.blocks import Bullets, Figure, Heading, Paragraph, Table
@@ -41,39 +44,98 @@ def _num(x, metric) -> str:
     return fmt_num(x, 1 if metric in ABSOLUTE else 3)
 
 
+def _when(gap) -> str:
+    """When B was measured, from A: "measured 14.0 min after A"."""
+    if missing(gap):
+        return "measured at another time than A (the cells do not record when)"
+    return f"measured {fmt_duration(abs(gap))} {'before' if gap < 0 else 'after'} A"
+
+
+def _or_fingerprints(fields: list) -> str:
+    """The fingerprint differences beside time, as a clause; empty when there are none."""
+    if not fields:
+        return ""
+    return (f", or the difference in {', '.join(fields)} may; this comparison cannot tell "
+            "which")
+
+
+def _time_text(row: dict) -> str:
+    """An absolute rate's time confound, as the analysis put it in the row: when B was
+    measured, how far the serial arm moved meanwhile, and what that leaves of the verdict."""
+    text = _when(row.get("time_gap_s"))
+    if row["arm"] != SERIAL_ARM:
+        if missing(row.get("serial_move")):
+            text += ", the serial arm's move meanwhile unknown"
+        else:
+            text += (f", while the serial arm moved {fmt_signed_pct(row['serial_move'])} "
+                     f"[{fmt_signed_pct(row['serial_move_lo'])}, "
+                     f"{fmt_signed_pct(row['serial_move_hi'])}]")
+    if row["verdict"] in (FASTER, SLOWER):
+        text += ": the machine may have moved, not the server"
+    elif row["verdict"] == CONFOUNDED:
+        text += (": the machine alone could give the change"
+                 + _or_fingerprints(row.get("may_explain") or []))
+    return text
+
+
 def _verdict_text(row: dict) -> str:
     if row["verdict"] == TOO_FEW:
-        return f"{TOO_FEW} (about {row['reps_to_decide']} reps a side would)"
-    return row["verdict"] or "refused"
+        text = f"{TOO_FEW} (about {row['reps_to_decide']} reps a side would)"
+    else:
+        text = row["verdict"] or "refused"
+    if row["verdict"] and "time_gap_s" in row:
+        text += "; " + _time_text(row)
+    return text
+
+
+def _time_note(rec: dict) -> list:
+    """Above the table: A and B were measured at different times, which every absolute rate's
+    verdict carries; the ratios do not."""
+    if not any("time_gap_s" in r for r in rec["rows"]):
+        return []
+    return [Paragraph(
+        f"B was {_when(rec.get('time_gap_s'))} (the median start of each side's cells). A "
+        "change of the machine in between and a change of the server look alike in an absolute "
+        "rate, so every aggregate and per-user tok/s verdict below says how long apart the two "
+        "were measured and how far the serial arm moved meanwhile. The ratios, taken within "
+        "each rep, carry no such caveat. Only a paired design (design: paired) measures A and B "
+        "together.", "note")]
 
 
 def _drift_notes(rec: dict, ci: str) -> list:
-    """The notes on time: every absolute rate confounded (the serial arm moved beyond its
-    spread), the serial arm's move, and the rows whose change that move could give."""
-    out: list = []
+    """The notes on time: when B was measured, every absolute rate confounded (the serial arm
+    moved beyond its spread), the serial arm's move, and the rows whose change that move could
+    give; a fingerprint difference that could move the serial arm is named beside time."""
+    out: list = _time_note(rec)
     drift = rec.get("drift") or {}
+    beside = drift.get("may_explain") or []
     if drift.get("confounded"):
         out.append(Paragraph(
             f"The absolute rates are confounded with time: {drift['text']}, beyond both "
-            "sides' spread over their reps, and no fingerprint difference explains the "
-            "move. The machine itself ran at another speed, so aggregate and per-user "
-            "tok/s are not compared; the ratios, taken within each rep, are. To compare "
-            "absolute rates, measure A and B in one run, interleaved.", "note"))
+            "sides' spread over their reps. The machine itself may have run at another speed"
+            + (f"; the difference in {', '.join(beside)} may explain the move too, and this "
+               "comparison cannot tell which" if beside else "")
+            + ". So aggregate and per-user tok/s are not compared; the ratios, taken within "
+            "each rep, are. To compare absolute rates, measure A and B in one run, in pairs "
+            "(design: paired).", "note"))
     elif drift.get("assessable"):
-        out.append(Paragraph(f"The serial arm's rate from A to B: {drift['text']}"
-                             + (f" (the fingerprints differ in "
-                                f"{', '.join(drift['explained_by'])})"
-                                if drift["explained_by"] else "") + ".", "note"))
+        out.append(Paragraph(
+            f"The serial arm's rate from A to B: {drift['text']}."
+            + (f" The fingerprints differ in {', '.join(beside)}, one possible explanation of "
+               "a move; time is another, and this comparison cannot tell them apart."
+               if beside else ""), "note"))
     within = [r for r in rec["rows"] if r.get("within_serial")]
     if within:
         names = ", ".join(f"{arm_name(r['arm'])} {METRICS[r['metric']][0]}" for r in within)
         out.append(Paragraph(
             f"Confounded with time: {names}. Each changed by no more than the serial arm's "
             f"own rate may have moved from A to B ({fmt_signed_pct(drift['change_lo'])} to "
-            f"{fmt_signed_pct(drift['change_hi'])}, its {ci} interval), and no fingerprint "
-            "difference explains a move, so the machine alone could give the change. The ratios, "
-            "taken within each rep, compare. To compare absolute rates, measure A and B in "
-            "one run, interleaved.", "note"))
+            f"{fmt_signed_pct(drift['change_hi'])}, its {ci} interval), so the machine alone "
+            "could give the change"
+            + (f"; the difference in {', '.join(beside)} could too, and this comparison cannot "
+               "tell which" if beside else "")
+            + ". The ratios, taken within each rep, compare. To compare absolute rates, "
+            "measure A and B in one run, in pairs (design: paired).", "note"))
     return out
 
 

@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from slotbench.core.fmt import count, fmt_change, fmt_pct, missing
+from slotbench.core.fmt import count, fmt_change, fmt_duration, fmt_pct, missing
 from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Heading, Paragraph
 
 TRAP = "drift"
-
-
-def _duration(seconds) -> str:
-    if missing(seconds):
-        return "n/a"
-    s = float(seconds)
-    if s >= 2 * 3600:
-        return f"{s / 3600:.1f} h"
-    if s >= 120:
-        return f"{s / 60:.1f} min"
-    return f"{s:.0f} s"
 
 
 def render(verdict: dict, ctx) -> list:
@@ -31,7 +20,7 @@ def render(verdict: dict, ctx) -> list:
     else:
         text = (
             f"Drift: {verdict['summary']} over {count(ev['n_serial'], 'serial cell')} spanning "
-            f"{_duration(ev['span_s'])}; the article lost {fmt_pct(-ev['article_change'], 1)}. "
+            f"{fmt_duration(ev['span_s'])}; the article lost {fmt_pct(-ev['article_change'], 1)}. "
             f"Burst is the median of the first {fmt_pct(ev['burst_frac'])} of the serial cells in "
             f"time order (runs pooled), plateau the median of the last "
             f"{fmt_pct(ev['plateau_frac'])} (BURST_FRAC = {ev['burst_frac']:g}, PLATEAU_FRAC = "
