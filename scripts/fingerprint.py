@@ -22,6 +22,8 @@ def main(sm) -> None:
         print(f"[{target} {run}] fingerprint: {data['host']['cpu_model']}, "
               f"{data['server'].get('package_version', data['server'].get('backend'))}, "
               f"model {data['model'].get('quantisation')}", file=log)
+        if data["model"].get("mismatch"):  # the report shows it too, before the headline
+            print(f"[{target} {run}] warning: {data['model']['mismatch']}", file=log)
 
 
 main(snakemake)  # noqa: F821 - provided by Snakemake

@@ -3,9 +3,19 @@
 It speaks the subset of llama-server's HTTP API that slotbench uses, as llama.cpp's
 ``tools/server`` defines it:
 
-- ``GET /props``: ``build_info``, ``model_path``, ``total_slots``, ``modalities`` and
-  ``default_generation_settings.n_ctx``;
-- ``GET /slots``: one object per slot (``id``, ``n_ctx``, ``is_processing``);
+- ``GET /props``: ``build_info``, ``model_ftype``, ``total_slots`` (the slots, llama-server's
+  ``--parallel``), ``modalities``, ``default_generation_settings.n_ctx`` and what the build
+  (``build``) reports of its model, ``model_path`` (the ``-m`` argument, ``model_path``) and
+  ``model_alias`` (the ``-a`` argument, ``alias``; None: not given), as llama.cpp's builds
+  differ: ``"recent"`` reports the alias, or the model file's name without one;
+  ``"mid-2025"`` the alias, or ``""``; ``"2024"`` (the default) no ``model_alias``;
+  ``"oldest"`` neither key;
+- ``GET /v1/models``: ``{"object": "list", "data": [{"id", "object": "model", "created",
+  "owned_by": "llamacpp", "meta"}]}``, its one model's id the model's name: a recent build's
+  ``model_alias``, an older one's alias or else the model path (``v1_models = False``:
+  HTTP 404, a server without that path);
+- ``GET /slots``: one object per slot (``id``, ``n_ctx``, ``is_processing``), or, with
+  ``slots_endpoint = False`` (llama-server's ``--no-slots``), HTTP 501 with its error body;
 - ``POST /tokenize`` ``{"content", "add_special"}`` → ``{"tokens": [...]}`` (one token per
   whitespace-separated word, plus BOS when ``add_special``);
 - ``POST /completion`` with ``stream: true``: ``text/event-stream``, chunked; one
@@ -90,6 +100,8 @@ ERROR_PAGE = f"""<!DOCTYPE HTML PUBLIC "-//IETF//DTD HTML 2.0//EN">
 </body></html>
 """.encode()
 HTML_FAULTS = {"http501_html": (501, ERROR_PAGE)}
+MODEL_PATH = "/models/fault-double-Q4_K_M.gguf"
+BUILDS = ("recent", "mid-2025", "2024", "oldest")  # what /props says of the model: see above
 WEB_PAGE = (b"<!DOCTYPE html>\n<html><head><title>Welcome to nginx!</title></head>"
             b"<body><h1>Welcome to nginx!</h1></body></html>\n")
 
@@ -97,8 +109,15 @@ WEB_PAGE = (b"<!DOCTYPE html>\n<html><head><title>Welcome to nginx!</title></hea
 class FaultServer(Served):
     def __init__(self, slots: int = 4, token_s: float = 0.002, measured_predict: int = 8,
                  hold_s: float = 30.0, trickle_s: float = 1.0, alpha: float = 0.0,
-                 drift_per_s: float = 0.0, clock_start: float | None = None):
+                 drift_per_s: float = 0.0, clock_start: float | None = None,
+                 build: str = "2024", model_path: str = MODEL_PATH, alias: str | None = None):
+        assert build in BUILDS, build
         self.slots = slots
+        self.build = build
+        self.model_path = model_path
+        self.alias = alias
+        self.v1_models = True
+        self.slots_endpoint = True
         self.token_s = token_s
         self.alpha = alpha
         self.drift_per_s = drift_per_s
@@ -169,6 +188,37 @@ class FaultServer(Served):
             return self.fault if self._measured > self.skip else None
 
 
+def _model_name(d: FaultServer) -> str:
+    """The name a recent build gives its model: the alias, else the model file's name."""
+    return d.alias or d.model_path.rsplit("/", 1)[-1]
+
+
+def _props(d: FaultServer) -> dict:
+    props = {
+        "default_generation_settings": {"n_ctx": 4096, "params": {"n_predict": -1}},
+        "total_slots": d.slots,
+        "model_ftype": "Q4_K - Medium",
+        "build_info": "b0-fault-double",
+        "modalities": {"vision": False, "audio": False},
+    }
+    if d.build == "recent":
+        props["model_alias"] = _model_name(d)
+    elif d.build == "mid-2025":
+        props["model_alias"] = d.alias or ""
+    if d.build != "oldest":
+        props["model_path"] = d.model_path
+    return props
+
+
+def _models(d: FaultServer) -> dict:
+    name = _model_name(d) if d.build == "recent" else d.alias or d.model_path
+    return {"object": "list", "data": [{
+        "id": name, "object": "model", "created": 0, "owned_by": "llamacpp",
+        "meta": {"vocab_type": 1, "n_vocab": 262144, "n_ctx_train": 32768, "n_embd": 640,
+                 "n_params": 268098176, "size": 253114624},
+    }]}
+
+
 def _tokens(text: str, add_special: bool) -> list[int]:
     words = text.split()
     return ([2] if add_special else []) + [100 + (hash(w) % 30000) for w in words]
@@ -233,14 +283,12 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/health":
             return self._json(200, {"status": "ok"})
         if path == "/props":
-            return self._json(200, {
-                "default_generation_settings": {"n_ctx": 4096, "params": {"n_predict": -1}},
-                "total_slots": d.slots,
-                "model_path": "/models/fault-double-Q4_K_M.gguf",
-                "model_ftype": "Q4_K - Medium",
-                "build_info": "b0-fault-double",
-                "modalities": {"vision": False, "audio": False},
-            })
+            return self._json(200, _props(d))
+        if path == "/v1/models" and d.v1_models:
+            return self._json(200, _models(d))
+        if path == "/slots" and not d.slots_endpoint:
+            return self._error(501, "This server does not support slots endpoint. Start it "
+                               "with `--slots`", "not_supported_error")
         if path == "/slots":
             with d.lock:
                 busy = d.in_flight

@@ -125,6 +125,17 @@ def stated_parallel(fps: list[dict]) -> tuple[str, int | None] | None:
     return None
 
 
+def reported_slots(fps: list[dict]) -> int | None:
+    """The slots a llama-server reports (total_slots in its GET /props), if one does: an
+    external server's, which states no setting of slotbench's."""
+    for fp in fps:
+        server = fp.get("server") or {}
+        total = _int_or_none((server.get("props") or {}).get("total_slots"))
+        if server.get("backend") == "llamacpp" and total is not None:
+            return total
+    return None
+
+
 def warning_text(row: dict, fps: list[dict]) -> str:
     """What a serialised arm means, for the warning shown before the headline."""
     name = arm_name(row["arm"])
@@ -148,6 +159,8 @@ def warning_text(row: dict, fps: list[dict]) -> str:
             "in the order of service"
         )
     stated = stated_parallel(fps)
+    if stated is None and reported_slots(fps) == 1:
+        stated = ("total_slots 1 in its GET /props", 1)
     if stated and stated[1] == 1:
         return text + (
             f". The server has one slot ({stated[0]}), so the queue is what this setting "

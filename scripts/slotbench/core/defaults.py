@@ -52,15 +52,16 @@ def _node(schema: dict, key: str) -> dict:
     return node
 
 
-def default(key: str, backend: str | None = None) -> Any:
+def default(key: str, backend: str | None = None, managed: bool | None = None) -> Any:
     """The schema's default of ``key`` (e.g. "analysis.bootstrap", "arms[].arrival"); a
     target's key whose default depends on its backend (e.g. "targets[].endpoint") with that
-    ``backend``. KeyError for a key the schema gives no default."""
+    ``backend``, for a target that is ``managed`` or not (None: as the schema's default).
+    KeyError for a key the schema gives no default."""
     schema = _schema()
     if backend is not None and key.startswith("targets[]."):
         with contextlib.suppress(KeyError):
-            return _node(backend_defaults(schema, backend), key.removeprefix("targets[]."))[
-                "default"]
+            return _node(backend_defaults(schema, backend, managed),
+                         key.removeprefix("targets[]."))["default"]
     return _node(schema, key)["default"]
 
 
@@ -70,7 +71,7 @@ def value(settings: dict | None, key: str, backend: str | None = None) -> Any:
     leaf = key.rsplit(".", 1)[-1]
     if settings and leaf in settings:
         return settings[leaf]
-    return default(key, backend)
+    return default(key, backend, (settings or {}).get("managed"))
 
 
 def fill(instance: Any, schema: dict) -> Any:
@@ -100,12 +101,31 @@ def target_schema(schema: dict) -> dict:
     return schema["properties"]["targets"]["items"]
 
 
-def backend_defaults(schema: dict, backend: Any) -> dict:
-    """The schema that adds ``backend``'s defaults to a target: the ``then`` of its ``if``."""
+def backend_defaults(schema: dict, backend: Any, managed: Any = None) -> dict:
+    """The schema that adds ``backend``'s defaults to a target, ``managed`` or not (None: as
+    the schema's default): the ``then`` of every ``if`` that names the backend, and names
+    managed as ``managed`` or not at all, merged (the embedded model is a managed llamacpp
+    target's default alone)."""
+    if managed is None:
+        managed = target_schema(schema)["properties"]["managed"]["default"]
+    merged: dict = {}
     for branch in target_schema(schema).get("allOf", []):
-        if branch["if"]["properties"]["backend"].get("const") == backend:
-            return branch["then"]
-    return {}
+        names = branch["if"]["properties"]
+        if names["backend"].get("const") != backend:
+            continue
+        if "managed" in names and names["managed"].get("const") != bool(managed):
+            continue
+        merged = _merged(merged, branch["then"])
+    return merged
+
+
+def _merged(base: dict, extra: dict) -> dict:
+    """``base`` with ``extra``'s keys added, mappings merged key by key all the way down."""
+    out = dict(base)
+    for key, sub in extra.items():
+        both = isinstance(out.get(key), dict) and isinstance(sub, dict)
+        out[key] = _merged(out[key], sub) if both else sub
+    return out
 
 
 def derived_default(schema: dict, key: str) -> dict:
@@ -116,7 +136,7 @@ def derived_default(schema: dict, key: str) -> dict:
 def fill_target(target: dict, arms: list, schema: dict) -> dict:
     """A target with its backend's defaults and, when managed, its server's: the schema's, the
     backend's, then those whose default is null, derived (see _derive)."""
-    backend = backend_defaults(schema, target.get("backend"))
+    backend = backend_defaults(schema, target.get("backend"), target.get("managed"))
     given = target.get("server", {})
     out = fill({k: v for k, v in target.items() if k != "server"}, backend)
     if "server" in target:

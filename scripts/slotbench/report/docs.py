@@ -86,13 +86,17 @@ def schema_keys(node: dict, path: str = "") -> list[tuple[str, dict]]:
 
 
 def backend_defaults(schema: dict) -> dict[str, list[str]]:
-    """dotted key -> "backend: value" for each default in a backend's `then` under targets."""
+    """dotted key -> "backend: value" for each default in a backend's `then` under targets
+    ("backend, managed: value" where the `if` names managed too)."""
     out: dict[str, list[str]] = {}
     for branch in schema["properties"]["targets"]["items"].get("allOf", []):
-        backend = branch["if"]["properties"]["backend"]["const"]
+        names = branch["if"]["properties"]
+        which = names["backend"]["const"]
+        if "managed" in names:
+            which += ", managed" if names["managed"]["const"] else ", not managed"
         for key, sub in schema_keys(branch["then"], "targets[]"):
             if "default" in sub:
-                out.setdefault(key, []).append(f"{backend}: {json.dumps(sub['default'])}")
+                out.setdefault(key, []).append(f"{which}: {json.dumps(sub['default'])}")
     return out
 
 

@@ -31,6 +31,8 @@ from slotbench.report.sections import (
     config_blocks,
     figure_blocks,
     fingerprint_blocks,
+    model_line,
+    model_warnings,
     pinned_line,
     provenance_blocks,
     raw_files_blocks,
@@ -126,12 +128,13 @@ def target_blocks(data: ReportData, target: str, index: prov.CellIndex) -> list:
     blocks: list = [Heading(2, f"Target: {target}")]
     # Before anything is read as a result: what the checks say must be read first.
     blocks += [Paragraph(w["text"], "warning") for w in (decision or {}).get("warnings", [])]
+    blocks += [Paragraph(text, "warning") for text in model_warnings(fps)]
     rows = data.summary[data.summary["target"] == target]
     blocks += headline_blocks(target, rows, decision, serialised, index, data.ci)
     slo = data.capacity.get("slo") or {}
     blocks += capacity_blocks(data.capacity.get("targets", {}).get(target), slo, ctx)
     versions = [v["sentence"] for v in verdicts if v["trap"] == "versions" and not v["fired"]]
-    measured = [timing_source_line(rows), pinned_line(target, fps), *versions]
+    measured = [timing_source_line(rows), pinned_line(target, fps), model_line(fps), *versions]
     blocks.append(Bullets([m for m in measured if m]))
     return blocks + trap_blocks(verdicts, ctx)
 

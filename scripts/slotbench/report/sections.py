@@ -78,6 +78,40 @@ def pinned_line(target, fps: list[dict]) -> str:
     )
 
 
+def model_line(fps: list[dict]) -> str | None:
+    """Which model an external llama-server served, as its fingerprints recorded it (None for
+    a target whose model slotbench installed or the config names: a managed or other one)."""
+    named = {str(fp.get("run")): fp["model"] for fp in fps
+             if "name_from" in (fp.get("model") or {})}
+    if not named:
+        return None
+    said = {(m.get("name"), m.get("name_from")) for m in named.values()}
+    if len(said) > 1:
+        return "Model, as each run's server reported it: " + "; ".join(
+            f"{run}: {_model_said(m.get('name'), m.get('name_from'))}"
+            for run, m in sorted(named.items())) + "."
+    return f"Model: {_model_said(*next(iter(said)))}."
+
+
+def _model_said(name, source) -> str:
+    if name is None:
+        return "not known: the server does not report its model, and the config names none"
+    if source and source.startswith("the config"):
+        return f"{name}, as {source}"
+    return f"{name}, as the server reports it ({source})"
+
+
+def model_warnings(fps: list[dict]) -> list[str]:
+    """The fingerprints' model mismatches (a config's name the server did not report), each
+    once, with the runs that recorded it."""
+    runs: dict[str, list[str]] = {}
+    for fp in sorted(fps, key=lambda f: str(f.get("run"))):
+        text = (fp.get("model") or {}).get("mismatch")
+        if text:
+            runs.setdefault(text, []).append(str(fp.get("run")))
+    return [f"Warning: {text} (the fingerprint of {', '.join(r)})." for text, r in runs.items()]
+
+
 def fingerprint_blocks(fingerprints: list[dict], index: prov.CellIndex, sources) -> list:
     blocks: list = [Heading(2, "Fingerprints")]
     if not fingerprints:

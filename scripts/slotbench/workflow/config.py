@@ -309,7 +309,7 @@ def _backend_problems(i: int, target: dict) -> list[str]:
     """Target ``i``'s keys that its backend lacks or does not understand."""
     problems = []
     backend = target["backend"]
-    if "model" not in target:
+    if "model" not in target and backend != "llamacpp":  # llama-server reports its own
         problems.append(
             f"config key `targets[{i}].model`: target {target['name']!r} needs the model "
             f"name the {backend} server knows (e.g. "

@@ -4,6 +4,13 @@ Each ``data:`` event is one token (``stop: false``) until the final event (``sto
 which carries ``timings`` (prompt_n, prompt_ms, predicted_n, predicted_ms, cache_n),
 ``stop_type`` (eos, limit, word, none) and ``tokens_evaluated``. An error while streaming is an
 ``error:`` event (or, in some builds, a ``data:`` event with an ``error`` key).
+
+A server slotbench did not start (an external target) is known only by what it reports: its
+model from ``GET /props`` (the alias, ``model_alias``, where the build reports one, else the
+file of ``model_path``; ``GET /v1/models`` where a build reports neither), its slots from
+``total_slots``. The builds differ: a recent one reports the alias given with ``-a`` as
+``model_alias``, or the model file's name without one; one of mid-2025 reports ``""`` without
+``-a``, older ones ``"unknown"`` or no ``model_alias`` at all, and the oldest no ``model_path``.
 """
 
 from __future__ import annotations
@@ -27,6 +34,50 @@ from slotbench.measure.backends.transport import lines
 # stop_type → the done_reason vocabulary shared with Ollama and OpenAI ("stop" or "length").
 DONE_REASON = {"eos": "stop", "word": "stop", "limit": "length"}
 TIMINGS = ("prompt_n", "prompt_ms", "predicted_n", "predicted_ms")
+# a model_alias that names no alias: builds started without -a (see the module's docstring)
+NO_ALIAS = ("", "unknown")
+
+
+def _text(value) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
+
+
+def file_name(path: str) -> str:
+    """The file name of a model path, whichever separator the server's system writes."""
+    return path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+
+
+def reported_model(props: dict, listed) -> tuple[str | None, str | None]:
+    """(the model's name as the server reports it, where that was read), or (None, None):
+    the alias where the build reports one, else the file name of its model_path, else the
+    first id ``GET /v1/models`` listed (``listed``: the ids, or anything else if none)."""
+    alias = _text(props.get("model_alias"))
+    if alias is not None and alias not in NO_ALIAS:
+        return alias, "GET /props model_alias"
+    path = _text(props.get("model_path"))
+    if path is not None:
+        return file_name(path), "GET /props model_path"
+    ids = [i for i in listed if _text(i)] if isinstance(listed, list) else []
+    return (ids[0], "GET /v1/models id") if ids else (None, None)
+
+
+def names_for(props: dict, listed) -> set[str]:
+    """Every name the server reports its model by: a config's name that is one of them names
+    the model it serves (the alias, the path, its file name with and without .gguf, the ids)."""
+    names = {_text(props.get("model_alias")), _text(props.get("model_path"))}
+    names |= set(listed) if isinstance(listed, list) else set()
+    names = {n for n in names if isinstance(n, str) and n and n not in NO_ALIAS}
+    files = {file_name(n) for n in names}
+    return names | files | {f.removesuffix(".gguf") for f in files}
+
+
+def slot_count(props: dict, slots) -> int | list | dict:
+    """The server's slots: total_slots from /props, else the entries /slots lists, else why
+    /slots could not say."""
+    total = props.get("total_slots")
+    if isinstance(total, int) and not isinstance(total, bool) and total > 0:
+        return total
+    return len(slots) if isinstance(slots, list) else slots
 
 
 def _event_error(payload: bytes) -> str:
@@ -86,6 +137,11 @@ class LlamaCppBackend(Backend):
             body=resp.text,
         )
 
+    @property
+    def external(self) -> bool:
+        """Whether the server is one slotbench did not start, known by what it reports alone."""
+        return not self.target.get("managed")
+
     def describe(self) -> dict:
         props = self._get("/props")
         gen = props.get("default_generation_settings", {}) if isinstance(props, dict) else {}
@@ -93,7 +149,7 @@ class LlamaCppBackend(Backend):
             slots = self._get("/slots")
         except BackendError as exc:  # /slots can be disabled with --no-slots
             slots = {"unavailable": str(exc)}
-        return {
+        info = {
             "props": {
                 "build_info": props.get("build_info"),
                 "model_path": props.get("model_path"),
@@ -102,9 +158,23 @@ class LlamaCppBackend(Backend):
                 "n_ctx": gen.get("n_ctx"),
                 "modalities": props.get("modalities"),
             },
-            "slots": len(slots) if isinstance(slots, list) else slots,
+            "slots": slot_count(props, slots),
             "ignore_eos": self.ignore_eos,
         }
+        if self.external:  # its model is what it reports (a managed one's is slotbench's file)
+            info["props"]["model_alias"] = props.get("model_alias")
+            if reported_model(props, None)[0] is None:  # an old build: /props names no model
+                info["v1_models"] = self._model_ids()
+        return info
+
+    def _model_ids(self) -> list | dict:
+        """The ids GET /v1/models lists, or why it could not."""
+        try:
+            listed = self._get("/v1/models")
+        except BackendError as exc:
+            return {"unavailable": str(exc)}
+        entries = listed.get("data") if isinstance(listed, dict) else None
+        return [m.get("id") for m in entries or [] if isinstance(m, dict)]
 
     def slot_context(self) -> tuple[int, str] | None:
         props = self._get("/props")
@@ -116,7 +186,30 @@ class LlamaCppBackend(Backend):
 
     def model_facts(self, described: dict) -> dict:
         props = described.get("props", {})
-        return {"quantisation": props.get("model_ftype"), "file": props.get("model_path")}
+        facts = {"quantisation": props.get("model_ftype"), "file": props.get("model_path")}
+        return facts | (self._reported_facts(described) if self.external else {})
+
+    def _reported_facts(self, described: dict) -> dict:
+        """An external server's model: its name as the server reports it and where that was
+        read; the config's name beside it, and why they disagree where they do. The server's
+        report wins: a name in the config labels no model the server does not say it serves."""
+        props, listed = described.get("props", {}), described.get("v1_models")
+        name, source = reported_model(props, listed)
+        given = self.model
+        if name is None:  # the server does not say: the config's name, if any, marked as such
+            return {"name": given, "name_from": "the config (the server does not report its "
+                                                "model)" if given else None}
+        facts = {"name": name, "name_from": source}
+        if given is None:
+            return facts
+        facts["configured"] = given
+        if given not in names_for(props, listed):
+            facts["mismatch"] = (
+                f"the config names model {given!r}, but the llama-server at {self.base_url} "
+                f"reports {name!r} ({source}): the numbers are {name!r}'s, and the fingerprint "
+                "and the report name it; correct or drop the target's model"
+            )
+        return facts
 
     def payload(self, prompt: str, num_predict: int, temperature: float, seed: int) -> dict:
         return {
