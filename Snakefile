@@ -53,6 +53,6 @@ onerror:
 rule all:
     default_target: True
     input:
-        "results/report.md",
-        "results/report.html",
-        "results/config.resolved.yaml",
+        result("report.md"),
+        result("report.html"),
+        result("config.resolved.yaml"),

@@ -5,15 +5,15 @@ rule analyse:
     """
     input:
         code=code("analyse.py"),
-        cells="results/cells.parquet",
-        requests="results/requests.parquet",
+        cells=result("cells.parquet"),
+        requests=result("requests.parquet"),
     output:
-        ratios="results/analysis/ratios.parquet",
-        summary="results/analysis/summary.csv",
-        capacity="results/analysis/capacity.json",
-        openloop="results/analysis/openloop.json",
+        ratios=result("analysis/ratios.parquet"),
+        summary=result("analysis/summary.csv"),
+        capacity=result("analysis/capacity.json"),
+        openloop=result("analysis/openloop.json"),
     log:
-        "results/logs/analyse.log",
+        result("logs/analyse.log"),
     conda:
         "../envs/analyse.yaml"
     params:

@@ -1,16 +1,17 @@
-ARCHIVE = f"results/archive/{CFG['archive']['name']}.tar.gz"
+ARCHIVE = result(f"archive/{CFG['archive']['name']}.tar.gz")
 
 
 rule resolved_config:
-    """The config the rules see, defaults filled and validated: results/config.resolved.yaml."""
+    """The config the rules see, defaults filled and validated, in
+    results/<experiment>/config.resolved.yaml."""
     output:
         config=report(
-            "results/config.resolved.yaml",
+            result("config.resolved.yaml"),
             caption="../report/config.rst",
             category="Configuration",
         ),
     log:
-        "results/logs/resolved_config.log",
+        result("logs/resolved_config.log"),
     conda:
         "../envs/measure.yaml"
     params:
@@ -37,7 +38,7 @@ rule archive:
     output:
         archive=ARCHIVE,
     log:
-        "results/logs/archive.log",
+        result("logs/archive.log"),
     conda:
         "../envs/measure.yaml"
     params:

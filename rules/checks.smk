@@ -1,20 +1,20 @@
 rule checks:
-    """Every trap's verdict (results/checks/<trap>.json), its detail tables (CSV) and each
-    target's headline decision (results/checks/headline.json); see slotbench/checks/."""
+    """Every trap's verdict (results/<experiment>/checks/<trap>.json), its detail tables (CSV) and each
+    target's headline decision (checks/headline.json); see slotbench/checks/."""
     input:
         code=code("checks.py"),
-        cells="results/cells.parquet",
-        requests="results/requests.parquet",
-        control="results/control.parquet",
-        thermal="results/thermal.parquet",
-        host="results/host.parquet",
-        servers="results/servers.json",
-        summary="results/analysis/summary.csv",
+        cells=result("cells.parquet"),
+        requests=result("requests.parquet"),
+        control=result("control.parquet"),
+        thermal=result("thermal.parquet"),
+        host=result("host.parquet"),
+        servers=result("servers.json"),
+        summary=result("analysis/summary.csv"),
         fingerprints=fingerprint_files,
     output:
-        directory("results/checks"),
+        directory(result("checks")),
     log:
-        "results/logs/checks.log",
+        result("logs/checks.log"),
     conda:
         "../envs/analyse.yaml"
     params:

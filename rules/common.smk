@@ -8,6 +8,7 @@ import sys
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
 from slotbench.core import code as sbcode
+from slotbench.core import experiments as sbexp
 from slotbench.workflow import config as sbconfig
 from slotbench.workflow import jobs as sbjobs
 from slotbench.measure import rawfiles as sbraw
@@ -21,6 +22,14 @@ sbcode.run_from_checkout()
 if workflow.is_main_process:
     for line in sbstate.settle():
         print(line, file=sys.stderr)
+
+# `archive-render` of an archive made before experiments had their own folders
+# (workflow/archive.py): its result stays where it was, in results/ itself.
+OLD_LAYOUT = bool(config.pop("old_layout", False))
+# A results/ from before then is left as it is, with a note on how to keep it as an experiment.
+if workflow.is_main_process and not OLD_LAYOUT:
+    if _note := sbexp.old_layout_note():
+        print(_note, file=sys.stderr)
 
 # One managed server per target and run (measure/servers/supervisor.py): the jobs this
 # Snakemake starts find their run's server by this PID, and no server outlives it.
@@ -45,7 +54,9 @@ try:  # a bad config, or a target's URL the check missed, is one line and not a 
     CFG = sbconfig.resolve(config)
     TARGETS = [t["name"] for t in CFG["targets"]]
     RUNS, REPS = sbconfig.run_ids(CFG), sbconfig.rep_ids(CFG)
-    JOBS = sbjobs.Jobs(CFG, TARGETS, RUNS, REPS, sbjobs.machine_cpus())
+    # every output of the experiment lands in its folder, results/<experiment>/
+    RESULTS = sbexp.RESULTS if OLD_LAYOUT else sbexp.results_dir(CFG)
+    JOBS = sbjobs.Jobs(CFG, TARGETS, RUNS, REPS, sbjobs.machine_cpus(), RESULTS)
 except sbconfig.ConfigError as err:
     refuse(err)
 RATE_ARMS = any(isinstance(a, dict) for a in CFG["arms"])  # an arrival rate (open loop)
@@ -71,6 +82,11 @@ wildcard_constraints:
     block=r"\d+",
 
 
+def result(path):
+    """``path`` in the experiment's folder: result("report.md") is results/<experiment>/report.md."""
+    return f"{RESULTS}/{path}"
+
+
 def code(script):
     """The package modules a cheap rule's script runs, as inputs: a change to that code reruns
     the rule and what follows it (measuring rules never declare code). Read where Snakemake
@@ -80,17 +96,17 @@ def code(script):
 
 
 per_run = lambda pattern, **more: expand(pattern, target=TARGETS, run=RUNS, **more)
-raw_files = lambda w=None: per_run(sbjobs.RAW, rep=REPS)
+raw_files = lambda w=None: per_run(JOBS.raw, rep=REPS)
 raw_sha256_files = lambda w=None: [f"{path}.sha256" for path in raw_files()]
-fingerprint_files = lambda w=None: per_run("results/fingerprint/{target}/{run}.json")
-plan_files = lambda w=None: per_run("results/plan/{target}/{run}.json")
+fingerprint_files = lambda w=None: per_run(result("fingerprint/{target}/{run}.json"))
+plan_files = lambda w=None: per_run(result("plan/{target}/{run}.json"))
 target_cfg = lambda w: sbconfig.target_by_name(CFG, w.target)
 experiment = lambda w: sbconfig.experiment(CFG, w.target)  # what every raw file records
 html_templates = lambda: [local(p) for p in sbcode.html_templates(workflow.basedir)]
 if _refusal := sbraw.unrecorded_refusal(raw_files()):  # before anything runs
     refuse(_refusal)
 
-BLOCK_PREFIX = sbjobs.BLOCK_PREFIX  # a block of reps' outputs (see jobs.py)
+BLOCK_PREFIX = JOBS.block_prefix  # a block of reps' outputs (see jobs.py)
 block_raw_files = lambda w: JOBS.raw_files_of_block(w.target, w.run, w.block)
 block_sha256_files = lambda w: [f"{p}.sha256" for p in block_raw_files(w)]
 block_files = lambda kind: per_run(f"{BLOCK_PREFIX}.{kind}", block=JOBS.blocks)

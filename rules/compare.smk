@@ -1,22 +1,22 @@
 rule compare:
-    """This result against another (a results directory or an archive): B − A per target, arm
-    and metric with bootstrap intervals and verdicts. Run on request:
-    snakemake --cores 1 compare --config compare_with=PATH [compare_declare=FIELD,FIELD]
+    """This result against another (an experiment's name, a result's folder or an archive):
+    B − A per target, arm and metric with bootstrap intervals and verdicts. Run on request:
+    snakemake --cores 1 compare --config compare_with=NAME|PATH [compare_declare=FIELD,FIELD]
     """
     input:
         code=code("compare.py"),
         templates=html_templates(),
-        ratios="results/analysis/ratios.parquet",
-        checks="results/checks",
+        ratios=result("analysis/ratios.parquet"),
+        checks=result("checks"),
         fingerprints=fingerprint_files,
         plans=plan_files,
     output:
-        md="results/compare/compare.md",
-        html="results/compare/compare.html",
-        json="results/compare/compare.json",
-        figure="results/compare/compare.png",
+        md=result("compare/compare.md"),
+        html=result("compare/compare.html"),
+        json=result("compare/compare.json"),
+        figure=result("compare/compare.png"),
     log:
-        "results/logs/compare.log",
+        result("logs/compare.log"),
     conda:
         "../envs/report.yaml"
     params:

@@ -16,13 +16,13 @@ rule consolidate_block:
         meta=f"{BLOCK_PREFIX}.json",
         inventory=f"{BLOCK_PREFIX}.inventory.json",
     log:
-        "results/logs/consolidate/{target}/{run}/block{block}.log",
+        result("logs/consolidate/{target}/{run}/block{block}.log"),
     conda:
         "../envs/analyse.yaml"
     params:
         token=block_token,
         # withdrawn when a raw file is refused: they were built from it
-        withdraw=["results/report.md", "results/report.html"],
+        withdraw=[result("report.md"), result("report.html")],
     script:
         "../scripts/consolidate_block.py"
 
@@ -39,19 +39,19 @@ rule consolidate:
         ],
         inventories=block_files("inventory.json"),
     output:
-        requests="results/requests.parquet",
-        cells="results/cells.parquet",
-        servers="results/servers.json",
-        control="results/control.parquet",
-        thermal="results/thermal.parquet",
-        host="results/host.parquet",
-        inventory="results/inventory.json",
+        requests=result("requests.parquet"),
+        cells=result("cells.parquet"),
+        servers=result("servers.json"),
+        control=result("control.parquet"),
+        thermal=result("thermal.parquet"),
+        host=result("host.parquet"),
+        inventory=result("inventory.json"),
     log:
-        "results/logs/consolidate.log",
+        result("logs/consolidate.log"),
     conda:
         "../envs/analyse.yaml"
     params:
         token=RAW_TOKEN,
-        withdraw=["results/report.md", "results/report.html"],
+        withdraw=[result("report.md"), result("report.html")],
     script:
         "../scripts/consolidate.py"

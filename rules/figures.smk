@@ -24,18 +24,18 @@ rule figures:
     only, the figures read the checks, so a threshold change redraws them; without, they
     never wait for the checks)."""
     input:
-        **({"checks": "results/checks"} if RATE_ARMS else {}),
+        **({"checks": result("checks")} if RATE_ARMS else {}),
         code=code("figures.py"),
-        cells="results/cells.parquet",
-        ratios="results/analysis/ratios.parquet",
-        thermal="results/thermal.parquet",
-        capacity="results/analysis/capacity.json",
-        summary="results/analysis/summary.csv",
-        openloop="results/analysis/openloop.json",
+        cells=result("cells.parquet"),
+        ratios=result("analysis/ratios.parquet"),
+        thermal=result("thermal.parquet"),
+        capacity=result("analysis/capacity.json"),
+        summary=result("analysis/summary.csv"),
+        openloop=result("analysis/openloop.json"),
     output:
         **{
             name: report(
-                f"results/figures/{name}.png",
+                result(f"figures/{name}.png"),
                 caption=f"../report/{name}.rst",
                 category="Figures",
             )
@@ -43,15 +43,15 @@ rule figures:
         },
         **{
             name: report(
-                f"results/figures/{name}.png",
+                result(f"figures/{name}.png"),
                 category="Figures",
                 subcategory="Open loop",
             )
             for name in OPEN_FIGURES
         },
-        sources="results/figures/sources.json",
+        sources=result("figures/sources.json"),
     log:
-        "results/logs/figures.log",
+        result("logs/figures.log"),
     conda:
         "../envs/report.yaml"
     script:

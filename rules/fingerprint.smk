@@ -2,14 +2,14 @@ rule fingerprint:
     """Machine, software, server build and settings, model digest, pipeline version."""
     output:
         report(
-            "results/fingerprint/{target}/{run}.json",
+            result("fingerprint/{target}/{run}.json"),
             caption="../report/fingerprint.rst",
             category="Fingerprint",
             labels={"target": "{target}", "run": "{run}"},
         ),
     log:
-        progress="results/logs/fingerprint/{target}/{run}.log",
-        server="results/logs/fingerprint/{target}/{run}.server.log",
+        progress=result("logs/fingerprint/{target}/{run}.log"),
+        server=result("logs/fingerprint/{target}/{run}.server.log"),
     priority: run_priority
     conda:
         "../envs/measure.yaml"

@@ -5,14 +5,14 @@ rule paired:
     the drift line (the serial arm's rate of every side over the run's time)."""
     input:
         code=code("paired.py"),
-        ratios="results/analysis/ratios.parquet",
-        cells="results/cells.parquet",
-        checks="results/checks",
+        ratios=result("analysis/ratios.parquet"),
+        cells=result("cells.parquet"),
+        checks=result("checks"),
     output:
-        json="results/analysis/paired.json",
-        figure="results/figures/paired.png",
+        json=result("analysis/paired.json"),
+        figure=result("figures/paired.png"),
     log:
-        "results/logs/paired.log",
+        result("logs/paired.log"),
     conda:
         "../envs/report.yaml"
     params:

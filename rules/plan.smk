@@ -2,10 +2,10 @@ rule plan:
     """A run's prompt calibration: the token length every prompt must have. It does not depend
     on reps, so adding reps leaves every existing rep up to date."""
     output:
-        "results/plan/{target}/{run}.json",
+        result("plan/{target}/{run}.json"),
     log:
-        progress="results/logs/plan/{target}/{run}.log",
-        server="results/logs/plan/{target}/{run}.server.log",
+        progress=result("logs/plan/{target}/{run}.log"),
+        server=result("logs/plan/{target}/{run}.server.log"),
     priority: run_priority
     conda:
         "../envs/measure.yaml"

@@ -5,13 +5,13 @@ rule rep:
     The raw file's SHA-256, computed from the bytes written, goes to rep<N>.json.sha256.
     """
     input:
-        plan="results/plan/{target}/{run}.json",
+        plan=result("plan/{target}/{run}.json"),
     output:
-        raw="results/raw/{target}/{run}/rep{rep}.json",
-        sha256="results/raw/{target}/{run}/rep{rep}.json.sha256",
+        raw=result("raw/{target}/{run}/rep{rep}.json"),
+        sha256=result("raw/{target}/{run}/rep{rep}.json.sha256"),
     log:
-        progress="results/logs/rep/{target}/{run}/rep{rep}.log",
-        server="results/logs/rep/{target}/{run}/rep{rep}.server.log",
+        progress=result("logs/rep/{target}/{run}/rep{rep}.log"),
+        server=result("logs/rep/{target}/{run}/rep{rep}.server.log"),
     priority: rep_priority
     conda:
         "../envs/measure.yaml"

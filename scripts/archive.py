@@ -1,7 +1,8 @@
-"""Rule archive: results/archive/<name>.tar.gz with a SHA-256 manifest
-(slotbench.workflow.archive)."""
+"""Rule archive: results/<experiment>/archive/<name>.tar.gz, the experiment's results with a
+SHA-256 manifest (slotbench.workflow.archive)."""
 
 from slotbench.core.entry import fail, progress_log
+from slotbench.core.experiments import split
 from slotbench.workflow.archive import ArchiveError, build_archive
 
 
@@ -9,7 +10,8 @@ def main(sm) -> None:
     with progress_log(sm.log[0]) as log:
         try:
             done = build_archive(
-                sm.output.archive, sm.params.name, inputs=list(sm.input),
+                sm.output.archive, sm.params.name, results=split(sm.output.archive)[0],
+                inputs=list(sm.input),
                 secret_envs=list(sm.params.secret_envs), exclude=[sm.log[0]],
             )
         except ArchiveError as exc:

@@ -1,5 +1,5 @@
 """Rule checks: every trap's verdict records, detail tables and the headline decision into
-results/checks/ (logic in slotbench.checks)."""
+results/<experiment>/checks/ (logic in slotbench.checks)."""
 
 from slotbench.checks import run_checks, write_checks
 from slotbench.checks.base import load_tables

@@ -1,5 +1,6 @@
-"""Rule consolidate: every block's tables → results/requests.parquet, results/cells.parquet and
-the other tables the later stages read (see rule consolidate_block for the raw files)."""
+"""Rule consolidate: every block's tables → results/<experiment>/requests.parquet,
+results/<experiment>/cells.parquet and the other tables the later stages read (see rule
+consolidate_block for the raw files)."""
 
 import json
 

@@ -1,5 +1,6 @@
 """Rule paired: the paired design's comparison of every target with the first, pair by pair,
-into results/analysis/paired.json and its figure (logic in slotbench.analysis.paired)."""
+into results/<experiment>/analysis/paired.json and its figure (logic in
+slotbench.analysis.paired)."""
 
 import json
 from pathlib import Path

@@ -1,20 +1,28 @@
 """Rule plan: a run's prompt calibration (the prompt's length in tokens, by the server's own
 tokenizer). Each rep derives its own order, nonces and prompts from it (slotbench.measure.plan)."""
 
+from pathlib import Path
+
 from slotbench.core.entry import fail, progress_log
+from slotbench.core.experiments import split
 from slotbench.measure.backends import PROBE_TIMEOUT_S, BackendError
 from slotbench.measure.plan import run_plan
 from slotbench.measure.rawfiles import write_json_atomic
 from slotbench.measure.servers.base import ServerError
 from slotbench.measure.targets import connect
+from slotbench.workflow import measuring
 
 
 def main(sm) -> None:
     target, run = sm.wildcards.target, sm.wildcards.run
     p = sm.params
+    results = split(sm.output[0])[0]  # the experiment's folder
+    job = {"experiment": Path(results).name, "target": target, "run": run, "job": "plan"}
     with progress_log(sm.log.progress) as log:
         try:
-            with connect(p.target, sm.log.server, PROBE_TIMEOUT_S, run=sm.wildcards.run) as conn:
+            with (measuring.held(p.target, job, log),
+                  connect(p.target, sm.log.server, PROBE_TIMEOUT_S, run=run,
+                          results=results) as conn):
                 plan = run_plan(
                     target, run, list(p.arms), p.requests_per_cell, p.seed,
                     p.prompt["template"], p.prompt["nonce_digits"],

@@ -4,6 +4,7 @@ SHA-256 (computed from the bytes written) next to it."""
 from pathlib import Path
 
 from slotbench.core.entry import fail, progress_log
+from slotbench.core.experiments import split
 from slotbench.measure.backends import BackendError
 from slotbench.measure.execute import RepError, run_rep
 from slotbench.measure.fingerprint import pipeline_version
@@ -13,6 +14,7 @@ from slotbench.measure.rawfiles import check_free_space, read_json, restore_unsa
 from slotbench.measure.servers.base import ServerError
 from slotbench.measure.targets import connect
 from slotbench.measure.thermal import available_sources
+from slotbench.workflow import measuring
 
 
 def main(sm) -> None:
@@ -24,6 +26,8 @@ def main(sm) -> None:
     interrupted = (f"rep {rep} of {target}/{run} was discarded (no raw file written) and its "
                    f"server stopped; the {kept} reps already measured are kept")
     log_dir = Path(sm.log.progress).parent
+    results = split(sm.output.raw)[0]  # the experiment's folder
+    job = {"experiment": Path(results).name, "target": target, "run": run, "rep": rep}
     with progress_log(sm.log.progress, on_interrupt=interrupted) as log:
         # a rep measured by an earlier run whose raw file could not be written (disk full)
         expect = {"target": target, "run": run, "rep": rep,
@@ -43,8 +47,10 @@ def main(sm) -> None:
         if space is not None:
             fail(f"target {target}, run {run}, rep {rep}: {space}", log)
         try:
-            with connect(sm.params.target, sm.log.server, settings["request_timeout_s"],
-                         run=run) as conn:
+            # another experiment's job measuring on this server (another Snakemake) goes first
+            with (measuring.held(sm.params.target, job, log),
+                  connect(sm.params.target, sm.log.server, settings["request_timeout_s"],
+                          run=run, results=results) as conn):
                 client = dict(sm.params.client)
                 problem = context_problem(plan, settings["num_predict"],
                                           conn.backend.slot_context())

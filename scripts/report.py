@@ -1,5 +1,5 @@
-"""Rule report: results/report.md, the self-contained results/report.html and
-results/provenance.json, from the analysis, the checks and the figures (slotbench.report)."""
+"""Rule report: results/<experiment>/report.md, the self-contained report.html and
+provenance.json beside it, from the analysis, the checks and the figures (slotbench.report)."""
 
 from slotbench.core.entry import progress_log
 from slotbench.report import write_report

@@ -10,7 +10,7 @@ from slotbench.workflow.archive import dump_config
 def main(sm) -> None:
     with progress_log(sm.log[0]) as log:
         out = Path(sm.output.config)
-        write_text_atomic(out, dump_config(dict(sm.params.config)))
+        write_text_atomic(out, dump_config(dict(sm.params.config), out))
         print(f"resolved_config: {out}", file=log)
 
 

@@ -58,7 +58,7 @@ def _serial_cells(cells: pd.DataFrame) -> pd.DataFrame:
         raise ValueError(
             "; ".join(problems) + ". Speedups are within-rep ratios against the serial arm, so "
             "every rep needs exactly one arm-1 cell: check that arms in the config include 1, "
-            "re-run the affected rep, or drop its cells from results/cells.parquet."
+            "re-run the affected rep, or drop its cells from results/<experiment>/cells.parquet."
         )
     return serial
 

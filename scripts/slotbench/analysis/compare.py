@@ -1,7 +1,9 @@
 """The comparison of two results, arm by arm: its rows, intervals, tests and verdicts.
 
-A and B are results directories (a checkout's ``results/``, or the directory above it) or
-archives (``results/archive/*.tar.gz``, verified against their manifest first). For each target
+A and B are experiments, each named by its name (``results/<name>/`` of this checkout), its
+folder, or its archive (``results/<experiment>/archive/*.tar.gz``, verified against its
+manifest first); a results/ made before experiments had their own folders, or the checkout
+above it, is read as one result too (slotbench.core.experiments.locate). For each target
 in both and each arm in both, per metric: B − A and B / A, with a bootstrap interval of the
 difference over the reps of each side resampled independently, and a verdict in the spirit of
 benchstat: "B faster" or "B slower" when a rank-sum test of the two sides' cells finds a change
@@ -39,7 +41,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from slotbench.core import stats
+from slotbench.core import experiments, stats
+from slotbench.core.experiments import prefix_in
 from slotbench.core.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes
 from slotbench.core.defaults import default
 from slotbench.core.fmt import fmt_signed_pct, missing
@@ -86,40 +89,43 @@ class Side:
     busy: dict = field(default_factory=dict)  # target -> the host check's summary, if it fired
 
 
+RATIOS, HEADLINE, HOST = "analysis/ratios.parquet", "checks/headline.json", "checks/host.json"
+
+
 def _files(path: Path) -> dict[str, bytes]:
-    """The members a comparison reads, relative to the directory that holds results/."""
+    """The files a comparison reads, relative to the result's folder (results/<experiment>/)."""
     if path.is_file():
         _, data = verify(path)
-        return {k: v for k, v in data.items() if k.startswith("results/")}
-    root = path.parent if path.name == "results" else path
-    if not (root / "results").is_dir():
-        raise FileNotFoundError(f"{path}: neither an archive nor a directory with results/")
-    wanted = ["results/analysis/ratios.parquet", "results/checks/headline.json",
-              "results/checks/host.json"]
-    wanted += [str(p.relative_to(root)) for p in (root / "results").glob("fingerprint/*/*.json")]
-    wanted += [str(p.relative_to(root)) for p in (root / "results").glob("plan/*/*.json")]
-    return {rel: (root / rel).read_bytes() for rel in wanted if (root / rel).is_file()}
+        prefix = prefix_in(data)
+        return {k[len(prefix):]: v for k, v in data.items() if k.startswith(prefix)}
+    folder = experiments.folder_of(path)
+    wanted = [RATIOS, HEADLINE, HOST]
+    wanted += [str(p.relative_to(folder)) for p in folder.glob("fingerprint/*/*.json")]
+    wanted += [str(p.relative_to(folder)) for p in folder.glob("plan/*/*.json")]
+    return {rel: (folder / rel).read_bytes() for rel in wanted if (folder / rel).is_file()}
 
 
-def load_side(path: str | Path) -> Side:
-    path = Path(path)
+def load_side(what: str | Path) -> Side:
+    """One side: an experiment's name, a result's folder (or a directory holding one), or an
+    archive. ValueError or FileNotFoundError, one line, when it is none or incomplete."""
+    path = experiments.locate(what)
     data = _files(path)
-    for rel in ("results/analysis/ratios.parquet", "results/checks/headline.json"):
+    for rel in (RATIOS, HEADLINE):
         if rel not in data:
             raise FileNotFoundError(f"{path}: {rel} is missing; run the pipeline to the end first")
     fingerprint: dict[str, dict] = {}
     for rel in sorted(data):
-        if rel.startswith("results/fingerprint/") and rel.endswith(".json"):
+        if rel.startswith("fingerprint/") and rel.endswith(".json"):
             fp = json.loads(data[rel])
             fingerprint.setdefault(str(fp.get("target")), {}).update(flatten(fp))
-        elif rel.startswith("results/plan/") and rel.endswith(".json"):
+        elif rel.startswith("plan/") and rel.endswith(".json"):
             plan = json.loads(data[rel])
             fingerprint.setdefault(str(plan.get("target")), {})["prompt_tokens"] = plan.get(
                 "prompt_tokens")
-    busy = {str(r["target"]): r["summary"].split(":")[0] for r in json.loads(data.get(
-        "results/checks/host.json", b"[]")) if r.get("fired")}
-    return Side(str(path), pd.read_parquet(io.BytesIO(data["results/analysis/ratios.parquet"])),
-                json.loads(data["results/checks/headline.json"]), fingerprint, busy)
+    busy = {str(r["target"]): r["summary"].split(":")[0]
+            for r in json.loads(data.get(HOST, b"[]")) if r.get("fired")}
+    return Side(str(what), pd.read_parquet(io.BytesIO(data[RATIOS])),
+                json.loads(data[HEADLINE]), fingerprint, busy)
 
 
 def differences(a: dict, b: dict, declared: tuple = ()) -> tuple[list[str], list[str]]:

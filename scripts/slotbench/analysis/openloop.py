@@ -180,8 +180,9 @@ def target_record(frame: pd.DataFrame, counts: pd.DataFrame, slo: dict, n_boot: 
 
 def assess(ratios: pd.DataFrame, requests: pd.DataFrame | None, slo: dict, n_boot: int,
            ci: float, seed: int) -> dict:
-    """results/analysis/openloop.json: every target of the ratios (the headline cells with their
-    within-rep ratios), each with its rate arms (none: an empty record) and its capacity."""
+    """results/<experiment>/analysis/openloop.json: every target of the ratios (the headline
+    cells with their within-rep ratios), each with its rate arms (none: an empty record) and its
+    capacity."""
     levels = {k: slo.get(k) for k in LEVELS if slo.get(k) is not None}
     counts = cell_goodput(requests, slo)
     out = {"schema": SCHEMA, "slo": {**levels, "goodput": slo.get("goodput")}, "ci": float(ci),

@@ -73,7 +73,8 @@ def write_json(path: Path, data) -> None:
 
 
 def write_checks(outdir, verdicts: list[Verdict], details: dict[str, pd.DataFrame]) -> dict:
-    """results/checks/: <trap>.json (its verdict records), the detail CSVs, headline.json."""
+    """results/<experiment>/checks/: <trap>.json (its verdict records), the detail CSVs,
+    headline.json."""
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     by_trap: dict[str, list[dict]] = {m.TRAP: [] for m in trap_modules()}

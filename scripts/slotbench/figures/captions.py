@@ -103,7 +103,8 @@ OPEN_CAPTIONS = {
 # the report shows only with two targets or more) why it may be missing from the report.
 SOURCES_NOTE = (
     "The cells and raw-file SHA-256s behind this figure are listed in "
-    "``results/figures/sources.json`` and under the figure in ``results/report.md``."
+    "``results/<experiment>/figures/sources.json`` and under the figure in "
+    "``results/<experiment>/report.md``."
 )
 RST_NOTES = {
     "across": (

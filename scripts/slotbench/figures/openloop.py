@@ -1,13 +1,13 @@
 """Figures of the open loop (rate arms): latency against load, the rate achieved against the rate
 offered, and both loops on one effective-concurrency axis.
 
-Drawn from results/analysis/openloop.json (slotbench.analysis.openloop) alone, with the overload
-check's verdict when the checks' verdicts are given: an overloaded arm (its queue grew all cell
-long) is a marked point never joined to a curve, since its percentiles say how long the cell ran
-rather than what the server does at that rate. Without the verdict no arm is marked. With no rate
-arm in any target every figure is a placeholder saying so and is marked not shown, so the figures
-rule writes the same files whatever the config. make_open returns, per figure, the cells and
-raw-file SHA-256s behind it, as figures.make_all does.
+Drawn from results/<experiment>/analysis/openloop.json (slotbench.analysis.openloop) alone, with
+the overload check's verdict when the checks' verdicts are given: an overloaded arm (its queue grew
+all cell long) is a marked point never joined to a curve, since its percentiles say how long the
+cell ran rather than what the server does at that rate. Without the verdict no arm is marked. With
+no rate arm in any target every figure is a placeholder saying so and is marked not shown, so the
+figures rule writes the same files whatever the config. make_open returns, per figure, the cells
+and raw-file SHA-256s behind it, as figures.make_all does.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """The plan: a run's prompt calibration, and each rep's arm order, nonces and prompts.
 
 A rep's plan derives from (seed, target, run, rep) alone, never from how many reps or runs the
-config asks for, so raising ``reps`` measures only the new reps and leaves the others as they
-are. The run plan (results/plan/<target>/<run>.json) holds only what every rep shares: the
-prompt's length in tokens (the modal length of a fixed calibration sample, counted by the
-server's tokenizer) and, with nonces off, the one shared prompt. The rep job derives its own plan
-at the start of the rep (the server's tokenizer is at hand then) and records it in its raw file.
+config asks for, so raising ``reps`` measures only the new reps and leaves the others as they are.
+The run plan (results/<experiment>/plan/<target>/<run>.json) holds only what every rep shares: the
+prompt's length in tokens (the modal length of a fixed calibration sample, counted by the server's
+tokenizer) and, with nonces off, the one shared prompt. The rep job derives its own plan at the
+start of the rep (the server's tokenizer is at hand then) and records it in its raw file.
 
 docs/method.md#nonces: every request carries its own nonce near the start of the prompt, and prompt
 length in tokens is held equal by keeping only nonces whose prompt has the run's length. A nonce

@@ -51,11 +51,11 @@ def _sigterm_as_exit(signum, frame):  # so that `finally` stops the server on SI
 
 
 @contextmanager
-def connect(target: dict, log_path: str | Path, timeout_s: float,
-            run: str | None = None) -> Iterator[Connection]:
+def connect(target: dict, log_path: str | Path, timeout_s: float, run: str | None = None,
+            results: str | Path | None = None) -> Iterator[Connection]:
     """The target's backend, and its managed server if it has one: the run's server
-    (slotbench.measure.servers.supervisor) when a job of Snakemake names its ``run``, else one of
-    its own."""
+    (slotbench.measure.servers.supervisor) when a job of Snakemake names its ``run`` and its
+    experiment's folder ``results``, else one of its own."""
     previous = signal.signal(signal.SIGTERM, _sigterm_as_exit)
     cpus = (target.get("server") or {}).get("cpus") if target["managed"] else None
     if cpus:  # this process and the server it starts run on the target's CPUs alone
@@ -65,9 +65,9 @@ def connect(target: dict, log_path: str | Path, timeout_s: float,
             raise ConnectError(f"target {target['name']}: cannot run on CPUs {cpus} "
                                f"(server.cpus): {exc}") from exc
     try:
-        holder = owner() if run is not None else None
+        holder = owner() if run is not None and results is not None else None
         if target["managed"] and holder is not None:
-            with run_server(target, run, log_path, holder) as server:
+            with run_server(target, run, log_path, holder, results) as server:
                 yield Connection(target, make_backend(target, server.url, timeout_s), server)
         elif target["managed"]:
             with managed_class(target["backend"])(target["server"], log_path) as server:

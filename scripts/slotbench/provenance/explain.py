@@ -1,8 +1,9 @@
 """``python -m slotbench explain ID``: the raw request rows behind one provenance entry.
 
-It prints an entry of results/provenance.json (a table, a row, one number or a figure) with its
-cells, their raw files (each checked against its recorded SHA-256 now, so a raw file that
-changed after the report was made is named) and the request rows behind it. No server needed.
+It prints an entry of an experiment's provenance.json (results/<experiment>/; a table, a row, one
+number or a figure) with its cells, their raw files (each checked against its recorded SHA-256 now,
+so a raw file that changed after the report was made is named) and the request rows behind it. No
+server needed.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from slotbench.analysis.analyse import cell_ratios
 from slotbench.core import stats
+from slotbench.core import experiments
 from slotbench.core.cells import CELL_KEYS, arm_name, is_measured_label, label_key, parse_label
 from slotbench.core.fmt import code_text
 from slotbench.measure.rawfiles import sha256_file
@@ -32,10 +34,13 @@ MAX_CANDIDATES = 20
 
 def resolve_raw(path: str, results: Path) -> Path | None:
     """A recorded raw-file path as it is found now. Recorded paths are relative to the
-    directory the pipeline ran in, which is the results directory's parent (not necessarily
-    the current directory: a file of the same name there may be another run's)."""
+    directory the pipeline ran in (results/<experiment>/raw/…, or results/raw/… before
+    experiments had their own folders), so the file is looked for in the result's folder
+    ``results`` itself, whatever it is called now, never in the current directory (a file of
+    the same name there may be another run's)."""
     p = Path(path)
-    candidates = [p] if p.is_absolute() else [results.parent / p, results / p]
+    below = experiments.split(p)[1]
+    candidates = [p] if p.is_absolute() else [results / below, results.parent / p, results / p]
     return next((c for c in candidates if c.is_file()), None)
 
 
@@ -267,8 +272,8 @@ def explain(entry_id: str, results: Path, columns: list[str] | None = None, out=
     prov_path = results / "provenance.json"
     if not prov_path.is_file():
         print(
-            f"explain: {prov_path} not found; run the pipeline (snakemake --cores 1) or point "
-            "--results at a results directory",
+            f"explain: {prov_path} not found; run the pipeline (snakemake --cores 1) or name "
+            "the experiment with --results NAME (or its folder)",
             file=sys.stderr,
         )
         return 2
@@ -381,7 +386,11 @@ def main_explain(argv: list[str]) -> int:
     parser.add_argument(
         "id", nargs="?", help="e.g. headline/embedded/arm4/speedup (a unique prefix will do)"
     )
-    parser.add_argument("--results", default="results", help="results directory (default: results)")
+    parser.add_argument(
+        "--results", default=experiments.RESULTS,
+        help="the experiment: its name or its folder (results/<experiment>); by default the one "
+             "experiment results/ holds",
+    )
     parser.add_argument(
         "--columns",
         action="extend",
@@ -393,7 +402,11 @@ def main_explain(argv: list[str]) -> int:
     )
     parser.add_argument("--list", action="store_true", help="list the ids (those starting with ID)")
     args = parser.parse_args(argv)
-    results = Path(args.results)
+    try:
+        results = experiments.locate(args.results, Path.cwd())
+    except ValueError as exc:
+        print(f"explain: {exc}", file=sys.stderr)
+        return 2
     if args.list:
         return list_entries(results, args.id)
     if not args.id:

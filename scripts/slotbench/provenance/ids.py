@@ -1,15 +1,15 @@
 """Provenance you can audit: every table row, figure and headline number traced to raw cells.
 
-The report names, for each thing it shows, the cells (target, run, rep, arm) behind it, the
-SHA-256 of each raw file they came from, the pipeline commit and dirty flag and the server build
-that produced those cells, and the SHA-256 of the resolved config. Within-rep ratios (speedup,
+The report names, for each thing it shows, the cells (target, run, rep, arm) behind it, the SHA-256
+of each raw file they came from, the pipeline commit and dirty flag and the server build that
+produced those cells, and the SHA-256 of the resolved config. Within-rep ratios (speedup,
 user_ratio, ttft_ratio, gen_gain, pipelining, efficiency) divide by the serial cell of the same
-rep, so their entries name those serial cells too: a number is only auditable with its
-denominator. The record is written as results/provenance.json (sorted keys, stable order: the
-same inputs give the same bytes), and ``python -m slotbench explain ID`` prints the raw request
-rows behind one entry, checking each raw file against its recorded SHA-256 (no server needed).
-An entry cites its cells by set, once per role ("all cells of pacer, arm 256", the serial cells
-of the same reps), each set named once in the record by rule or, failing one, by id
+rep, so their entries name those serial cells too: a number is only auditable with its denominator.
+The record is written as results/<experiment>/provenance.json (sorted keys, stable order: the same
+inputs give the same bytes), and ``python -m slotbench explain ID`` prints the raw request rows
+behind one entry, checking each raw file against its recorded SHA-256 (no server needed). An entry
+cites its cells by set, once per role ("all cells of pacer, arm 256", the serial cells of the same
+reps), each set named once in the record by rule or, failing one, by id
 (slotbench.provenance.cellsets), so the record and the report stay small whatever the number of
 cells, and every id still resolves to its cells and their raw files' SHA-256s.
 

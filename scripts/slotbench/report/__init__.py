@@ -2,7 +2,8 @@
 them, as Markdown, a self-contained HTML page and provenance.json.
 
 It presents and decides nothing: the numbers come from the analysis (summary.csv), every verdict
-and the headline decision from the checks (results/checks/), the pictures from the figures.
+and the headline decision from the checks (results/<experiment>/checks/), the pictures from the
+figures.
 
 Layout (one module per concern):
   blocks.py       the neutral document's block types

@@ -1,8 +1,8 @@
 """Across targets: with two targets or more, one table of every target at the widest arm they
 all ran, ordered by speedup, and per metric which neighbours differ beyond their intervals.
 
-It presents results/analysis/summary.csv (medians and bootstrap intervals per target and arm);
-the cells behind every row are the target's cells of that arm and of its serial arm.
+It presents results/<experiment>/analysis/summary.csv (medians and bootstrap intervals per target
+and arm); the cells behind every row are the target's cells of that arm and of its serial arm.
 """
 
 from __future__ import annotations

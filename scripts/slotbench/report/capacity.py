@@ -1,5 +1,6 @@
 """The capacity section of a target: how many users fit under the service levels, and where the
-aggregate saturates, presented from results/analysis/capacity.json (slotbench.analysis.capacity)."""
+aggregate saturates, presented from results/<experiment>/analysis/capacity.json
+(slotbench.analysis.capacity)."""
 
 from __future__ import annotations
 

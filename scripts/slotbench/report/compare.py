@@ -214,8 +214,9 @@ def write(result: dict, sides: tuple[Side, Side], out: str | Path) -> list[Path]
 def main_compare(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m slotbench compare", description=ANALYSIS_DOC,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("a", help="results directory or archive (.tar.gz): the baseline")
-    parser.add_argument("b", help="results directory or archive (.tar.gz): the change")
+    parser.add_argument("a", help="the baseline: an experiment's name (results/<name>/ of this "
+                                  "checkout), a result's folder or an archive (.tar.gz)")
+    parser.add_argument("b", help="the change: an experiment's name, a folder or an archive")
     parser.add_argument("--out", default="results/compare", help="where to write (results/compare)")
     parser.add_argument("--declare", action="append", default=[], metavar="FIELD",
                         help="a fingerprint field that is meant to differ; "

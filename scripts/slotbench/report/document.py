@@ -54,10 +54,16 @@ class ReportData:
     figure_paths: dict = field(default_factory=dict)
     config: dict | None = None
     image_dir: str = "figures"
-    capacity: dict = field(default_factory=dict)  # results/analysis/capacity.json
-    openloop: dict = field(default_factory=dict)  # results/analysis/openloop.json
-    paired: dict = field(default_factory=dict)  # results/analysis/paired.json (design: paired)
+    capacity: dict = field(default_factory=dict)  # analysis/capacity.json
+    openloop: dict = field(default_factory=dict)  # analysis/openloop.json
+    paired: dict = field(default_factory=dict)  # analysis/paired.json (design: paired)
     paired_figure: str | None = None
+    results: str = "results/<experiment>"  # the experiment's folder: the report's own
+
+    @property
+    def explain(self) -> str:
+        """The command that explains a provenance id of this report."""
+        return f"python -m slotbench explain ID --results {self.results}"
 
     @property
     def ci(self) -> float:
@@ -90,6 +96,8 @@ def load(inputs: dict, config: dict | None = None, md_out: str | None = None) ->
         else {},
         paired=json.loads(Path(inputs["paired"]).read_text()) if inputs.get("paired") else {},
         paired_figure=str(inputs["paired_figure"]) if inputs.get("paired_figure") else None,
+        results=(Path(md_out).parent.as_posix() if md_out is not None
+                 else ReportData.results),
     )
 
 
@@ -122,7 +130,7 @@ def target_blocks(data: ReportData, target: str, index: prov.CellIndex) -> list:
                  key=lambda fp: str(fp.get("run")))
     cells = index.labels(target)
     ctx = TargetContext(target, cells, index, prov.integrity_id(target), ci_label(data.ci),
-                        tuple(fps))
+                        tuple(fps), data.results)
     serialised = frozenset(a for v in verdicts if v["trap"] == "serialisation" and v["fired"]
                            for a in v["arms"])
     blocks: list = [Heading(2, f"Target: {target}")]
@@ -161,8 +169,8 @@ def build_document(data: ReportData) -> tuple[list, dict]:
     record = prov.build_record(refs, index, digest)
     blocks += config_blocks(data.config, digest)
     listed = {ref.id: prov.listing(ref, index) for ref in refs if len(ref.cells) <= prov.LIST_LIMIT}
-    blocks += provenance_blocks(record, [ref.id for ref in refs], listed)
-    blocks += raw_files_blocks(index)
+    blocks += provenance_blocks(record, [ref.id for ref in refs], listed, data.explain)
+    blocks += raw_files_blocks(index, data.explain)
     return blocks, record
 
 

@@ -1,5 +1,5 @@
 """The open loop's section: per target with rate arms, their numbers, the capacity in requests/s
-and the open loop's figures, presented from results/analysis/openloop.json
+and the open loop's figures, presented from results/<experiment>/analysis/openloop.json
 (slotbench.analysis.openloop), the figures' sources and the overload check's verdict. A run without
 rate arms has no section.
 

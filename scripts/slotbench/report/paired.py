@@ -1,6 +1,6 @@
 """The report's "Paired comparison" section (design: paired): every target against the first,
-pair by pair, from results/analysis/paired.json (slotbench.analysis.paired), with the unpaired
-verdict of the same cells beside each row, the drift line, and the figure."""
+pair by pair, from results/<experiment>/analysis/paired.json (slotbench.analysis.paired),
+with the unpaired verdict of the same cells beside each row, the drift line, and the figure."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def blocks(result: dict, figure: str | None, index: prov.CellIndex, ci: str) -> 
                          ["arm", "metric", "A", "B", f"B / A per pair [{ci}]", "p (signed-rank)",
                           "verdict", "unpaired verdict", "pairs"], rows,
                          "A and B: medians over the pairs' cells. The cells of every pair and "
-                         "each pair's ratio are in results/analysis/paired.json.",
+                         "each pair's ratio are in analysis/paired.json next to this report.",
                          anchor=f"{PAIRED_ID}-{target}"))
     if figure:
         out.append(Figure(PAIRED_ID, "Paired ratios and drift",

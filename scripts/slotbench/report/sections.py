@@ -177,9 +177,11 @@ def config_blocks(resolved_config, config_sha256) -> list:
     ]
 
 
-def provenance_blocks(record: dict, order: list[str], listed: dict | None = None) -> list:
+def provenance_blocks(record: dict, order: list[str], listed: dict | None = None,
+                      explain: str = "python -m slotbench explain ID") -> list:
     """The provenance section; ``listed`` maps the ids whose cells the page lists one by one
-    to (cells, raw files) (provenance.listing), the others name their sets."""
+    to (cells, raw files) (provenance.listing), the others name their sets; ``explain`` is the
+    command that explains an id of this report."""
     entries, listed = record["entries"], listed or {}
     example = next((i for i in order if entries[i]["kind"] == "table-cell"),
                    next(iter(order), "ID"))
@@ -193,7 +195,7 @@ def provenance_blocks(record: dict, order: list[str], listed: dict | None = None
             f"and the SHA-256 of the resolved config ({digest}). Each number in the per-arm table "
             f"has its own id, its row's id and the metric (e.g. {example}); a within-rep ratio "
             "also names the serial cells of the same reps, its denominators. The record is "
-            "provenance.json next to this report; `python -m slotbench explain ID` prints the "
+            f"provenance.json next to this report; `{explain}` prints the "
             "raw request rows behind an id and checks each raw file against its recorded SHA-256."
         ),
         ProvenanceIndex(tuple(prov.entry_view(entries[i], record, listed.get(i)) for i in order)),
@@ -205,7 +207,7 @@ def provenance_blocks(record: dict, order: list[str], listed: dict | None = None
 RAW_LIST_LIMIT = 200
 
 
-def _raw_files_by_run(by_file: dict) -> list:
+def _raw_files_by_run(by_file: dict, explain: str) -> list:
     """The appendix of a run too big to list file by file: each target and run's raw files."""
     runs: dict[tuple, list[int]] = {}
     for target, run, rep, _path, _sha in by_file:
@@ -217,12 +219,13 @@ def _raw_files_by_run(by_file: dict) -> list:
         Paragraph(f"Every cell above comes from one of these {count(len(by_file), 'raw file')}, "
                   "each checked against the SHA-256 recorded when it was written. Too many to "
                   "list here: provenance.json names each with its SHA-256 (under reps), and "
-                  "`python -m slotbench explain ID` lists and checks those behind any id."),
+                  f"`{explain}` lists and checks those behind any id."),
         Table("Raw files", ["target", "run", "raw files", "reps"], rows),
     ]
 
 
-def raw_files_blocks(index: prov.CellIndex) -> list:
+def raw_files_blocks(index: prov.CellIndex,
+                     explain: str = "python -m slotbench explain ID") -> list:
     """The appendix: every raw file once, with its SHA-256 and the cells it holds."""
     by_file: dict[tuple, list[str]] = {}
     for label in sorted(index.cells, key=label_key):
@@ -231,7 +234,7 @@ def raw_files_blocks(index: prov.CellIndex) -> list:
                info.get("raw_sha256"))
         by_file.setdefault(key, []).append(f"arm{info['arm']}")
     if len(by_file) > RAW_LIST_LIMIT:
-        return _raw_files_by_run(by_file)
+        return _raw_files_by_run(by_file, explain)
     arm_sets = {", ".join(arms) for arms in by_file.values()}
     same = len(arm_sets) == 1  # every rep holds the same arms: say so once
     rows = [[str(path), "n/a" if missing(sha) else str(sha), *([] if same else [", ".join(arms)])]

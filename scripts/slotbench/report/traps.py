@@ -30,6 +30,7 @@ class TargetContext:
     overview_id: str = ""
     ci: str | None = None  # the intervals' level, as ci_label gives it; None where none is quoted
     fingerprints: tuple = ()
+    results: str = "results/<experiment>"  # the experiment's folder, where the report lies
 
     def hashes_for(self, labels) -> list[str]:
         found = {self.index.info(label).get("raw_sha256") for label in labels}
@@ -124,7 +125,8 @@ def flagged_table(ctx, trap, rows, columns, make_row, title, row_title, metric, 
         ))
     note = ""
     if len(rows) > max_rows:
-        note = f"{len(rows) - max_rows} more in results/checks/{trap}.csv (first {max_rows} shown)."
+        note = (f"{len(rows) - max_rows} more in {ctx.results}/checks/{trap}.csv "
+                f"(first {max_rows} shown).")
     flagged = sorted(set(labels), key=label_key)
     others = [c for c in ctx.cells if c not in set(flagged)]
     table_ref = prov.Ref(tid, "table", f"{title} ({ctx.target})",

@@ -1,16 +1,19 @@
 """Archive a run so it can be audited, verify an archive, and re-render its report offline.
 
-``snakemake --cores 1 archive`` writes results/archive/<name>.tar.gz: the raw files with their
+``snakemake --cores 1 archive`` writes results/<experiment>/archive/<name>.tar.gz (``<name>``:
+the experiment's, unless archive.name says otherwise): the experiment's raw files with their
 recorded SHA-256s, every derived table, figure, check and log, the fingerprints, the resolved
 config, the report, the Snakemake metadata of those files, ``pip freeze`` and the pipeline's git
-state, all under one top-level directory ``<name>/`` and listed with their SHA-256 in
-``<name>/MANIFEST.sha256`` (``sha256sum -c`` format). No environment variable goes in, and the
-archive is refused if any member contains the value of a target's ``api_key_env``.
+state, all under one top-level directory ``<name>/`` (the results at their paths in the working
+directory, ``<name>/results/<experiment>/…``, and no other experiment's) and listed with their
+SHA-256 in ``<name>/MANIFEST.sha256`` (``sha256sum -c`` format). No environment variable goes
+in, and the archive is refused if any member contains the value of a target's ``api_key_env``.
 
-``python -m slotbench archive-verify FILE`` checks every member against the manifest;
-``python -m slotbench archive-render FILE --out DIR`` re-runs consolidation → checks → analysis →
-figures → report from the archived raw files with no server (the measuring rules are not even in
-the DAG) and compares the tables with the archived ones byte for byte.
+``python -m slotbench archive-verify FILE`` checks every member against the manifest; ``python -m
+slotbench archive-render FILE --out DIR`` re-runs consolidation → checks → analysis → figures →
+report from the archived raw files with no server (the measuring rules are not even in the DAG) and
+compares the tables with the archived ones byte for byte. An archive made before experiments had
+their own folders (its results directly in ``results/``) re-renders in that layout, as it was made.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import time
 from pathlib import Path, PurePosixPath
 
 from slotbench.core.code import REPO
+from slotbench.core.experiments import RESOLVED_CONFIG, RESULTS, prefix_in, split
 from slotbench.measure.fingerprint import pipeline_version
 from slotbench.measure.rawfiles import RawFileChanged, verify_raw_file
 from slotbench.workflow.smkstate import record_path
@@ -38,25 +42,20 @@ from slotbench.workflow.smkstate import record_path
 FORMAT = "slotbench.archive/1"
 MANIFEST = "MANIFEST.sha256"
 METADATA_DIR = ".snakemake/metadata"
-# What goes in, relative to the working directory (besides the files the rule names as input).
-RESULT_DIRS = [
-    "results/raw", "results/plan", "results/fingerprint", "results/checks", "results/analysis",
-    "results/figures", "results/logs",
-]
+# What goes in, relative to the experiment's folder (besides the files the rule names as input).
+RESULT_DIRS = ["raw", "plan", "fingerprint", "checks", "analysis", "figures", "logs"]
 RESULT_GLOBS = [
-    "results/*.parquet", "results/servers.json", "results/config.resolved.yaml",
-    "results/report.md", "results/report.html", "results/provenance.json",
+    "*.parquet", "servers.json", RESOLVED_CONFIG, "report.md", "report.html", "provenance.json",
 ]
 # The checkout that re-renders an archive: its rules and code, never its results.
 WORKFLOW = ["Snakefile", "rules", "scripts", "config", "envs", "profiles", "report"]
-RESOLVED_CONFIG = "results/config.resolved.yaml"
 # Rules a re-render may run: none of them talks to a server. fingerprint, plan and rep are not
 # in the DAG at all, so their outputs are read as they were archived.
 RENDER_RULES = ["consolidate_block", "consolidate", "checks", "analyse", "paired", "figures",
                 "report", "all"]
-# Tables a re-render must reproduce byte for byte.
-TABLE_GLOBS = ["results/analysis/summary.csv", "results/checks/*.csv"]
-REPORT_MD = "results/report.md"
+# Tables a re-render must reproduce byte for byte (in the experiment's folder).
+TABLE_GLOBS = ["analysis/summary.csv", "checks/*.csv"]
+REPORT_MD = "report.md"
 
 
 class ArchiveError(RuntimeError):
@@ -69,15 +68,17 @@ class ArchiveError(RuntimeError):
 CONFIG_HEADER = (
     "# slotbench: the resolved configuration (every default filled in, validated) that produced\n"
     "# these results. Run the same experiment, or re-render an archive, with\n"
-    "#   snakemake --cores 1 --configfile results/config.resolved.yaml\n"
+    "#   snakemake --cores 1 --configfile {path}\n"
 )
 
 
-def dump_config(cfg: dict) -> str:
-    """The resolved config as YAML that resolves to itself again (dates stay strings)."""
+def dump_config(cfg: dict, path: str | Path) -> str:
+    """The resolved config as YAML that resolves to itself again (dates stay strings), for the
+    file ``path`` (its header names it)."""
     import yaml  # only the rule that writes the config needs it
 
-    return CONFIG_HEADER + yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True, width=100)
+    return (CONFIG_HEADER.format(path=Path(path).as_posix())
+            + yaml.safe_dump(cfg, sort_keys=True, allow_unicode=True, width=100))
 
 
 def metadata_record(path: str, max_len: int = 255) -> str:
@@ -92,25 +93,27 @@ def _name_max(directory: Path) -> int:
         return 255
 
 
-def collect(workdir: Path, inputs: list[str] = (), exclude: list[str] = (),
+def collect(workdir: Path, results: str, inputs: list[str] = (), exclude: list[str] = (),
             max_len: int = 255) -> list[str]:
-    """Relative paths of the result files to archive, sorted; temporary files are skipped.
+    """Relative paths of the result files of the experiment whose folder is ``results`` (e.g.
+    results/smoke) to archive, sorted; temporary files are skipped.
 
-    Besides the named inputs, directories and files, any other file under results/ that a rule
-    produced (it has a Snakemake metadata record) goes in too, so a new stage's outputs are not
-    silently left out; results/archive/ never does.
+    Besides the named inputs, directories and files, any other file in the experiment's folder
+    that a rule produced (it has a Snakemake metadata record) goes in too, so a new stage's
+    outputs are not silently left out; its archive/ never does, nor another experiment's file.
     """
     workdir = Path(workdir)
     excluded = {os.path.normpath(p) for p in exclude}
     found = {os.path.normpath(os.path.relpath(p, workdir) if os.path.isabs(p) else p)
              for p in inputs}
     for pattern in RESULT_GLOBS:
-        found.update(str(p.relative_to(workdir)) for p in workdir.glob(pattern))
+        found.update(str(p.relative_to(workdir)) for p in (workdir / results).glob(pattern))
     for directory in RESULT_DIRS:
-        found.update(str(p.relative_to(workdir)) for p in (workdir / directory).rglob("*"))
-    for path in (workdir / "results").rglob("*"):
+        found.update(str(p.relative_to(workdir))
+                     for p in (workdir / results / directory).rglob("*"))
+    for path in (workdir / results).rglob("*"):
         rel = path.relative_to(workdir).as_posix()
-        if not rel.startswith("results/archive/") and path.is_file() and (
+        if not rel.startswith(f"{results}/archive/") and path.is_file() and (
             workdir / metadata_record(rel, max_len)
         ).is_file():
             found.add(str(Path(rel)))
@@ -118,6 +121,8 @@ def collect(workdir: Path, inputs: list[str] = (), exclude: list[str] = (),
     for rel in found:
         path = workdir / rel
         if rel in excluded or not path.is_file() or path.is_symlink():
+            continue
+        if split(rel)[0] != results:  # an input of another experiment's: never
             continue
         if any(part.startswith(".") or part == "__pycache__" for part in Path(rel).parts):
             continue  # .rep1.json.XXXX.tmp from an interrupted atomic write, caches
@@ -191,19 +196,20 @@ def _tarinfo(name: str, size: int, mtime: float) -> tarfile.TarInfo:
     return info
 
 
-def build_archive(out: str | Path, name: str, *, workdir: str | Path = ".",
+def build_archive(out: str | Path, name: str, *, results: str, workdir: str | Path = ".",
                   inputs: list[str] = (), secret_envs: list[str] = (),
                   exclude: list[str] = ()) -> dict:
-    """Write the archive atomically; return what went in (members, bytes, seconds)."""
+    """Write the archive of the experiment whose folder is ``results`` (relative to
+    ``workdir``) atomically; return what went in (members, bytes, seconds)."""
     started = time.monotonic()
     workdir, out = Path(workdir), Path(out)
     created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     secrets = secret_values(list(secret_envs))
     meta_dir = workdir / METADATA_DIR
     max_len = _name_max(meta_dir) if meta_dir.is_dir() else 255
-    files = collect(workdir, list(inputs), [str(out), *exclude], max_len)
+    files = collect(workdir, results, list(inputs), [str(out), *exclude], max_len)
     for rel in files:  # an archive of a raw file that changed since it was written is no record
-        if rel.startswith("results/raw/") and rel + ".sha256" in files:
+        if split(rel)[1].startswith("raw/") and rel + ".sha256" in files:
             try:
                 verify_raw_file(workdir / rel, workdir / (rel + ".sha256"))
             except RawFileChanged as exc:
@@ -334,9 +340,13 @@ def extract(archive: Path, prefix: str, dest: Path) -> None:
             tar.extract(stripped, dest, filter="data")
 
 
-def render_command() -> list[str]:
+def render_command(config: str, old_layout: bool = False) -> list[str]:
+    """The re-render's Snakemake command, with the archived resolved config ``config``; an
+    archive made before experiments had their own folders (``old_layout``) renders in place,
+    in results/ itself (rules/common.smk: old_layout)."""
     return [
-        sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", RESOLVED_CONFIG,
+        sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", config,
+        *(["--config", "old_layout=true"] if old_layout else []),
         "--forcerun", "consolidate_block", "--allowed-rules", *RENDER_RULES,
     ]
 
@@ -364,8 +374,9 @@ def _first_difference(a: str, b: str) -> str:
 def compare_tables(archived: dict[str, bytes], dest: Path) -> list[tuple[str, bool, str]]:
     """(what, identical, detail) for every table the archive holds and the re-render rewrote."""
     rows = []
-    tables = sorted(rel for rel in archived
-                    if any(PurePosixPath(rel).match(g) for g in TABLE_GLOBS))
+    prefix = prefix_in(archived)  # the experiment's folder, results/<experiment>/ (or results/)
+    tables = sorted(rel for rel in archived if rel.startswith(prefix) and any(
+        PurePosixPath(rel[len(prefix):]).match(g) for g in TABLE_GLOBS))
     for rel in tables:
         path = dest / rel
         new = path.read_bytes() if path.is_file() else None
@@ -375,12 +386,13 @@ def compare_tables(archived: dict[str, bytes], dest: Path) -> list[tuple[str, bo
             rows.append((rel, True, f"{len(new)} bytes"))
         else:
             rows.append((rel, False, _first_difference(archived[rel].decode(), new.decode())))
-    if REPORT_MD in archived:
-        old = markdown_tables(archived[REPORT_MD].decode())
-        path = dest / REPORT_MD
+    report_md = prefix + REPORT_MD
+    if report_md in archived:
+        old = markdown_tables(archived[report_md].decode())
+        path = dest / report_md
         new = markdown_tables(path.read_text(encoding="utf-8")) if path.is_file() else []
         for i in range(max(len(old), len(new))):
-            what = f"{REPORT_MD} table {i + 1}"
+            what = f"{report_md} table {i + 1}"
             if i >= len(old) or i >= len(new):
                 where = "re-render" if i >= len(old) else "archive"
                 rows.append((what, False, f"only in the {where}"))
@@ -398,13 +410,16 @@ def render(archive: str | Path, out: str | Path, stream=sys.stdout) -> int:
     print(f"verified: {len(data)} members of {archive} match {prefix}/{MANIFEST}", file=stream)
     if out.exists() and any(out.iterdir()):
         raise ArchiveError(f"{out} is not empty; re-render into a new or empty directory")
-    if RESOLVED_CONFIG not in data:
-        raise ArchiveError(f"{archive} has no {RESOLVED_CONFIG}; it cannot be re-rendered")
+    folder = prefix_in(data)  # results/<experiment>/, or results/ in an archive from before
+    config = folder + RESOLVED_CONFIG
+    if config not in data:
+        raise ArchiveError(f"{archive} has no {RESULTS}/<experiment>/{RESOLVED_CONFIG}; it "
+                           "cannot be re-rendered")
     out.mkdir(parents=True, exist_ok=True)
     copy_workflow(out)
     extract(archive, prefix, out)
     print(f"extracted into {out} with the workflow of {REPO}", file=stream)
-    cmd = render_command()
+    cmd = render_command(config, old_layout=folder == f"{RESULTS}/")
     print("re-rendering: " + " ".join(cmd[1:]), file=stream, flush=True)
     proc = subprocess.run(cmd, cwd=out)
     if proc.returncode != 0:
@@ -437,7 +452,7 @@ def main_verify(argv: list[str]) -> int:
         prog="python -m slotbench archive-verify",
         description="Check every member of a slotbench archive against its MANIFEST.sha256.",
     )
-    parser.add_argument("archive", help="results/archive/<name>.tar.gz")
+    parser.add_argument("archive", help="results/<experiment>/archive/<name>.tar.gz")
     args = parser.parse_args(argv)
     try:
         prefix, data = verify(args.archive)
@@ -455,7 +470,7 @@ def main_render(argv: list[str]) -> int:
         "the report from its raw files, without any server; the tables must come out "
         "byte-identical.",
     )
-    parser.add_argument("archive", help="results/archive/<name>.tar.gz")
+    parser.add_argument("archive", help="results/<experiment>/archive/<name>.tar.gz")
     parser.add_argument("--out", required=True, help="a new or empty directory")
     args = parser.parse_args(argv)
     try:

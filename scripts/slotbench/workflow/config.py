@@ -18,6 +18,7 @@ import jsonschema
 from slotbench.core import urls
 from slotbench.core.cells import arm_id, arm_order
 from slotbench.core.code import REPO
+from slotbench.core.experiments import LAYOUT
 
 # the schema's defaults, read and filled in (config.default(key) reads one)
 from slotbench.core.defaults import (  # noqa: F401
@@ -233,6 +234,8 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
             f"targets[{i}] = {name}" for i, name in enumerate(expanded_from)))
     if problems:
         raise ConfigError(invalid(problems))
+    if cfg["archive"]["name"] is None:  # derived: the experiment's name
+        cfg["archive"]["name"] = cfg["experiment"]
     cfg["arms"] = sorted((canonical(a) if isinstance(a, dict) else a for a in cfg["arms"]),
                          key=lambda a: arm_order(arm_id(a)))
     # sorted keys all the way down: Snakemake compares params by repr, so key order in a YAML
@@ -263,6 +266,11 @@ def _semantic_problems(cfg: dict) -> list[str]:
     """What the schema cannot say: the template's fields, the targets' names, URLs and
     backends, the arms' requests, and the reps a nonce can number."""
     problems = template_problems(cfg["prompt"]["template"])
+    if cfg["experiment"] in LAYOUT:
+        problems.append(
+            f"config key `experiment`: {cfg['experiment']!r} names what a result's folder holds "
+            "(results/<experiment>/" + cfg["experiment"] + "); choose another name"
+        )
     problems += _target_problems(cfg["targets"])
     problems += _arm_problems(cfg["arms"], cfg["requests_per_cell"])
     if cfg["design"] == "paired" and len(cfg["targets"]) < 2:

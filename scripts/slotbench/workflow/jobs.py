@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import os
 
+from slotbench.core import experiments
 from slotbench.measure import rawfiles
 from slotbench.measure.plan import pair_order
 from slotbench.workflow import resources
 
-RAW = "results/raw/{target}/{run}/rep{rep}.json"
+# Below the experiment's folder (Jobs.raw and Jobs.block_prefix are the whole paths).
+RAW = "raw/{target}/{run}/rep{rep}.json"
 # Consolidation reads the raw files in blocks of at most this many reps of one target and run,
 # then merges the blocks: a job with every raw file as an input stalls Snakemake's job
 # preparation (it checks each input against each dependency, so 10^10 checks at a million
 # requests), and a block that is already consolidated is not read again when reps are added.
 REPS_PER_BLOCK = 1000
-BLOCK_PREFIX = "results/consolidated/{target}/{run}/block{block}"
+BLOCK_PREFIX = "consolidated/{target}/{run}/block{block}"
 # The paired design's sides run one at a time: each holds the one unit of this resource.
 PAIRED_TURN = "paired_turn"
 
@@ -39,14 +41,18 @@ def block_of(rep: int | str) -> int:
 
 class Jobs:
     """The jobs of one resolved config ``cfg``: its ``targets`` (names), ``runs`` (ids) and
-    ``reps`` (numbers), measured on a machine with the CPUs ``machine_cpus``.
+    ``reps`` (numbers), measured on a machine with the CPUs ``machine_cpus``; every file they
+    name lies in ``results``, the experiment's folder (experiments.results_dir, by default).
 
     A ConfigError (a target's URL the config's check would refuse) is raised here, as one line.
     """
 
     def __init__(self, cfg: dict, targets: list[str], runs: list[str], reps: list[int],
-                 machine_cpus: list[int]):
+                 machine_cpus: list[int], results: str | None = None):
         self.targets, self.runs, self.reps = list(targets), list(runs), list(reps)
+        self.results = results or experiments.results_dir(cfg)
+        self.raw = f"{self.results}/{RAW}"  # a rep's raw file
+        self.block_prefix = f"{self.results}/{BLOCK_PREFIX}"  # a block of reps' outputs
         self.paired = cfg["design"] == "paired"
         # The paired design (design: paired): rep k of every target is pair k of its run, its
         # sides measured back to back in the order plan.pair_order derives from (seed, run,
@@ -112,7 +118,7 @@ class Jobs:
         return sorted({block_of(rep) for rep in self.reps})
 
     def raw_files_of_block(self, target: str, run: str, block: int | str) -> list[str]:
-        return [RAW.format(target=target, run=run, rep=rep) for rep in self.reps
+        return [self.raw.format(target=target, run=run, rep=rep) for rep in self.reps
                 if block_of(rep) == int(block)]
 
     def block_tokens(self) -> dict[tuple[str, str, int], str]:
@@ -123,7 +129,8 @@ class Jobs:
         return {
             (target, run, block): rawfiles.inventory_token(
                 self.raw_files_of_block(target, run, block),
-                BLOCK_PREFIX.format(target=target, run=run, block=block) + ".inventory.json",
+                self.block_prefix.format(target=target, run=run, block=block)
+                + ".inventory.json",
             )
             for target in self.targets
             for run in self.runs

@@ -26,6 +26,7 @@ import threading
 from base64 import urlsafe_b64decode, urlsafe_b64encode
 from pathlib import Path
 
+from slotbench.core.experiments import split
 from slotbench.measure.rawfiles import RawFileChanged, verify_raw_file
 
 STATE = Path(".snakemake")
@@ -143,7 +144,8 @@ def recover_incomplete(workdir: Path = Path(".")) -> list[str]:
     marks = marked_incomplete(workdir)
     for path, mark in sorted(marks.items()):
         target = workdir / path
-        if path.startswith("results/raw/") and path.endswith(".json") and target.exists():
+        folder, below = split(path)  # results/<experiment>, and the path below it
+        if folder and below.startswith("raw/") and path.endswith(".json") and target.exists():
             sidecar = workdir / f"{path}.sha256"
             try:
                 verify_raw_file(target, sidecar)
@@ -156,7 +158,7 @@ def recover_incomplete(workdir: Path = Path(".")) -> list[str]:
                 said.append(f"slotbench: kept {path}: the rep was measured completely before "
                             "Snakemake stopped")
             marks.get(f"{path}.sha256", mark).unlink(missing_ok=True)
-        elif path.startswith(("results/raw/", "results/plan/", "results/fingerprint/")):
+        elif folder and below.startswith(("raw/", "plan/", "fingerprint/")):
             pass  # a sidecar (settled with its raw file), or an atomic file: whole if it exists
         elif target.is_dir():
             shutil.rmtree(target, ignore_errors=True)

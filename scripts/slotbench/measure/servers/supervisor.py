@@ -7,6 +7,8 @@ state and command line (and its PID and start time), and is still the unit of re
 
 How the server lives and dies:
 
+- A run is one experiment's (results/<experiment>/): two experiments' runs of the same target
+  and run id are different runs, each with its own server, state file and log.
 - The first measuring job of a run starts a supervisor
   (``python -m slotbench.measure.servers.supervisor``), which starts the server as its own child
   (the server dies with it: PR_SET_PDEATHSIG) and writes the run's state file once the server
@@ -47,8 +49,9 @@ from typing import Iterator
 from slotbench.measure.rawfiles import write_text_atomic
 
 OWNER_ENV = "SLOTBENCH_OWNER"
+# a run's state file: STATE_DIR/<experiment>/<target>/<run>.json; its server's whole log:
+# results/<experiment>/logs/server/<target>/<run>.log
 STATE_DIR = Path(".snakemake") / "slotbench" / "servers"
-LOG_DIR = Path("results") / "logs" / "server"
 STOP_WAIT_S = 20
 # The Snakefile imports this module in every Snakemake invocation (a dry run too): the server
 # classes and requests are imported where they are used, not here.
@@ -87,8 +90,14 @@ def _key(target: dict) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _state_path(target: str, run: str) -> Path:
-    return STATE_DIR / target / f"{run}.json"
+def _state_path(target: str, run: str, results: str | Path) -> Path:
+    """The state file of the run's server; ``results`` is the experiment's folder."""
+    return STATE_DIR / Path(results).name / target / f"{run}.json"
+
+
+def _states() -> list[Path]:
+    """Every run's state file, of every experiment."""
+    return sorted(STATE_DIR.rglob("*.json")) if STATE_DIR.is_dir() else []
 
 
 def _read(path: Path) -> dict | None:
@@ -139,19 +148,20 @@ class RunServer:
 
 
 @contextmanager
-def run_server(target: dict, run: str, job_log: str | Path, owner_pid: int) -> Iterator[RunServer]:
-    """The run's server for one job: reused if this Snakemake's server for the run is alive and
-    answers, else started. The job has it alone until the block ends; a block that raises
-    (a failure, an interrupt) stops it."""
-    path = _state_path(target["name"], run)
+def run_server(target: dict, run: str, job_log: str | Path, owner_pid: int,
+               results: str | Path) -> Iterator[RunServer]:
+    """The run's server for one job of the experiment whose folder is ``results``: reused if
+    this Snakemake's server for the run is alive and answers, else started. The job has it alone
+    until the block ends; a block that raises (a failure, an interrupt) stops it."""
+    path = _state_path(target["name"], run, results)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_suffix(".lock"), "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         state = _reusable(_read(path), _key(target), owner_pid)
         if state is None:
             stop(path)
-            _stop_idle_neighbours(target, run, owner_pid)
-            state = _start(target, run, path, owner_pid)
+            _stop_idle_neighbours(target, path, owner_pid)
+            state = _start(target, run, path, owner_pid, Path(results) / "logs" / "server")
         server = RunServer(state, reused=state["served"] > 0)
         offset = _size(server.log_path)
         # marked as in use until released: a job killed outright (SIGKILL) cannot release it,
@@ -206,8 +216,8 @@ def _copy_log(server: RunServer, offset: int, job_log: Path) -> None:
         job_log.write_bytes(head.encode() + lines)
 
 
-def _start(target: dict, run: str, path: Path, owner_pid: int) -> dict:
-    log = LOG_DIR / target["name"] / f"{run}.log"
+def _start(target: dict, run: str, path: Path, owner_pid: int, log_dir: Path) -> dict:
+    log = log_dir / target["name"] / f"{run}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     # absolute paths: the supervisor's command line names the work directory it serves
     spec = {"backend": target["backend"], "settings": target["server"], "owner": owner_pid,
@@ -289,15 +299,18 @@ def _overlap(a: list | None, b: list | None) -> bool:
     return not a or not b or bool(set(a) & set(b))
 
 
-def _stop_idle_neighbours(target: dict, run: str, owner_pid: int) -> None:
-    """Stop this Snakemake's idle servers of other runs that share CPUs with this target's
-    (one idle server at a time), and any server whose Snakemake is gone."""
+def _stop_idle_neighbours(target: dict, own: Path, owner_pid: int) -> None:
+    """Stop the idle servers of other runs (``own``: this run's state file) that share CPUs
+    with this target's (one idle server at a time), whichever Snakemake or experiment started
+    them, and any server whose Snakemake is gone."""
     mine = (target["server"] or {}).get("cpus")
-    for path in STATE_DIR.glob("*/*.json"):
-        if path == _state_path(target["name"], run):
+    for path in _states():
+        if path == own:
             continue
         state = _read(path) or {}
-        if _mine(state, owner_pid) and not _overlap(mine, state.get("cpus")):
+        running = _mine(state, owner_pid) or (  # another Snakemake's, still at work here
+            state.get("host") == socket.gethostname() and alive(state.get("owner")))
+        if running and not _overlap(mine, state.get("cpus")):
             continue
         with open(path.with_suffix(".lock"), "a+") as lock:
             try:
@@ -310,7 +323,7 @@ def _stop_idle_neighbours(target: dict, run: str, owner_pid: int) -> None:
 def stop_owned(owner_pid: int) -> list[str]:
     """Stop every server this Snakemake started (the end of the workflow); say which."""
     stopped = []
-    for path in sorted(STATE_DIR.glob("*/*.json")) if STATE_DIR.is_dir() else []:
+    for path in _states():
         state = _read(path) or {}
         if _mine(state, owner_pid) or not state.get("owner") or not alive(state["owner"]):
             stop(path)

@@ -8,7 +8,8 @@ from slotbench.report.blocks import Heading, Paragraph, Table
 
 TRAP = "deviance"
 # Deviant cells listed in the table; beyond it the largest deviations, the rest being in
-# results/checks/deviance.csv (a report of a million requests summarises, it does not list).
+# results/<experiment>/checks/deviance.csv (a report of a million requests summarises, it
+# does not list).
 MAX_ROWS = 30
 COLUMNS = ["cell", "tokens", "modal", "deviation", "wall s", "wall effect", "agg tok/s",
            "throughput effect"]
@@ -70,7 +71,7 @@ def render(verdict: dict, ctx) -> list:
             f"{'its' if n == 1 else 'their'} run's modal output. ")
     note = "" if len(shown) == n else (
         f"The {len(shown)} largest deviations of {n}; every deviant cell is in "
-        "results/checks/deviance.csv.")
+        f"{ctx.results}/checks/deviance.csv.")
     return [
         Heading(4, "Output deviance"),
         Paragraph(lead + WHY),

@@ -8,7 +8,7 @@ from slotbench.report.blocks import Heading, Paragraph, Table
 
 TRAP = "host"
 # Up to this many reps, every rep is listed; beyond it only those that shared the machine (or,
-# when none did, the busiest), the rest being in results/checks/host.csv.
+# when none did, the busiest), the rest being in results/<experiment>/checks/host.csv.
 ALL_ROWS_UP_TO = 10
 BUSIEST = 3
 MAX_ROWS = 30  # at most this many shared reps listed, the busiest
@@ -68,7 +68,7 @@ def render(verdict: dict, ctx) -> list:
         note += (
             f" Listed: {which}; the other {len(quiet)} (at most "
             f"{fmt_pct(busiest['other_share'], 1)} other CPU, {busiest['run']} rep "
-            f"{busiest['rep']}) are in results/checks/host.csv."
+            f"{busiest['rep']}) are in {ctx.results}/checks/host.csv."
         )
     contended = {f"{ctx.target}/{r['run']}/rep{r['rep']}/" for r in rows if r["contended"]}
     flagged = [c for c in ctx.cells if c[: c.rfind("/") + 1] in contended]
