@@ -15,6 +15,14 @@ from doubles.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
 SMOKE = ["--configfile", "config/smoke.yaml"]
+SMOKE_EXPERIMENT = "smoke"  # config/smoke.yaml's experiment (and of configs layered on it)
+DEFAULT_EXPERIMENT = "article"  # config/config.yaml's: a config that names none gets it
+
+
+def results_dir(work: Path, experiment: str = SMOKE_EXPERIMENT) -> Path:
+    """An experiment's folder in a work directory, where every output of its config lands:
+    ``work/results/<experiment>`` (slotbench.core.experiments.results_dir)."""
+    return Path(work) / "results" / experiment
 
 
 def copy_repo(dest: Path, git: bool = True) -> Path:

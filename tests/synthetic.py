@@ -42,8 +42,12 @@ def sha(target: str, run: str, rep: int) -> str:
     return f"{target}-{run}-rep{rep}".encode().hex()[:64].ljust(64, "0")
 
 
-def raw_path(target: str, run: str, rep: int) -> str:
-    return f"results/raw/{target}/{run}/rep{rep}.json"
+EXPERIMENT = "article"  # the experiment of the synthetic runs: results/article/
+
+
+def raw_path(target: str, run: str, rep: int, experiment: str = EXPERIMENT) -> str:
+    """A raw file's path as the pipeline records it (relative to the working directory)."""
+    return f"results/{experiment}/raw/{target}/{run}/rep{rep}.json"
 
 
 def make_requests(

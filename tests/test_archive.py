@@ -24,13 +24,17 @@ import pandas as pd
 import pytest
 import yaml
 
-from e2e_helpers import SMOKE, copy_work, file_states, jobs_run, llama_servers_under, snakemake
+from e2e_helpers import (
+    SMOKE, copy_work, file_states, jobs_run, llama_servers_under, results_dir, snakemake,
+)
 from slotbench.core.code import CACHE_FILE
 from slotbench.measure.rawfiles import write_json_atomic, write_sha256_atomic
 from slotbench.workflow import archive
 from slotbench.workflow.config import canonical, resolve
 
 SERVER_RULES = {"fingerprint", "plan", "rep"}
+R = "results/exp"  # the unit tests' experiment folder (results/<experiment>)
+SMOKE_R = "results/smoke"  # config/smoke.yaml's
 
 
 # ---------------------------------------------------------------------------------------------
@@ -43,35 +47,38 @@ def test_metadata_names_follow_snakemakes_file_persistence(tmp_path):
     class Probe:  # just enough of FilePersistence for its _record_path
         _fetch_max_len = staticmethod(lambda subject: 255)
 
-    for path in ["results/cells.parquet", "results/raw/" + "x" * 300 + "/rep1.json"]:
+    for path in [f"{R}/cells.parquet", f"{R}/raw/" + "x" * 300 + "/rep1.json"]:
         expected = FilePersistence._record_path(Probe(), ".snakemake/metadata", path)
         assert archive.metadata_record(path) == expected
 
 
 def fake_results(work: Path) -> None:
     """A minimal result tree with one raw file, its hash, a table, a report and metadata."""
-    raw = work / "results/raw/t/run1/rep1.json"
+    raw = work / f"{R}/raw/t/run1/rep1.json"
     digest = write_json_atomic(raw, {"schema": "slotbench.raw/1", "rep": 1, "cells": []})
     write_sha256_atomic(f"{raw}.sha256", digest, raw.name)
-    (work / "results/analysis").mkdir(parents=True)
-    (work / "results/analysis/summary.csv").write_text("target,arm\nt,1\n")
-    (work / "results/report.md").write_text("# report\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n")
-    (work / "results/config.resolved.yaml").write_text("runs: 1\n")
-    (work / "results/logs").mkdir()
-    (work / "results/logs/archive.log").write_text("being written\n")
-    (work / "results/raw/t/run1/.rep2.json.abc.tmp").write_text("partial")
-    (work / "results/newstage").mkdir()
-    (work / "results/newstage/out.csv").write_text("a\n1\n")  # made by a rule: has metadata
-    (work / "results/snakemake-report.zip").write_bytes(b"PK")  # made by no rule
-    for rel in ["results/analysis/summary.csv", "results/newstage/out.csv"]:
+    (work / f"{R}/analysis").mkdir(parents=True)
+    (work / f"{R}/analysis/summary.csv").write_text("target,arm\nt,1\n")
+    (work / f"{R}/report.md").write_text("# report\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n")
+    (work / f"{R}/config.resolved.yaml").write_text("runs: 1\n")
+    (work / f"{R}/logs").mkdir()
+    (work / f"{R}/logs/archive.log").write_text("being written\n")
+    (work / f"{R}/raw/t/run1/.rep2.json.abc.tmp").write_text("partial")
+    (work / f"{R}/newstage").mkdir()
+    (work / f"{R}/newstage/out.csv").write_text("a\n1\n")  # made by a rule: has metadata
+    (work / f"{R}/snakemake-report.zip").write_bytes(b"PK")  # made by no rule
+    (work / "results/other/raw").mkdir(parents=True)  # another experiment's, made by a rule
+    (work / "results/other/raw/rep1.json").write_text("{}")
+    for rel in [f"{R}/analysis/summary.csv", f"{R}/newstage/out.csv", "results/other/raw/rep1.json"]:
         record = work / archive.metadata_record(rel)
         record.parent.mkdir(parents=True, exist_ok=True)
         record.write_text('{"rule": "some rule"}')
 
 
 def build(work: Path, **kwargs) -> Path:
-    out = work / "results/archive/t.tar.gz"
-    archive.build_archive(out, "t", workdir=work, exclude=["results/logs/archive.log"], **kwargs)
+    out = work / f"{R}/archive/t.tar.gz"
+    archive.build_archive(out, "t", results=R, workdir=work, exclude=[f"{R}/logs/archive.log"],
+                          **kwargs)
     return out
 
 
@@ -80,14 +87,18 @@ def test_archive_members_sit_under_one_directory_with_a_manifest(tmp_path):
     out = build(tmp_path)
     prefix, data = archive.verify(out)
     assert prefix == "t"
-    for rel in ["results/raw/t/run1/rep1.json", "results/raw/t/run1/rep1.json.sha256",
-                "results/analysis/summary.csv", "results/report.md",
-                archive.metadata_record("results/analysis/summary.csv"),
+    for rel in [f"{R}/raw/t/run1/rep1.json", f"{R}/raw/t/run1/rep1.json.sha256",
+                f"{R}/analysis/summary.csv", f"{R}/report.md",
+                archive.metadata_record(f"{R}/analysis/summary.csv"),
                 "software/pip-freeze.txt", "code/git.json", "ARCHIVE.json", "MANIFEST.sha256"]:
         assert rel in data, rel
-    assert "results/newstage/out.csv" in data, "a rule's output outside the known directories"
-    assert "results/snakemake-report.zip" not in data
-    assert "results/logs/archive.log" not in data, "the archive's own log is still being written"
+    assert f"{R}/newstage/out.csv" in data, "a rule's output outside the known directories"
+    assert f"{R}/snakemake-report.zip" not in data
+    assert f"{R}/logs/archive.log" not in data, "the archive's own log is still being written"
+    assert not [rel for rel in data if rel.startswith("results/other")], "another experiment's"
+    # an input named from another experiment's folder never goes in either
+    out = build(tmp_path, inputs=["results/other/raw/rep1.json"])
+    assert "results/other/raw/rep1.json" not in archive.verify(out)[1]
     assert not any(".tmp" in rel for rel in data), "a partial atomic write was archived"
     assert "pytest" in data["software/pip-freeze.txt"].decode()
     assert json.loads(data["ARCHIVE.json"])["format"] == archive.FORMAT
@@ -119,10 +130,10 @@ def test_verify_names_the_member_that_changed(tmp_path, capsys):
     assert archive.main_verify([str(out)]) == 0
     assert "OK" in capsys.readouterr().out
     bad = tmp_path / "bad.tar.gz"
-    rewrite_member(out, bad, "t/results/analysis/summary.csv", lambda b: b.replace(b"1", b"2"))
+    rewrite_member(out, bad, f"t/{R}/analysis/summary.csv", lambda b: b.replace(b"1", b"2"))
     assert archive.main_verify([str(bad)]) == 1
     err = capsys.readouterr().err
-    assert "t/results/analysis/summary.csv" in err and "the manifest says" in err
+    assert f"t/{R}/analysis/summary.csv" in err and "the manifest says" in err
     assert "Traceback" not in err
 
 
@@ -130,23 +141,23 @@ def test_a_secret_in_any_member_refuses_the_archive(tmp_path, monkeypatch):
     fake_results(tmp_path)
     secret = "sk-test-" + os.urandom(8).hex()
     monkeypatch.setenv("MY_SERVER_KEY", secret)
-    (tmp_path / "results/logs/rep.log").write_text(f"oops, the key {secret} leaked\n")
+    (tmp_path / f"{R}/logs/rep.log").write_text(f"oops, the key {secret} leaked\n")
     with pytest.raises(archive.ArchiveError) as err:
         build(tmp_path, secret_envs=["MY_SERVER_KEY"])
     msg = str(err.value)
-    assert "results/logs/rep.log" in msg and "$MY_SERVER_KEY" in msg
+    assert f"{R}/logs/rep.log" in msg and "$MY_SERVER_KEY" in msg
     assert secret not in msg, "the refusal must not print the key"
-    assert not (tmp_path / "results/archive/t.tar.gz").exists()
-    assert not list((tmp_path / "results/archive").glob(".*")), "a partial archive was left"
+    assert not (tmp_path / f"{R}/archive/t.tar.gz").exists()
+    assert not list((tmp_path / f"{R}/archive").glob(".*")), "a partial archive was left"
     # without the leak, the same variable is fine and its value is nowhere in the archive
-    (tmp_path / "results/logs/rep.log").write_text("clean\n")
+    (tmp_path / f"{R}/logs/rep.log").write_text("clean\n")
     _, data = archive.verify(build(tmp_path, secret_envs=["MY_SERVER_KEY"]))
     assert not any(secret.encode() in blob for blob in data.values())
 
 
 def test_a_changed_raw_file_is_not_archived(tmp_path):
     fake_results(tmp_path)
-    raw = tmp_path / "results/raw/t/run1/rep1.json"
+    raw = tmp_path / f"{R}/raw/t/run1/rep1.json"
     raw.write_text(raw.read_text().replace('"rep": 1', '"rep": 2'))
     with pytest.raises(archive.ArchiveError, match="rep1.json.*changed after it was written"):
         build(tmp_path)
@@ -154,7 +165,8 @@ def test_a_changed_raw_file_is_not_archived(tmp_path):
 
 def test_resolved_config_round_trips():
     cfg = canonical(resolve({"runs": ["run1", "2026-12-01"], "reps": 3}))
-    text = archive.dump_config(cfg)
+    text = archive.dump_config(cfg, "results/article/config.resolved.yaml")
+    assert "--configfile results/article/config.resolved.yaml" in text  # how to run it again
     assert "'2026-12-01'" in text, "a date-like run id must stay a string"
     assert canonical(resolve(yaml.safe_load(text))) == cfg
 
@@ -168,18 +180,29 @@ def test_markdown_tables_are_found():
 
 
 def test_table_comparison_names_what_differs(tmp_path):
-    archived = {"results/analysis/summary.csv": b"arm,x\n1,2\n",
-                "results/checks/deviance.csv": b"cell\n",
-                "results/report.md": b"# r\n\n| a |\n| --- |\n| 1 |\n"}
-    (tmp_path / "results/analysis").mkdir(parents=True)
-    (tmp_path / "results/analysis/summary.csv").write_bytes(b"arm,x\n1,3\n")
-    (tmp_path / "results/report.md").write_bytes(b"# other words\n\n| a |\n| --- |\n| 1 |\n")
+    archived = {f"{R}/config.resolved.yaml": b"experiment: exp\n",
+                f"{R}/analysis/summary.csv": b"arm,x\n1,2\n",
+                f"{R}/checks/deviance.csv": b"cell\n",
+                f"{R}/report.md": b"# r\n\n| a |\n| --- |\n| 1 |\n"}
+    (tmp_path / f"{R}/analysis").mkdir(parents=True)
+    (tmp_path / f"{R}/analysis/summary.csv").write_bytes(b"arm,x\n1,3\n")
+    (tmp_path / f"{R}/report.md").write_bytes(b"# other words\n\n| a |\n| --- |\n| 1 |\n")
     rows = {what: (same, detail) for what, same, detail in
             archive.compare_tables(archived, tmp_path)}
-    assert rows["results/analysis/summary.csv"] == (
+    assert rows[f"{R}/analysis/summary.csv"] == (
         False, "line 2: archived '1,2', re-rendered '1,3'")
-    assert rows["results/checks/deviance.csv"] == (False, "not re-rendered")
-    assert rows["results/report.md table 1"][0] is True  # prose may change, tables may not
+    assert rows[f"{R}/checks/deviance.csv"] == (False, "not re-rendered")
+    assert rows[f"{R}/report.md table 1"][0] is True  # prose may change, tables may not
+    assert len(rows) == 3
+
+
+def test_the_render_command_of_an_archive_made_before_experiments_had_their_own_folders():
+    """Its members are results/raw/…, results/report.md: it re-renders in place, in results/."""
+    new = archive.render_command(f"{R}/config.resolved.yaml")
+    assert new[new.index("--configfile") + 1] == f"{R}/config.resolved.yaml"
+    assert "old_layout=true" not in new
+    old = archive.render_command("results/config.resolved.yaml", old_layout=True)
+    assert old[old.index("--config") + 1] == "old_layout=true"
 
 
 def test_render_refuses_a_directory_that_is_not_empty(tmp_path, capsys):
@@ -220,19 +243,19 @@ def smoke(tmp_path_factory, smoke_template):
 
 @pytest.mark.e2e
 def test_raw_files_are_hashed_when_written(smoke):
-    raw_dir = smoke / "results/raw/embedded/run1"
-    cells = pd.read_parquet(smoke / "results/cells.parquet")
+    raw_dir = results_dir(smoke) / "raw/embedded/run1"
+    cells = pd.read_parquet(results_dir(smoke) / "cells.parquet")
     for raw in sorted(raw_dir.glob("rep*.json")):
         digest, name = (raw_dir / f"{raw.name}.sha256").read_text().split()
         assert name == raw.name
-        assert set(cells.loc[cells["raw_file"] == f"results/raw/embedded/run1/{raw.name}",
+        assert set(cells.loc[cells["raw_file"] == f"{SMOKE_R}/raw/embedded/run1/{raw.name}",
                              "raw_sha256"]) == {digest}
 
 
 @pytest.mark.e2e
 def test_a_raw_file_changed_by_one_byte_is_refused_by_name(smoke, cache, tmp_path):
     work = copy_work(smoke, tmp_path / "tampered")
-    raw = work / "results/raw/embedded/run1/rep1.json"
+    raw = results_dir(work) / "raw/embedded/run1/rep1.json"
     data = raw.read_bytes()
     digit = re.search(rb'"gen_s": \d+\.(\d)', data).start(1)  # a digit of a float
     flipped = b"1" if data[digit : digit + 1] != b"1" else b"2"
@@ -241,7 +264,8 @@ def test_a_raw_file_changed_by_one_byte_is_refused_by_name(smoke, cache, tmp_pat
     proc = snakemake(work, *SMOKE, cache=cache)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
-    assert "ERROR: consolidate: raw file results/raw/embedded/run1/rep1.json" in out, out[-3000:]
+    assert f"ERROR: consolidate: raw file {SMOKE_R}/raw/embedded/run1/rep1.json" in out, (
+        out[-3000:])
     assert "changed after it was written" in out
     assert "Restore it from an archive, or delete it and its .sha256" in out
     assert "Traceback" not in out, out[-3000:]
@@ -251,9 +275,9 @@ def test_a_raw_file_changed_by_one_byte_is_refused_by_name(smoke, cache, tmp_pat
 @pytest.mark.e2e
 def test_adding_a_run_id_measures_only_the_new_run(smoke, cache, tmp_path):
     work = copy_work(smoke, tmp_path / "more-runs")
-    old_raws = sorted((work / "results/raw").rglob("rep*.json*"))
-    old = file_states(old_raws + [work / "results/fingerprint/embedded/run1.json",
-                                  work / "results/plan/embedded/run1.json"])
+    old_raws = sorted((results_dir(work) / "raw").rglob("rep*.json*"))
+    old = file_states(old_raws + [results_dir(work) / "fingerprint/embedded/run1.json",
+                                  results_dir(work) / "plan/embedded/run1.json"])
     more = work / "more.yaml"
     more.write_text("runs: [run1, 2026-12-01]\n")  # an unquoted date is a fine run id
     proc = snakemake(work, *SMOKE, str(more), cache=cache)
@@ -262,17 +286,17 @@ def test_adding_a_run_id_measures_only_the_new_run(smoke, cache, tmp_path):
     assert {wc["run"] for _, wc in measured} == {"2026-12-01"}, measured
     assert sorted(rule for rule, _ in measured) == ["fingerprint", "plan", "rep", "rep", "rep"], measured
     assert file_states(list(map(Path, old))) == old, "an old run's file was touched"
-    cells = pd.read_parquet(work / "results/cells.parquet")
+    cells = pd.read_parquet(results_dir(work) / "cells.parquet")
     assert cells.groupby("run").size().to_dict() == {"2026-12-01": 9, "run1": 9}
-    summary = pd.read_csv(work / "results/analysis/summary.csv")
+    summary = pd.read_csv(results_dir(work) / "analysis/summary.csv")
     assert summary["n_reps"].max() == 6, "the analysis pools both runs"
-    assert (work / "results/raw/embedded/2026-12-01/rep2.json.sha256").is_file()
+    assert (results_dir(work) / "raw/embedded/2026-12-01/rep2.json.sha256").is_file()
     # each run's fingerprint, plan and reps used one server process, and each run its own:
     # the PID in every file, and the jobs it served before, one job at a time
     pids = {}
     for run in ("run1", "2026-12-01"):
-        fp = json.loads((work / f"results/fingerprint/embedded/{run}.json").read_text())
-        raws = [json.loads(p.read_text()) for p in (work / f"results/raw/embedded/{run}").glob(
+        fp = json.loads((results_dir(work) / f"fingerprint/embedded/{run}.json").read_text())
+        raws = [json.loads(p.read_text()) for p in (results_dir(work) / f"raw/embedded/{run}").glob(
             "rep*.json")]
         assert len(raws) == 3 and fp["server"]["lifetime"].startswith("run")
         assert len({fp["server"]["pid"]} | {r["server"]["pid"] for r in raws}) == 1
@@ -285,9 +309,9 @@ def test_adding_a_run_id_measures_only_the_new_run(smoke, cache, tmp_path):
 
 @pytest.mark.e2e
 def test_snakemake_report_holds_figures_fingerprints_and_the_resolved_config(smoke, cache):
-    proc = snakemake(smoke, *SMOKE, "--report", "results/snakemake-report.zip", cache=cache)
+    proc = snakemake(smoke, *SMOKE, "--report", f"{SMOKE_R}/snakemake-report.zip", cache=cache)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    with zipfile.ZipFile(smoke / "results/snakemake-report.zip") as zf:
+    with zipfile.ZipFile(results_dir(smoke) / "snakemake-report.zip") as zf:
         names = zf.namelist()
         page = zf.read(next(n for n in names if n.endswith("report.html"))).decode()
     for name in ["config.resolved.yaml", "run1.json", "throughput.png", "timeline.png"]:
@@ -320,26 +344,26 @@ def test_archive_verifies_and_re_renders_offline_byte_identical(smoke, cache, tm
     elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert not set(jobs_run(proc)) & SERVER_RULES
-    tarball = smoke / "results/archive/slotbench.tar.gz"
+    tarball = results_dir(smoke) / "archive/smoke.tar.gz"  # named after the experiment
     print(f"archive: {tarball.stat().st_size} bytes in {elapsed:.1f} s (snakemake included)")
     prefix, data = archive.verify(tarball)
-    assert prefix == "slotbench"
-    expected = [
-        "results/raw/embedded/run1/rep1.json", "results/raw/embedded/run1/rep2.json.sha256",
-        "results/requests.parquet", "results/cells.parquet", "results/servers.json",
-        "results/checks/headline.json", "results/analysis/summary.csv",
-        "results/figures/throughput.png", "results/figures/sources.json",
-        "results/fingerprint/embedded/run1.json", "results/plan/embedded/run1.json",
-        "results/config.resolved.yaml", "results/report.md", "results/report.html",
-        "results/logs/rep/embedded/run1/rep1.log", "results/logs/rep/embedded/run1/rep1.server.log",
-        archive.metadata_record("results/raw/embedded/run1/rep1.json"),
-        archive.metadata_record("results/report.md"),
+    assert prefix == "smoke"
+    expected = [f"{SMOKE_R}/{rel}" for rel in [
+        "raw/embedded/run1/rep1.json", "raw/embedded/run1/rep2.json.sha256",
+        "requests.parquet", "cells.parquet", "servers.json",
+        "checks/headline.json", "analysis/summary.csv",
+        "figures/throughput.png", "figures/sources.json",
+        "fingerprint/embedded/run1.json", "plan/embedded/run1.json",
+        "config.resolved.yaml", "report.md", "report.html",
+        "logs/rep/embedded/run1/rep1.log", "logs/rep/embedded/run1/rep1.server.log"]] + [
+        archive.metadata_record(f"{SMOKE_R}/raw/embedded/run1/rep1.json"),
+        archive.metadata_record(f"{SMOKE_R}/report.md"),
         "software/pip-freeze.txt", "code/git.json", "ARCHIVE.json", "MANIFEST.sha256",
     ]
     missing = [rel for rel in expected if rel not in data]
     assert not missing, missing
-    if (smoke / "results/provenance.json").exists():
-        assert "results/provenance.json" in data
+    if (results_dir(smoke) / "provenance.json").exists():
+        assert f"{SMOKE_R}/provenance.json" in data
     code = json.loads(data["code/git.json"])
     assert code["commit"] and isinstance(code["dirty"], bool)
     assert ("code/git.diff" in data) == code["dirty"]
@@ -370,12 +394,12 @@ def test_archive_verifies_and_re_renders_offline_byte_identical(smoke, cache, tm
     assert not ran & SERVER_RULES, ran
     assert "all 0 tables" not in out and "tables are byte-identical to the archive" in out, out
     # and check it ourselves: the tables, byte for byte
-    for rel in ["results/analysis/summary.csv", "results/checks/deviance.csv",
-                "results/checks/positions.csv", "results/checks/serialisation.csv"]:
+    for rel in [f"{SMOKE_R}/{rel}" for rel in ["analysis/summary.csv", "checks/deviance.csv",
+                                               "checks/positions.csv", "checks/serialisation.csv"]]:
         assert (out_dir / rel).read_bytes() == data[rel], rel
-    assert archive.markdown_tables((out_dir / "results/report.md").read_text()) == \
-        archive.markdown_tables(data["results/report.md"].decode())
-    assert (out_dir / "results/report.html").stat().st_size > 0
+    assert archive.markdown_tables((results_dir(out_dir) / "report.md").read_text()) == \
+        archive.markdown_tables(data[f"{SMOKE_R}/report.md"].decode())
+    assert (results_dir(out_dir) / "report.html").stat().st_size > 0
 
 
 # A smoke run's archive made by an older slotbench (commit ddd678b, when the package's modules
@@ -395,11 +419,15 @@ def test_an_archive_made_by_an_older_slotbench_re_renders_to_byte_identical_tabl
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-5000:]
     assert "tables are byte-identical to the archive" in out, out[-3000:]
+    # rendered as it was made, in results/ itself: no experiment's folder, and no note about
+    # a result from before experiments had their own folders (it is one, on purpose)
+    assert "--config old_layout=true" in out and "holds a result from before" not in out
+    assert not (out_dir / "results/article").exists()
     # the tables byte for byte (a verdict's wording may name its constant now; its numbers not)
     tables = [rel for rel in data if rel.startswith("results/") and "/raw/" not in rel
               and (rel.endswith((".csv", ".parquet")) or rel.startswith("results/analysis/"))]
     assert len(tables) > 20, tables
     changed = [rel for rel in tables if (out_dir / rel).read_bytes() != data[rel]]
     assert not changed, changed
-    assert archive.markdown_tables((out_dir / "results/report.md").read_text()) == \
+    assert archive.markdown_tables((results_dir(out_dir) / "report.md").read_text()) == \
         archive.markdown_tables(data["results/report.md"].decode())

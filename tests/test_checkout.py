@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from doubles.fault_server import FaultServer
-from e2e_helpers import REPO, copy_repo
+from e2e_helpers import DEFAULT_EXPERIMENT, REPO, copy_repo, results_dir
 
 pytestmark = pytest.mark.slow  # Snakemake in a second checkout
 
@@ -58,12 +58,15 @@ def test_a_second_checkout_runs_and_records_its_own_code(tmp_path):
     with FaultServer() as server:
         (other / "fault.yaml").write_text(CONFIG.format(url=server.url))
         proc = subprocess.run(
-            [sys.executable, "-m", "snakemake", "results/fingerprint/fault/run1.json",
-             "results/raw/fault/run1/rep1.json", "--cores", "1", "--configfile", "fault.yaml"],
+            [sys.executable, "-m", "snakemake", "results/article/fingerprint/fault/run1.json",
+             "results/article/raw/fault/run1/rep1.json", "--cores", "1", "--configfile",
+             "fault.yaml"],
             cwd=other, capture_output=True, text=True, env=env, timeout=300,
         )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-    fingerprint = json.loads((other / "results/fingerprint/fault/run1.json").read_text())
-    raw = json.loads((other / "results/raw/fault/run1/rep1.json").read_text())
+    folder = results_dir(other, DEFAULT_EXPERIMENT)
+    fingerprint = json.loads((folder / "fingerprint/fault/run1.json").read_text())
+    folder = results_dir(other, DEFAULT_EXPERIMENT)
+    raw = json.loads((folder / "raw/fault/run1/rep1.json").read_text())
     assert fingerprint["pipeline"] == {"commit": head, "dirty": True}
     assert raw["code"] == {"commit": head, "dirty": True}

@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 
 from doubles.pacer import start_subprocess
-from e2e_helpers import copy_repo, wait_for_no_processes
+from e2e_helpers import DEFAULT_EXPERIMENT, copy_repo, results_dir, wait_for_no_processes
 
 pytestmark = pytest.mark.slow  # the real pipeline (Snakemake) against the pacer
 
@@ -73,7 +73,7 @@ def truth(path: Path) -> dict:
 
 
 def headline(work: Path) -> pd.DataFrame:
-    summary = pd.read_csv(work / "results/analysis/summary.csv")
+    summary = pd.read_csv(results_dir(work, DEFAULT_EXPERIMENT) / "analysis/summary.csv")
     return summary.set_index("arm")
 
 
@@ -83,7 +83,8 @@ def truth_ratios(log: Path, work: Path) -> pd.DataFrame:
     request's arrival to its last token, and the median of each request's tokens over its first
     to last token; each rep's arm against the same rep's serial cell; the median over reps)."""
     served = truth(log)
-    req = pd.read_parquet(work / "results/requests.parquet", columns=["rep", "arm", "nonce"])
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    req = pd.read_parquet(folder / "requests.parquet", columns=["rep", "arm", "nonce"])
     rows = []
     for rep, arm, nonce in req.itertuples(index=False):
         t = served[str(nonce)]
@@ -108,7 +109,8 @@ def truth_idle_p95(log: Path, work: Path) -> float:
     slot freed when its request's final event was written); the first N requests of an arm of
     N streams arrive against the cell's first arrival."""
     served = truth(log)
-    req = pd.read_parquet(work / "results/requests.parquet", columns=["rep", "arm", "nonce"])
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    req = pd.read_parquet(folder / "requests.parquet", columns=["rep", "arm", "nonce"])
     idle = []
     for (_, arm), cell in req.groupby(["rep", "arm"]):
         times = sorted((served[str(n)]["t_arrive"], served[str(n)]["t_final"])
@@ -147,12 +149,13 @@ def test_a_server_that_scales_perfectly_measures_as_one(tmp_path):
         assert speedup == pytest.approx(true.loc[arm, "speedup"], rel=0.02), (arm, speedup)
         assert summary.loc[arm, "user_ratio"] == pytest.approx(
             true.loc[arm, "user_ratio"], abs=0.02), arm
-    verdicts = {v["trap"]: v for f in (work / "results/checks").glob("*.json")
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    verdicts = {v["trap"]: v for f in (folder / "checks").glob("*.json")
                 if f.name != "headline.json" for v in json.loads(f.read_text())}
     saturation, lag = verdicts["client_saturation"], verdicts["client"]
     assert saturation["assessable"] and not saturation["fired"], saturation
     assert lag["assessable"], lag
-    report = (work / "results/report.md").read_text()
+    report = (results_dir(work, DEFAULT_EXPERIMENT) / "report.md").read_text()
     assert "not a headline" not in report
     # the send lag the client reports is never more than the server's own log shows it sat
     # idle; when a shared machine paused the client long enough for the check to fire, the
@@ -176,14 +179,14 @@ def test_256_streams_from_two_client_processes_lose_nothing_and_stamp_ttft_truly
     finally:
         pacer.terminate()
         pacer.wait(10)
-    req = pd.read_parquet(work / "results/requests.parquet")
+    req = pd.read_parquet(results_dir(work, DEFAULT_EXPERIMENT) / "requests.parquet")
     expected = 2 * (2 + 256)
     served = truth(log)
     assert len(req) == expected and req["nonce"].nunique() == expected
     assert set(req["nonce"].astype(str)) <= set(served)  # every request the server saw once
     wide = req[req["arm"] == 256]
     assert set(wide["client_process"]) == {0, 1}  # the cell was shared by two processes
-    raws = sorted((work / "results/raw/pacer/run1").glob("rep*.json"))
+    raws = sorted((results_dir(work, DEFAULT_EXPERIMENT) / "raw/pacer/run1").glob("rep*.json"))
     errors = []
     for raw in map(json.loads, (p.read_text() for p in raws)):
         for cell in raw["cells"]:
@@ -203,9 +206,10 @@ def test_256_streams_from_two_client_processes_lose_nothing_and_stamp_ttft_truly
     errors = pd.Series(errors).abs()
     assert errors.median() < 0.001, errors.describe()
     assert errors.quantile(0.99) < 0.005 and errors.max() < 0.025, errors.describe()
-    cells = pd.read_parquet(work / "results/cells.parquet")
+    cells = pd.read_parquet(results_dir(work, DEFAULT_EXPERIMENT) / "cells.parquet")
     assert cells["client_busy"].notna().all() and cells["client_lag_p95_s"].notna().all()
-    (verdict,) = json.loads((work / "results/checks/client_saturation.json").read_text())
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    (verdict,) = json.loads((folder / "checks/client_saturation.json").read_text())
     assert verdict["assessable"] and verdict["verdict"] in ("yes", "no")
     arms = verdict["evidence"]["arms"]  # every cell judged: none without a client record
     assert sum(a["cells_recorded"] for a in arms.values()) == len(cells)
@@ -223,11 +227,12 @@ def test_a_starved_client_is_named_and_its_arm_gets_no_headline(tmp_path):
     finally:
         pacer.terminate()
         pacer.wait(10)
-    (verdict,) = json.loads((work / "results/checks/client_saturation.json").read_text())
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    (verdict,) = json.loads((folder / "checks/client_saturation.json").read_text())
     assert verdict["fired"] and verdict["arms"] == [4], verdict
     assert re.search(r"Client saturated: \d+% of a core in process 0( and loop lag [^,]+)? "
                      r"at parallel-4", verdict["sentence"])
-    report = (work / "results/report.md").read_text()
+    report = (results_dir(work, DEFAULT_EXPERIMENT) / "report.md").read_text()
     assert "| parallel-4 (not a headline) |" in report
     assert "| serial-1 |" in report
 
@@ -246,10 +251,12 @@ def test_a_client_slowed_on_purpose_is_refused_its_rate_arm(tmp_path):
     finally:
         pacer.terminate()
         pacer.wait(10)
-    cells = pd.read_parquet(work / "results/cells.parquet")
+    cells = pd.read_parquet(results_dir(work, DEFAULT_EXPERIMENT) / "cells.parquet")
     rate = cells[cells["arm"] == -40000]
     assert (rate["launch_skew_p99_s"] > 0.010).any(), rate["launch_skew_p99_s"].tolist()
-    (verdict,) = json.loads((work / "results/checks/client_saturation.json").read_text())
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    (verdict,) = json.loads((folder / "checks/client_saturation.json").read_text())
     assert verdict["fired"] and -40000 in verdict["arms"], verdict["sentence"]
     assert "launch skew p99" in verdict["sentence"] and "rate-40/s" in verdict["sentence"]
-    assert "| rate-40/s (not a headline) |" in (work / "results/report.md").read_text()
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    assert "| rate-40/s (not a headline) |" in (folder / "report.md").read_text()

@@ -8,7 +8,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from e2e_helpers import results_dir
 from slotbench.analysis import compare
+from slotbench.core import experiments
 from slotbench.core.fmt import fmt_signed_pct
 from slotbench.report import compare as compare_doc
 
@@ -146,15 +148,19 @@ def test_absolute_rates_of_a_busy_side_are_not_compared_but_its_ratios_are():
     assert "B was measured on a busy machine (3 reps of 8 shared the machine)" in md
 
 
-def _results_dir(root, frame, sha):
-    (root / "results/analysis").mkdir(parents=True)
-    (root / "results/checks").mkdir(parents=True)
-    (root / "results/fingerprint/t").mkdir(parents=True)
-    frame.to_parquet(root / "results/analysis/ratios.parquet")
-    (root / "results/checks/headline.json").write_text(json.dumps({"t": {"status": "allowed"}}))
-    (root / "results/fingerprint/t/run1.json").write_text(json.dumps(
+def _results_dir(root, frame, sha, experiment=None):
+    """A finished result as compare reads it, in the checkout ``root``: in the experiment's
+    folder results/<experiment>/, or (None) directly in results/ as before experiments had
+    their own folders. Returns the result's folder."""
+    folder = root / "results" if experiment is None else results_dir(root, experiment)
+    (folder / "analysis").mkdir(parents=True)
+    (folder / "checks").mkdir(parents=True)
+    (folder / "fingerprint/t").mkdir(parents=True)
+    frame.to_parquet(folder / "analysis/ratios.parquet")
+    (folder / "checks/headline.json").write_text(json.dumps({"t": {"status": "allowed"}}))
+    (folder / "fingerprint/t/run1.json").write_text(json.dumps(
         {"target": "t", "run": "run1", "model": {"sha256": sha}}))
-    return root
+    return folder
 
 
 @pytest.mark.parametrize("declare, refused", [([], True), (["model.sha256"], False)])
@@ -165,11 +171,11 @@ def test_the_compare_rule_passes_its_declared_fields_on(tmp_path, declare, refus
     from pathlib import Path
     from types import SimpleNamespace
 
-    a = _results_dir(tmp_path / "a", ratios(seed=1), "q4")
-    b = _results_dir(tmp_path / "b", ratios(seed=2), "q8")
-    out = tmp_path / "b/results/compare"
+    a = _results_dir(tmp_path, ratios(seed=1), "q4", "q4")
+    b = _results_dir(tmp_path, ratios(seed=2), "q8", "q8")
+    out = b / "compare"
     sm = SimpleNamespace(
-        input=SimpleNamespace(ratios=str(b / "results/analysis/ratios.parquet")),
+        input=SimpleNamespace(ratios=str(b / "analysis/ratios.parquet")),
         output=SimpleNamespace(md=str(out / "compare.md")),
         params=SimpleNamespace(compare_with=str(a), declare=declare, n_boot=200, ci=0.95,
                                seed=0),
@@ -397,3 +403,45 @@ def test_a_slower_server_measured_later_is_slower_with_the_time_in_its_row(tmp_p
     for (_, label), verdict in cells.items():
         absolute = label in ("aggregate tok/s", "per-user tok/s")
         assert ("measured 4.0 min after A" in verdict) == absolute, (label, verdict)
+
+
+def test_a_side_is_an_experiments_name_its_folder_or_a_result_from_before(tmp_path, monkeypatch):
+    """compare A B: a name with no slash that is not a path is results/<name>/ of this checkout;
+    a folder is read as it is, an old results/ (or the checkout above it) too; anything else is
+    one line listing the experiments there are."""
+    monkeypatch.setattr(experiments, "REPO", tmp_path)  # "this checkout"
+    monkeypatch.chdir(tmp_path.parent)  # where no np4 or np8 lies
+    a = _results_dir(tmp_path, ratios(seed=1), "q4", "np4")
+    _results_dir(tmp_path, ratios(seed=2), "q4", "np8")
+    old = _results_dir(tmp_path / "before", ratios(seed=3), "q4")
+    by_name = compare.load_side("np4")
+    by_folder = compare.load_side(a)
+    assert by_name.name == "np4" and by_name.ratios.equals(by_folder.ratios)
+    assert by_name.fingerprint == by_folder.fingerprint
+    assert by_name.fingerprint["t"]["model.sha256"] == "q4"
+    for where in (old, tmp_path / "before"):  # an old results/, and the checkout above it
+        assert compare.load_side(where).ratios.equals(ratios(seed=3))
+    with pytest.raises(ValueError, match=r"^nonesuch: neither a path nor an experiment in "
+                                         r".*\(experiments there: np4, np8\)$"):
+        compare.load_side("nonesuch")
+    with pytest.raises(ValueError, match=r"holds the experiments np4, np8; name one"):
+        compare.load_side(tmp_path)  # a checkout with two experiments: which?
+    assert compare_doc.main_compare(["np4", "np8", "--out", str(tmp_path / "out"),
+                                    "--bootstrap", "200"]) == 0
+    assert json.loads((tmp_path / "out/compare.json").read_text())["targets"]["t"]["rows"]
+
+
+def test_compare_reads_an_archive_made_before_experiments_had_their_own_folders(capsys):
+    """tests/data/smoke-archive-ddd678b.tar.gz holds results/analysis/… directly."""
+    from pathlib import Path
+
+    older = Path(__file__).parent / "data" / "smoke-archive-ddd678b.tar.gz"
+    side_ = compare.load_side(older)
+    assert set(side_.ratios["target"]) == {"embedded"} and "embedded" in side_.decision
+    assert side_.fingerprint["embedded"]["prompt_tokens"]
+
+
+def test_a_side_that_is_not_there_is_one_line(tmp_path, capsys):
+    rc = compare_doc.main_compare([str(tmp_path / "nowhere"), "nonesuch"])
+    err = capsys.readouterr().err
+    assert rc == 1 and err.count("\n") == 1 and "neither a path nor an experiment" in err, err

@@ -257,7 +257,8 @@ def test_the_documented_effects_checks_tables_and_bad_configs_are_the_codes():
     effects = report[report.index("says what a verdict does to the headline"):]
     effects = effects[: effects.index("\n\n")]
     assert set(re.findall(r"`(\w+)` \(", effects)) == set(EFFECTS)
-    outputs = next(line for line in report.splitlines() if line.startswith("| `results/checks/`"))
+    outputs = next(line for line in report.splitlines()
+                   if line.startswith("| `results/<experiment>/checks/`"))
     tables = {name for m in trap_modules() for name in m.TABLES}
     assert set(re.findall(r"`(\w+)\.csv`", outputs)) == tables
     import test_bad_configs

@@ -21,7 +21,7 @@ import yaml
 
 from doubles.wait import wait_for
 from e2e_helpers import (
-    SMOKE, copy_repo, copy_work, file_states, fill, jobs_run, llama_servers_under,
+    SMOKE, copy_repo, copy_work, file_states, fill, jobs_run, llama_servers_under, results_dir,
     small_filesystem, snakemake, wait_for_no_processes,
 )
 
@@ -49,19 +49,18 @@ def smoke(tmp_path_factory, smoke_template, cache):
 
 def test_smoke_run_produces_every_output_quickly(smoke):
     work, template, elapsed = smoke
-    for rel in ["results/report.md", "results/report.html", "results/cells.parquet",
-                "results/requests.parquet", "results/checks/headline.json",
-                "results/analysis/summary.csv", "results/fingerprint/embedded/run1.json",
-                "results/raw/embedded/run1/rep1.json", "results/raw/embedded/run1/rep2.json"]:
-        assert (work / rel).stat().st_size > 0, rel
+    for rel in ["report.md", "report.html", "cells.parquet", "requests.parquet",
+                "checks/headline.json", "analysis/summary.csv", "fingerprint/embedded/run1.json",
+                "raw/embedded/run1/rep1.json", "raw/embedded/run1/rep2.json"]:
+        assert (results_dir(work) / rel).stat().st_size > 0, rel
     assert elapsed < 180, f"smoke run took {elapsed:.0f} s, the budget is 3 minutes"
     assert llama_servers_under(str(template.cache)) == [], "a managed llama-server outlived it"
 
 
 def test_smoke_numbers_are_sane(smoke):
     work, _, _ = smoke
-    cells = pd.read_parquet(work / "results/cells.parquet")
-    requests = pd.read_parquet(work / "results/requests.parquet")
+    cells = pd.read_parquet(results_dir(work) / "cells.parquet")
+    requests = pd.read_parquet(results_dir(work) / "requests.parquet")
     assert len(cells) == 3 * 3 and len(requests) == 3 * 3 * 4
     assert (cells["agg_tps"] > 0).all() and (cells["user_tps"] > 0).all()
     assert (requests["output_tokens"] > 0).all() and (requests["output_tokens"] <= 32).all()
@@ -69,11 +68,11 @@ def test_smoke_numbers_are_sane(smoke):
     assert requests["prompt_tokens"].nunique() == 1
     assert (requests["cache_n"] == 0).all(), "a measured request reused cached prompt tokens"
     # the integrity detectors stay quiet on a clean run
-    assert pd.read_csv(work / "results/checks/cache_hits.csv").empty
-    assert pd.read_csv(work / "results/checks/prompts.csv").empty
+    assert pd.read_csv(results_dir(work) / "checks/cache_hits.csv").empty
+    assert pd.read_csv(results_dir(work) / "checks/prompts.csv").empty
     # nothing else ran on the machine: the host check could look and stays quiet (its other
     # half, a burner during one rep, is tests/test_e2e_host.py)
-    (host,) = json.loads((work / "results/checks/host.json").read_text())
+    (host,) = json.loads((results_dir(work) / "checks/host.json").read_text())
     assert host["assessable"] and not host["fired"], host["summary"]
     by_arm = cells.groupby("arm")[["agg_tps", "ttft_s"]].median()
     assert by_arm.loc[4, "agg_tps"] > by_arm.loc[1, "agg_tps"], by_arm
@@ -84,21 +83,21 @@ def test_smoke_numbers_are_sane(smoke):
 
 def test_report_shows_headline_verdict_deviance_and_fingerprint(smoke):
     work, _, _ = smoke
-    md = (work / "results/report.md").read_text()
-    html = (work / "results/report.html").read_text()
+    md = (results_dir(work) / "report.md").read_text()
+    html = (results_dir(work) / "report.html").read_text()
     for needle in ["parallel-4", "serial-1", "otation", "eviance", "11434.0.0",
                    "Measurement integrity", "Prompt length", "Prefix cache", "Control arm",
                    "Thermal state", "Drift", "Client self-check", "Enough reps?",
                    "Traps and detectors", "Cells and raw files"]:
         assert needle in md, needle
         assert needle in html, needle
-    decision = json.loads((work / "results/checks/headline.json").read_text())
+    decision = json.loads((results_dir(work) / "checks/headline.json").read_text())
     assert decision["embedded"]["status"] in {"allowed", "provisional", "refused"}
     for trap in ("rotation_bias", "deviance", "prompts", "cache", "thermal", "client"):
-        records = json.loads((work / f"results/checks/{trap}.json").read_text())
+        records = json.loads((results_dir(work) / f"checks/{trap}.json").read_text())
         assert [r["target"] for r in records] == ["embedded"], trap
         assert {"assessable", "fired", "verdict", "sentence", "cells"} <= set(records[0]), trap
-    raw_hash = pd.read_parquet(work / "results/cells.parquet")["raw_sha256"].iloc[0]
+    raw_hash = pd.read_parquet(results_dir(work) / "cells.parquet")["raw_sha256"].iloc[0]
     assert raw_hash[:16] in md and raw_hash in html  # Markdown names a hash by 16 digits
 
 
@@ -119,12 +118,12 @@ def test_explain_traces_the_headline_speedup_to_raw_requests(smoke):
     arms = pd.Series([row[header.index("arm")] for row in rows]).value_counts().to_dict()
     assert arms == {"4": 12, "1": 12}, arms  # 3 reps x 4 requests of parallel-4 and serial-1
     assert "requests (24: 12 of parallel-4, 12 of serial-1)" in out
-    cells = pd.read_parquet(work / "results/cells.parquet")
+    cells = pd.read_parquet(results_dir(work) / "cells.parquet")
     for raw_file, digest in cells[["raw_file", "raw_sha256"]].drop_duplicates().itertuples(
         index=False
     ):
         assert f"OK        {digest}  {raw_file}" in out
-    assert (work / "results/provenance.json").stat().st_size > 0
+    assert (results_dir(work) / "provenance.json").stat().st_size > 0
 
 
 def test_second_run_does_nothing(smoke, cache):
@@ -154,9 +153,9 @@ def test_threshold_change_reruns_only_checks_and_report(smoke, cache):
     work, _, _ = smoke
     settle = snakemake(work, *SMOKE, cache=cache)  # whatever earlier tests left stale
     assert settle.returncode == 0, settle.stderr[-3000:]
-    raws = sorted((work / "results/raw").rglob("*.json"))
+    raws = sorted((results_dir(work) / "raw").rglob("*.json"))
     before = file_states(raws)
-    report_before = (work / "results/report.md").read_text()
+    report_before = (results_dir(work) / "report.md").read_text()
     override = work / "threshold.yaml"
     override.write_text(yaml.safe_dump({"checks": {"precision": 0.0001}}))
     proc = snakemake(work, *SMOKE, str(override), cache=cache)
@@ -166,7 +165,7 @@ def test_threshold_change_reruns_only_checks_and_report(smoke, cache):
     assert {"checks", "report"} <= ran, ran
     assert file_states(raws) == before, "a raw rep file was touched"
     assert not ran & {"rep", "plan", "fingerprint"}, "a request was sent"
-    report_after = (work / "results/report.md").read_text()
+    report_after = (results_dir(work) / "report.md").read_text()
     assert report_after != report_before
     assert "| Too few reps (interval width) | yes | 0.01% (checks.precision) |" in report_after
 
@@ -180,7 +179,7 @@ def test_bad_config_fails_before_any_request(tmp_path, cache):
     assert proc.returncode != 0
     assert "`reps`" in out and "`arms`" in out, out[-2000:]
     assert "Traceback" not in out, out[-2000:]
-    assert not (work / "results/raw").exists()
+    assert not (results_dir(work) / "raw").exists()
 
 
 def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cache,
@@ -193,8 +192,8 @@ def test_killing_the_server_fails_the_rep_and_the_next_run_resumes(tmp_path, cac
     args = [*SMOKE, str(config)]
     cmd = [sys.executable, "-m", "snakemake", "--cores", "1", *args]
     env = {**os.environ, "SLOTBENCH_CACHE": str(cache)}
-    raw_dir = work / "results/raw/embedded/run1"
-    log_dir = work / "results/logs/rep/embedded/run1"
+    raw_dir = results_dir(work) / "raw/embedded/run1"
+    log_dir = results_dir(work) / "logs/rep/embedded/run1"
 
     def victim() -> str | None:
         """A new rep that is measuring (its first cell done): Snakemake may start either."""
@@ -249,7 +248,8 @@ def test_an_interrupt_stops_the_managed_server_and_keeps_what_was_measured(
     (work / "four.yaml").write_text(yaml.safe_dump({"reps": 4}))
     args = [*SMOKE, "four.yaml"]
     env = {**os.environ, "SLOTBENCH_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
-    raw_dir, log = work / "results/raw/embedded/run1", work / "results/logs/rep/embedded/run1"
+    folder = results_dir(work)
+    raw_dir, log = folder / "raw/embedded/run1", folder / "logs/rep/embedded/run1"
     proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=work,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             start_new_session=True)
@@ -298,7 +298,8 @@ def test_a_disk_that_fills_mid_rep_keeps_the_rep_and_stops_the_server(tmp_path, 
     (work / "four.yaml").write_text(yaml.safe_dump({"reps": 4}))
     args = [*SMOKE, "four.yaml"]
     env = {**os.environ, "SLOTBENCH_CACHE": str(cache), "PYTHONUNBUFFERED": "1"}
-    raw_dir, log = work / "results/raw/embedded/run1", work / "results/logs/rep/embedded/run1"
+    folder = results_dir(work)
+    raw_dir, log = folder / "raw/embedded/run1", folder / "logs/rep/embedded/run1"
     with small_filesystem(raw_dir) as disk:
         if disk is None:
             pytest.skip("cannot mount a small file system here")
@@ -317,8 +318,9 @@ def test_a_disk_that_fills_mid_rep_keeps_the_rep_and_stops_the_server(tmp_path, 
         assert proc.returncode != 0
         assert "Traceback" not in out
         assert re.search(r"ERROR: target embedded, run run1, rep 4: the raw file "
-                         r"results/raw/embedded/run1/rep4\.json could not be written \(No space "
-                         r"left on device\); the measured rep was kept in ", out), out[-3000:]
+                         r"results/smoke/raw/embedded/run1/rep4\.json could not be written "
+                         r"\(No space left on device\); the measured rep was kept in ", out), (
+            out[-3000:])
         assert llama_servers_under(str(cache)) == []
         assert wait_for_no_processes(str(work)) == []
         filler.unlink()

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from doubles.ollama_double import OllamaDouble
-from e2e_helpers import copy_repo, jobs_run, snakemake
+from e2e_helpers import DEFAULT_EXPERIMENT, copy_repo, jobs_run, results_dir, snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -44,14 +44,15 @@ def test_a_sweep_past_two_slots_counts_the_streams_generating_and_states_the_cap
     proc = snakemake(work, "--configfile", "sweep.yaml", cache=cache)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
-    cells = pd.read_parquet(work / "results/cells.parquet")
+    cells = pd.read_parquet(results_dir(work, DEFAULT_EXPERIMENT) / "cells.parquet")
     assert cells.groupby("arm")["n_requests"].first().to_dict() == {1: 2, 2: 4, 4: 8, 8: 8}
     # two slots: never more than two requests generating at once, whatever the arm
     assert cells["gen_streams_max"].max() <= 2, cells[["arm", "gen_streams_max"]]
-    ratios = pd.read_parquet(work / "results/analysis/ratios.parquet")
+    ratios = pd.read_parquet(results_dir(work, DEFAULT_EXPERIMENT) / "analysis/ratios.parquet")
     wide = ratios[ratios["arm"] >= 4]
     assert wide["queued"].all() and (wide["streams"] <= 2.0 + 1e-9).all()
-    summary = pd.read_csv(work / "results/analysis/summary.csv").set_index("arm")
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    summary = pd.read_csv(folder / "analysis/summary.csv").set_index("arm")
     excess = summary["gen_gain"] / summary["speedup"]
     assert not summary.loc[2, "queued_cells"] and excess.max() <= EXCESS_MAX, excess
     for arm in (4, 8):
@@ -61,7 +62,8 @@ def test_a_sweep_past_two_slots_counts_the_streams_generating_and_states_the_cap
         # the nominal count would have claimed batching for streams that never ran together
         assert excess[arm] * arm / row["streams"] > excess[2] * QUEUED_GEN_GAIN_TOLERANCE, row
 
-    assessed = json.loads((work / "results/analysis/capacity.json").read_text())
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    assessed = json.loads((folder / "analysis/capacity.json").read_text())
     record = assessed["targets"]["embedded"]
     assert [r["arm"] for r in record["arms"]] == [1, 2, 4, 8]
     for r in record["arms"]:
@@ -70,10 +72,10 @@ def test_a_sweep_past_two_slots_counts_the_streams_generating_and_states_the_cap
     # levels every arm clears by orders of magnitude: the capacity is past the largest arm
     assert record["capacity"] == {"arm": 8, "next_arm": None, "next_verdict": None,
                                   "between": None}
-    report = (work / "results/report.md").read_text()
+    report = (results_dir(work, DEFAULT_EXPERIMENT) / "report.md").read_text()
     assert "### Capacity" in report and "Serves 8 concurrent users" in report
     assert "of 4 (queued)" in report and "of 8 (queued)" in report
-    assert (work / "results/figures/capacity.png").stat().st_size > 10_000
+    assert (results_dir(work, DEFAULT_EXPERIMENT) / "figures/capacity.png").stat().st_size > 10_000
 
 
 # The scripted Ollama server (tests/doubles/ollama_double.py) with 4 slots paces every token of
@@ -100,12 +102,13 @@ def test_capacity_on_a_scripted_server_is_its_known_answer(scripted_sweep, slo, 
                      cache=cache)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "rep" not in jobs_run(proc), "a level is judged on the cells measured, not new ones"
-    record = json.loads((work / "results/analysis/capacity.json").read_text())["targets"]["ollama"]
+    folder = results_dir(work)  # layered on config/smoke.yaml: the smoke experiment
+    record = json.loads((folder / "analysis/capacity.json").read_text())["targets"]["ollama"]
     for r in record["arms"]:  # the client measured the rates the server was scripted to give
         assert r["user_tps"] == pytest.approx(KNOWN_USER_TPS[r["arm"]], rel=KNOWN_RATE_TOLERANCE), r
     assert record["capacity"]["arm"] == arm and record["capacity"]["between"] == between
     assert record["saturation"]["arm"] == SCRIPTED_SLOTS  # 4 → 8 in flight adds no tok/s
-    md = (work / "results/report.md").read_text()
+    md = (folder / "report.md").read_text()
     assert ("Serves 1 user at" if arm == 1 else f"Serves {arm} concurrent users at") in md
     if between:
         assert f"between {between[0]} and {between[1]} users" in md

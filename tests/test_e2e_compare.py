@@ -23,7 +23,7 @@ import sys
 import pytest
 import yaml
 
-from e2e_helpers import SMOKE, copy_repo, snakemake
+from e2e_helpers import SMOKE, copy_repo, results_dir, snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -45,7 +45,7 @@ def archived(work, cache, reps: int, parallel: int):
         files.append(f"override{i}.yaml")
     proc = snakemake(work, "archive", *SMOKE, *files, cache=cache)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (tarball,) = (work / "results/archive").glob("*.tar.gz")
+    (tarball,) = (results_dir(work) / "archive").glob("*.tar.gz")
     return tarball
 
 

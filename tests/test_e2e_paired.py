@@ -28,7 +28,7 @@ import pytest
 import yaml
 
 from doubles.fault_server import FaultServer
-from e2e_helpers import copy_repo, jobs_run
+from e2e_helpers import DEFAULT_EXPERIMENT, copy_repo, jobs_run, results_dir
 from slotbench.analysis import compare
 from slotbench.measure.plan import pair_order
 
@@ -72,7 +72,8 @@ def run(tmp_path_factory):
             a=servers[0].url, same=servers[1].url, slow=servers[2].url, pairs=PAIRS))
         proc = snakemake(work)
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-        yield work, json.loads((work / "results/analysis/paired.json").read_text())
+        folder = results_dir(work, DEFAULT_EXPERIMENT)
+        yield work, json.loads((folder / "analysis/paired.json").read_text())
     finally:
         for server in servers:
             server.stop()
@@ -87,10 +88,11 @@ def test_every_pair_was_measured_back_to_back_in_its_planned_abba_order(run):
     assert result["baseline"] == "drift-a" and result["targets"] == TARGETS
     assert result["order"] == {"pairs_in_order": PAIRS, "pairs_out_of_order": []}
     # and the sides of one pair are adjacent in time: no side of another pair in between
-    cells = pd.read_parquet(work / "results/cells.parquet")
+    cells = pd.read_parquet(results_dir(work, DEFAULT_EXPERIMENT) / "cells.parquet")
     starts = cells.groupby(["target", "rep"])["t_start_unix"].min().sort_values()
     measured = [(rep, target) for target, rep in starts.index]
-    seed = yaml.safe_load((work / "results/config.resolved.yaml").read_text())["seed"]
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    seed = yaml.safe_load((folder / "config.resolved.yaml").read_text())["seed"]
     planned = [(pair, t) for pair in range(1, PAIRS + 1)
                for t in pair_order(TARGETS, seed, "run1", pair)]
     assert [p for p, _ in measured] == [p for p, _ in planned]
@@ -119,7 +121,7 @@ def test_paired_a_ten_percent_slower_server_is_found_slower_and_its_ratios_uncha
 
 def test_unpaired_halves_measured_at_different_times_are_never_called_slower(run):
     work, _ = run
-    ratios = pd.read_parquet(work / "results/analysis/ratios.parquet")
+    ratios = pd.read_parquet(results_dir(work, DEFAULT_EXPERIMENT) / "analysis/ratios.parquet")
     twins = ratios[ratios["target"].isin(["drift-a", "drift-same"])].assign(target="drift")
     half = PAIRS // 2
     fingerprint = {"drift": {"config.measurement.num_predict": 16}}
@@ -135,12 +137,12 @@ def test_unpaired_halves_measured_at_different_times_are_never_called_slower(run
 
 def test_the_report_has_the_paired_section_and_its_figure(run):
     work, _ = run
-    report = (work / "results/report.md").read_text()
+    report = (results_dir(work, DEFAULT_EXPERIMENT) / "report.md").read_text()
     assert "## Paired comparison" in report
     assert "drift-slow (B) against drift-a (A), paired" in report
     assert f"{PAIRS} of {PAIRS} pairs were measured in their planned order" in report
-    assert (work / "results/figures/paired.png").stat().st_size > 10_000
-    provenance = json.loads((work / "results/provenance.json").read_text())
+    assert (results_dir(work, DEFAULT_EXPERIMENT) / "figures/paired.png").stat().st_size > 10_000
+    provenance = json.loads((results_dir(work, DEFAULT_EXPERIMENT) / "provenance.json").read_text())
     assert "paired" in json.dumps(provenance)
 
 
@@ -148,8 +150,9 @@ def test_a_lost_side_is_measured_again_alone_and_its_pair_is_named_out_of_order(
     """Resume works per side: the next plain run measures the missing side only, and the
     comparison says its pair was not measured back to back. (Last: it changes the results.)"""
     work, _ = run
-    raw = work / "results/raw/drift-slow/run1/rep3.json"
-    kept = {p: p.read_bytes() for p in (work / "results/raw").rglob("rep*.json") if p != raw}
+    raw = results_dir(work, DEFAULT_EXPERIMENT) / "raw/drift-slow/run1/rep3.json"
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    kept = {p: p.read_bytes() for p in (folder / "raw").rglob("rep*.json") if p != raw}
     raw.unlink()
     raw.with_name("rep3.json.sha256").unlink()
     proc = snakemake(work)
@@ -157,9 +160,10 @@ def test_a_lost_side_is_measured_again_alone_and_its_pair_is_named_out_of_order(
     assert [j for j in jobs_run(proc) if j == "rep"] == ["rep"], jobs_run(proc)
     assert raw.is_file()
     assert {p: p.read_bytes() for p in kept} == kept  # every other side as it was
-    result = json.loads((work / "results/analysis/paired.json").read_text())
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    result = json.loads((folder / "analysis/paired.json").read_text())
     assert result["order"] == {"pairs_in_order": PAIRS - 1, "pairs_out_of_order": ["run1/pair3"]}
-    report = (work / "results/report.md").read_text()
+    report = (results_dir(work, DEFAULT_EXPERIMENT) / "report.md").read_text()
     assert "(not: run1/pair3, measured again or resumed)" in report
 
 
@@ -175,12 +179,14 @@ def test_a_paired_archive_re_renders_offline_with_its_paired_comparison(run, tmp
     out = tmp_path / "render"
     render = subprocess.run(
         [sys.executable, "-m", "slotbench", "archive-render",
-         str(work / "results/archive/slotbench.tar.gz"), "--out", str(out)],
+         str(results_dir(work, DEFAULT_EXPERIMENT) / "archive/article.tar.gz"), "--out",
+         str(out)],
         capture_output=True, text=True, timeout=600,
         env=os.environ | {"PYTHONPATH": str(work / "scripts")})
     text = render.stdout + render.stderr
     assert render.returncode == 0, text[-4000:]
     assert "localrule paired:" in text, text[-4000:]
     assert re.search(r"re-render: all \d+ tables are byte-identical to the archive", text), text
-    again = json.loads((out / "results/analysis/paired.json").read_text())
-    assert again == json.loads((work / "results/analysis/paired.json").read_text())
+    again = json.loads((results_dir(out, DEFAULT_EXPERIMENT) / "analysis/paired.json").read_text())
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    assert again == json.loads((folder / "analysis/paired.json").read_text())

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from e2e_helpers import SMOKE, copy_repo, copy_work, file_states, jobs_run, snakemake
+from e2e_helpers import SMOKE, copy_repo, copy_work, file_states, jobs_run, results_dir, snakemake
 
 pytestmark = pytest.mark.e2e
 
@@ -39,7 +39,7 @@ def three_reps(tmp_path_factory, smoke_template):
 
 
 def raw_files(work):
-    return sorted((work / "results/raw").rglob("rep*.json*"))
+    return sorted((results_dir(work) / "raw").rglob("rep*.json*"))
 
 
 def test_adding_a_rep_measures_only_that_rep(three_reps, cache):
@@ -49,13 +49,13 @@ def test_adding_a_rep_measures_only_that_rep(three_reps, cache):
     proc = run(work, cache, 4)
     ran = jobs_run(proc)
     assert ran.count("rep") == 1 and "plan" not in ran and "fingerprint" not in ran, ran
-    assert "results/raw/embedded/run1/rep4.json" in proc.stdout + proc.stderr
+    assert "results/smoke/raw/embedded/run1/rep4.json" in proc.stdout + proc.stderr
     after = file_states(raw_files(work))
     assert {k: after[k] for k in before} == before, "reps 1 to 3 must stay byte-identical"
     assert len(after) == 8
-    cells = pd.read_parquet(work / "results/cells.parquet")
+    cells = pd.read_parquet(results_dir(work) / "cells.parquet")
     assert sorted(cells["rep"].unique()) == [1, 2, 3, 4]
-    md = (work / "results/report.md").read_text()
+    md = (results_dir(work) / "report.md").read_text()
     assert "| serial-1 | 4 |" in md and "| parallel-4 | 4 |" in md
     # rep 4 continues the cyclic rotation: reps 1-3 were a Latin square, rep 4 repeats rep 1
     orders = cells.sort_values("position").groupby("rep")["arm"].apply(tuple)
@@ -90,12 +90,12 @@ def test_a_measurement_code_change_re_measures_nothing(three_reps, cache):
 def test_one_rep_cannot_assess_the_rotation_and_its_headline_is_provisional(tmp_path, cache):
     work = copy_repo(tmp_path / "one")
     run(work, cache, 1)
-    (rotation,) = json.loads((work / "results/checks/rotation_bias.json").read_text())
+    (rotation,) = json.loads((results_dir(work) / "checks/rotation_bias.json").read_text())
     assert rotation["verdict"] == "not assessable" and not rotation["assessable"]
     assert "never at position" in rotation["sentence"]
-    decision = json.loads((work / "results/checks/headline.json").read_text())["embedded"]
+    decision = json.loads((results_dir(work) / "checks/headline.json").read_text())["embedded"]
     assert decision["status"] == "provisional"
-    md = (work / "results/report.md").read_text()
+    md = (results_dir(work) / "report.md").read_text()
     assert "| Rotation bias | not assessable |" in md
     head = md[md.index("## Target: embedded") : md.index("**Per-arm results**")]
     # the headline is shown, but only after it is marked provisional, and says why

@@ -28,7 +28,10 @@ import pytest
 
 from doubles.fault_server import ERROR_PAGE, ERROR_PAGE_TITLE, FaultServer
 from doubles.wait import wait_for
-from e2e_helpers import copy_repo, fill, jobs_run, small_filesystem, wait_for_no_processes
+from e2e_helpers import (
+    DEFAULT_EXPERIMENT, copy_repo, fill, jobs_run, results_dir, small_filesystem,
+    wait_for_no_processes,
+)
 
 pytestmark = pytest.mark.slow  # the real pipeline (Snakemake) against scripted servers
 
@@ -48,7 +51,7 @@ request_timeout_s: 3
 analysis:
   bootstrap: 100
 """
-RAW = Path("results/raw/fault/run1")
+RAW = results_dir(Path(), DEFAULT_EXPERIMENT) / "raw/fault/run1"  # fault.yaml names none
 REQUESTS_PER_REP = 2 * 4  # arms × requests_per_cell
 
 
@@ -133,7 +136,7 @@ class Case:
         want = REQUESTS_PER_REP * reps_to_measure if expect_measured is None else expect_measured
         assert measured(self.server) == want
         self.assert_kept()
-        assert (self.work / "results/report.md").exists()
+        assert (results_dir(self.work, DEFAULT_EXPERIMENT) / "report.md").exists()
         self.assert_no_processes()
         return output(proc)
 
@@ -291,7 +294,7 @@ def test_an_html_error_page_is_one_line_and_the_log_holds_it(server, tmp_path):
         proc = run(work)
         assert proc.returncode != 0
         line = error_line(proc, r"^ERROR: target fault, run run1, plan: POST /tokenize: " + said
-                          + r"results/logs/plan/fault/run1\.log\)$")
+                          + r"results/article/logs/plan/fault/run1\.log\)$")
         page_in_the_log_only(proc, work, line)
         server.tokenize_fault = None
         server.arm("http501_html")  # the rep's first measured request
@@ -299,7 +302,7 @@ def test_an_html_error_page_is_one_line_and_the_log_holds_it(server, tmp_path):
         assert proc.returncode != 0
         line = error_line(proc, r"^ERROR: target fault, run run1, rep 1, arm [12] \(position 0\), "
                                 r"request [0-3]: POST /completion: " + said
-                          + r"results/logs/rep/fault/run1/rep1\.log\)$")
+                          + r"results/article/logs/rep/fault/run1/rep1\.log\)$")
         page_in_the_log_only(proc, work, line)
     finally:
         server.tokenize_fault = None
@@ -324,16 +327,16 @@ def test_server_numbers_that_disagree_with_the_client_never_reach_the_headline(c
     assert proc.returncode == 0, output(proc)[-4000:]
     raw = strict_json(case.work / RAW / "rep2.json")  # valid JSON, even for NaN timings
     assert raw["rep"] == 2
-    req = pd.read_parquet(case.work / "results/requests.parquet")
+    req = pd.read_parquet(results_dir(case.work, DEFAULT_EXPERIMENT) / "requests.parquet")
     rep2 = req[req["rep"] == 2]
     assert len(rep2) == REQUESTS_PER_REP
     assert rep2["suspect_reason"].notna().all()
     assert rep2["suspect_reason"].str.contains(NUMBERS[fault], regex=False).all()
     assert req[req["rep"] == 1]["suspect_reason"].isna().all()
     # the headline is built from rep 1 alone; the report names the rep-2 cells and why
-    ratios = pd.read_parquet(case.work / "results/analysis/ratios.parquet")
+    ratios = pd.read_parquet(results_dir(case.work, DEFAULT_EXPERIMENT) / "analysis/ratios.parquet")
     assert set(ratios["rep"]) == {1}
-    report = (case.work / "results/report.md").read_text()
+    report = (results_dir(case.work, DEFAULT_EXPERIMENT) / "report.md").read_text()
     assert "kept out of the headline" in report
     assert "fault/run1/rep2/arm1" in report and "fault/run1/rep2/arm2" in report
     assert NUMBERS[fault] in report
@@ -362,7 +365,7 @@ def start_slow_run(case: Case) -> subprocess.Popen:
 
 
 def rep_log(case: Case) -> str:
-    return (case.work / "results/logs/rep/fault/run1/rep2.log").read_text()
+    return (results_dir(case.work, DEFAULT_EXPERIMENT) / "logs/rep/fault/run1/rep2.log").read_text()
 
 
 def test_ctrl_c_discards_the_rep_in_flight_with_one_line_and_the_next_run_resumes(case):
@@ -393,7 +396,7 @@ def test_sigint_to_snakemake_alone_keeps_or_discards_the_rep_whole(case):
     if raw_exists(case.work, 2):  # Snakemake let the rep finish: whole, and kept
         strict_json(case.work / RAW / "rep2.json")
         said = case.resume(0, expect_measured=0)
-        assert "slotbench: kept results/raw/fault/run1/rep2.json" in said
+        assert f"slotbench: kept {RAW}/rep2.json" in said
     else:
         assert "INTERRUPTED" in rep_log(case)
         case.resume(1)
@@ -435,7 +438,7 @@ def test_a_full_disk_loses_no_measured_rep(case, small_disk):
     error_line(
         proc,
         r"^ERROR: target fault, run run1, rep 2: only \d+ MB are free on the disk "
-        r"of results/raw/fault/run1 \(100 MB are needed .*\); nothing was measured",
+        r"of results/article/raw/fault/run1 \(100 MB are needed .*\); nothing was measured",
     )
     assert measured(case.server) == 0
     assert "Traceback" not in output(proc)
@@ -447,10 +450,10 @@ def test_a_full_disk_loses_no_measured_rep(case, small_disk):
     out, _ = proc.communicate(timeout=180)
     assert proc.returncode != 0
     assert "Traceback" not in out
-    kept = case.work / "results/logs/rep/fault/run1/rep2.json.unsaved"
+    kept = results_dir(case.work, DEFAULT_EXPERIMENT) / "logs/rep/fault/run1/rep2.json.unsaved"
     line = error_line(subprocess.CompletedProcess([], 1, out, ""),
                       r"^ERROR: target fault, run run1, rep 2: the raw file "
-                      r"results/raw/fault/run1/rep2.json could not be written \(No space left "
+                      r"results/article/raw/fault/run1/rep2.json could not be written \(No space left "
                       r"on device\); the measured rep was kept in ")
     assert str(kept.relative_to(case.work)) in line or str(kept) in line
     assert kept.exists() and not raw_exists(case.work, 2)
@@ -479,8 +482,8 @@ def test_a_deleted_raw_file_is_measured_again_and_the_report_cites_the_new_one(c
     case2.resume(1)
     new = (case2.work / RAW / "rep1.json.sha256").read_text().split()[0]
     assert new != old
-    report = (case2.work / "results/report.md").read_text()
-    provenance = (case2.work / "results/provenance.json").read_text()
+    report = (results_dir(case2.work, DEFAULT_EXPERIMENT) / "report.md").read_text()
+    provenance = (results_dir(case2.work, DEFAULT_EXPERIMENT) / "provenance.json").read_text()
     assert old not in report and old not in provenance
     assert new in provenance
 
@@ -494,12 +497,12 @@ def _tamper_then_settle(case2: Case, change) -> None:
     for _ in range(2):  # refused again on every run until it is settled
         proc = run(case2.work)
         assert proc.returncode != 0
-        error_line(proc, r"^ERROR: consolidate: raw file results/raw/fault/run1/rep1.json has "
+        error_line(proc, r"^ERROR: consolidate: raw file results/article/raw/fault/run1/rep1.json has "
                          r"SHA-256 \w+, but .* recorded \w+ when it was written: the raw file "
                          r"changed after it was written\. Restore it from an archive, or delete "
                          r"it and its \.sha256 to re-measure that rep\.")
         assert "Traceback" not in output(proc)
-        assert not (case2.work / "results/report.md").exists()
+        assert not (results_dir(case2.work, DEFAULT_EXPERIMENT) / "report.md").exists()
         case2.assert_kept()
     raw.unlink()
     (case2.work / RAW / "rep1.json.sha256").unlink()
@@ -534,7 +537,7 @@ def test_a_lost_sha256_is_refused_before_anything_runs(case2):
     assert proc.returncode != 0
     out = output(proc)
     assert (
-        "raw file results/raw/fault/run1/rep1.json has no rep1.json.sha256 (the hash "
+        "raw file results/article/raw/fault/run1/rep1.json has no rep1.json.sha256 (the hash "
         "recorded when it was written), so it cannot be verified"
     ) in out
     assert "nothing was run" in out and "Traceback" not in out

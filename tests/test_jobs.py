@@ -164,13 +164,30 @@ def test_the_raw_files_of_each_block(reps, blocks, sizes):
     assert j.raw_files_of_block("embedded", "run1", blocks[-1] + 1) == []
 
 
+# --- files -----------------------------------------------------------------------------------
+
+
+def test_every_file_of_the_jobs_lies_in_the_experiments_folder():
+    """results/<experiment>/: the config's experiment (article by default), or a folder given."""
+    assert planned().results == "results/article"
+    j = planned(experiment="smoke", reps=2)
+    assert j.raw.format(target="t", run="run1", rep=2) == "results/smoke/raw/t/run1/rep2.json"
+    assert j.raw_files_of_block("embedded", "run1", 1) == [
+        f"results/smoke/raw/embedded/run1/rep{r}.json" for r in (1, 2)]
+    assert j.block_prefix.format(target="t", run="r", block=1) == (
+        "results/smoke/consolidated/t/r/block1")
+    cfg = config.resolve(REPO_CONFIG)
+    old = Jobs(cfg, ["embedded"], ["run1"], [1], CPUS, results="results")
+    assert old.raw_files_of_block("embedded", "run1", 1) == ["results/raw/embedded/run1/rep1.json"]
+
+
 # --- tokens ----------------------------------------------------------------------------------
 
 
 def test_a_blocks_token_changes_when_one_of_its_raw_files_does(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     j = two_targets(reps=2)
-    raw = [jobs.RAW.format(target="a", run="run1", rep=r) for r in (1, 2)]
+    raw = [j.raw.format(target="a", run="run1", rep=r) for r in (1, 2)]
     write_raw_atomic(raw[0], {"rep": 1})
     tokens = j.block_tokens()
     assert set(tokens) == {(t, r, 1) for t in ("a", "b") for r in ("run1", "run2")}
@@ -197,7 +214,7 @@ def test_a_consolidated_blocks_token_is_its_ledgers_while_its_raw_files_stay(tmp
     raw = j.raw_files_of_block("a", "run1", 1)
     for rep, path in enumerate(raw, 1):
         write_raw_atomic(path, {"rep": rep})
-    ledger = jobs.BLOCK_PREFIX.format(target="a", run="run1", block=1) + ".inventory.json"
+    ledger = j.block_prefix.format(target="a", run="run1", block=1) + ".inventory.json"
     write_ledger(ledger, raw, "as-consolidated")
     assert j.block_tokens()[("a", "run1", 1)] == "as-consolidated"
     os.utime(raw[1], ns=(1, 1))

@@ -165,7 +165,7 @@ def test_kubernetes_profile_dry_run(tmp_path):
     assert "Traceback" not in out, out[-6000:]
     # every rep is a job whose output goes to the fs storage, under the shared volume
     reps = re.findall(rf"^rule rep:\n(?:    .*\n)*?    output: {re.escape(str(prefix))}"
-                      r"/results/raw/([^/]+)/run1/rep(\d+)\.json \(send to storage\)",
+                      r"/results/matrix/raw/([^/]+)/run1/rep(\d+)\.json \(send to storage\)",
                       out, re.M)
     assert len(reps) == 18 and {(t, int(r)) for t, r in reps} == REPS, out[-6000:]
     assert re.search(r"^rep\s+18$", out, re.M), out[-3000:]

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 from doubles.fault_server import FaultServer
-from e2e_helpers import copy_repo
+from e2e_helpers import DEFAULT_EXPERIMENT, copy_repo, results_dir
 
 pytestmark = pytest.mark.slow  # the real pipeline (Snakemake) against scripted servers
 
@@ -67,14 +67,15 @@ def runs(tmp_path_factory) -> dict[str, dict]:
 
 
 def verdict(result: dict, trap: str) -> dict:
-    records = json.loads((result["work"] / f"results/checks/{trap}.json").read_text())
+    folder = results_dir(result["work"], DEFAULT_EXPERIMENT)
+    records = json.loads((folder / f"checks/{trap}.json").read_text())
     (record,) = [r for r in records if r["target"] == "odd"]
     return record
 
 
 def report(result: dict) -> str:
     assert result["returncode"] == 0, result["output"][-4000:]
-    return (result["work"] / "results/report.md").read_text()
+    return (results_dir(result["work"], DEFAULT_EXPERIMENT) / "report.md").read_text()
 
 
 def test_a_server_whose_every_count_is_wrong_is_named_in_the_traps_table(runs):
@@ -88,7 +89,8 @@ def test_a_server_whose_every_count_is_wrong_is_named_in_the_traps_table(runs):
     refusal = next(line for line in md.splitlines() if "Refused: no headline for odd" in line)
     assert "did not hold up against what the client saw" in refusal
     assert "the checks gave no verdict" not in md
-    cells = pd.read_parquet(runs["counts"]["work"] / "results/cells.parquet")
+    folder = results_dir(runs["counts"]["work"], DEFAULT_EXPERIMENT)
+    cells = pd.read_parquet(folder / "cells.parquet")
     assert len(cells) == 4 and cells["excluded"].notna().all()
     assert cells["excluded"].str.startswith("server numbers: 4 of 4 requests").all()
     assert cells["excluded"].str.contains("reported 1600 output tokens, more than the 16 asked",
@@ -113,7 +115,7 @@ def test_a_buffered_stream_is_named_and_not_blamed_on_the_server(runs, name):
     assert "time to first token" in headline and "cannot be quoted" in headline
     assert "multiplies time to first token" not in headline
     assert "not quoted" in md
-    cells = pd.read_parquet(runs[name]["work"] / "results/cells.parquet")
+    cells = pd.read_parquet(results_dir(runs[name]["work"], DEFAULT_EXPERIMENT) / "cells.parquet")
     assert (cells["gen_streams"] <= cells["gen_streams_max"] + 1e-9).all(), cells
 
 
@@ -123,7 +125,8 @@ def test_the_same_server_with_tcp_nodelay_is_neither_buffered_nor_serialised(run
     assert not verdict(runs["nodelay"], "serialisation")["fired"]
     headline = next(line for line in md.splitlines() if "concurrency buys" in line)
     assert "time to first token" in headline and "cannot be quoted" not in headline
-    requests = pd.read_parquet(runs["nodelay"]["work"] / "results/requests.parquet")
+    folder = results_dir(runs["nodelay"]["work"], DEFAULT_EXPERIMENT)
+    requests = pd.read_parquet(folder / "requests.parquet")
     # one read per token: the text arrived as it was made
     assert (requests["most_read_chunks"] <= 2).all(), requests[
         ["chunks", "text_reads", "most_read_chunks"]]

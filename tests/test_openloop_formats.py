@@ -49,7 +49,7 @@ import yaml
 
 from doubles.pacer import start_subprocess
 from doubles.wait import wait_for
-from e2e_helpers import REPO, copy_repo, wait_for_no_processes
+from e2e_helpers import DEFAULT_EXPERIMENT, REPO, copy_repo, results_dir, wait_for_no_processes
 from slotbench.analysis import compare
 from slotbench.core.cells import arm_id, arm_name, is_rate_arm
 from slotbench.measure.backends import make_backend
@@ -296,9 +296,9 @@ def result(tmp_path_factory):
     print(f"archive: {time.monotonic() - started:.1f} s")
     assert archived.returncode == 0, (archived.stdout + archived.stderr)[-4000:]
     assert wait_for_no_processes(str(work)) == []
-    tarball = work / "results/archive/slotbench.tar.gz"
+    tarball = results_dir(work, DEFAULT_EXPERIMENT) / "archive/article.tar.gz"
     assert tarball.is_file()
-    summary = pd.read_csv(work / "results/analysis/summary.csv")
+    summary = pd.read_csv(results_dir(work, DEFAULT_EXPERIMENT) / "analysis/summary.csv")
     assert sorted(a for a in summary["arm"] if is_rate_arm(a)) == [-20000, -5000]
     return work, tarball
 
@@ -338,13 +338,14 @@ def test_an_archive_with_rate_arms_re_renders_offline_byte_identical(result, tmp
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text[-5000:]
     assert "tables are byte-identical to the archive" in proc.stdout, text[-5000:]
-    for rel in ["results/analysis/summary.csv", "results/checks/deviance.csv"]:
-        assert (out / rel).read_bytes() == (work / rel).read_bytes(), rel
-    report = (out / "results/report.md").read_text()
-    assert markdown_tables(report) == markdown_tables((work / "results/report.md").read_text())
+    folder, again = results_dir(work, DEFAULT_EXPERIMENT), results_dir(out, DEFAULT_EXPERIMENT)
+    for rel in ["analysis/summary.csv", "checks/deviance.csv"]:
+        assert (again / rel).read_bytes() == (folder / rel).read_bytes(), rel
+    report = (again / "report.md").read_text()
+    assert markdown_tables(report) == markdown_tables((folder / "report.md").read_text())
     for name in RATE_NAMES:
         assert f"| {name} |" in report, name
-    cells = pd.read_parquet(out / "results/cells.parquet")
+    cells = pd.read_parquet(results_dir(out, DEFAULT_EXPERIMENT) / "cells.parquet")
     assert set(cells.loc[cells["arm"] < 0, "offered_rate"]) == {5.0, 20.0}
 
 

@@ -44,7 +44,7 @@ quantiles is the 99 % interval the formula must lie in. On 600 simulated runs of
 covered the formula in 98.8 % (±0.5 %), about 8 ms wide at ρ = 0.5 and 40 ms at ρ = 0.8: what
 200 requests a cell allow. The batch-means interval is printed beside it.
 
-At ρ = 1.2 the overload check (checks/overload.py, results/checks/overload.json) must name that
+At ρ = 1.2 the overload check (checks/overload.py, results/<experiment>/checks/overload.json) must name that
 arm and not the ρ = 0.5 one.
 """
 
@@ -62,7 +62,7 @@ import pandas as pd
 import pytest
 
 from doubles.pacer import start_subprocess
-from e2e_helpers import copy_repo, wait_for_no_processes
+from e2e_helpers import DEFAULT_EXPERIMENT, copy_repo, results_dir, wait_for_no_processes
 from slotbench.core.cells import arm_id
 
 pytestmark = pytest.mark.slow  # the real pipeline (Snakemake) against the pacer
@@ -142,7 +142,7 @@ def lindley(arrivals: np.ndarray, d: float) -> np.ndarray:
 
 def cells_of(work: Path, truth: dict, arm: int) -> list[dict]:
     """Per cell of ``arm``: its requests joined to the truth log, with D, λ and ρ."""
-    req = pd.read_parquet(work / "results/requests.parquet")
+    req = pd.read_parquet(results_dir(work, DEFAULT_EXPERIMENT) / "requests.parquet")
     serial = req[req["arm"] == 1]
     serial_ttft = float((serial["t_first_s"] - serial["t_sent_s"]).median())
     out = []
@@ -203,7 +203,7 @@ def test_the_client_measures_the_same_queue_wait_as_the_server(measured):
     that wait is the one an M/D/1 queue gives the planned arrivals (a Lindley replay), so how
     far a cell's mean is from the formula is its arrivals' luck, not the pipeline's error."""
     work, truth = measured
-    req = pd.read_parquet(work / "results/requests.parquet")
+    req = pd.read_parquet(results_dir(work, DEFAULT_EXPERIMENT) / "requests.parquet")
     assert req["nonce"].nunique() == len(req) == REPS * (10 + len(RHOS) * PER_CELL
                                                          + OVER_REQUESTS)
     assert set(req["nonce"].astype(str)) <= set(truth)
@@ -225,7 +225,7 @@ def test_the_client_measures_the_same_queue_wait_as_the_server(measured):
             if rho < 1:
                 assert abs(replay.mean()) < 0.002, (rho, c["rep"], replay.mean())
             assert c["d"] == pytest.approx(D_NOMINAL, abs=0.003)
-    cells = pd.read_parquet(work / "results/cells.parquet")
+    cells = pd.read_parquet(results_dir(work, DEFAULT_EXPERIMENT) / "cells.parquet")
     rate = cells[cells["arm"] < 0]
     # the pipeline's own bound (checks.launch_skew_s): on this shared machine single requests go
     # out a few ms late while the client waits for a core (see test_openloop_formats.SKEW_S)
@@ -257,8 +257,8 @@ def test_the_rate_past_capacity_is_named_overloaded_and_the_light_one_is_not(mea
     """Written against checks/overload.py (another engineer's): TRAP "overload", effect
     "exclude", ``arms`` the overloaded arm numbers."""
     work, _ = measured
-    path = work / "results/checks/overload.json"
-    assert path.is_file(), "results/checks/overload.json: the overload check did not run"
+    path = results_dir(work, DEFAULT_EXPERIMENT) / "checks/overload.json"
+    assert path.is_file(), f"{path}: the overload check did not run"
     (verdict,) = [v for v in json.loads(path.read_text()) if v["trap"] == "overload"]
     over, light = arm_id(OVER_ARM), arm_id(RATE_ARMS[0.5])
     assert verdict["fired"] and verdict["effect"] == "exclude", verdict

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 import synthetic as syn
+from e2e_helpers import results_dir
 from slotbench import report
 from slotbench.analysis import analyse
 from slotbench.core.cells import cell_label, rep_of
@@ -73,7 +74,7 @@ def write_results(work, requests=None, cells=None, control=None):
     requests = make_requests() if requests is None else requests
     cells = make_cells(work, requests) if cells is None else cells
     _, record, _ = document(work, requests, cells, control=control, compact=True)
-    res = work / "results"
+    res = results_dir(work, syn.EXPERIMENT)  # where the synthetic raw files are
     provenance.write_record(record, res / "provenance.json")
     requests.to_parquet(res / "requests.parquet")
     cells.to_parquet(res / "cells.parquet")
@@ -241,7 +242,10 @@ def test_explain_unknown_id_fails_listing_candidates(work, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "matches several ids" in err and "headline/embedded/arm1" in err
     rc = explain.main_explain(["nothing-like-it", "--results", str(work / "nowhere")])
-    assert rc == 2 and "provenance.json not found" in capsys.readouterr().err
+    assert rc == 2 and "neither a path nor an experiment" in capsys.readouterr().err
+    (work / "empty").mkdir()
+    rc = explain.main_explain(["nothing-like-it", "--results", str(work / "empty")])
+    assert rc == 2 and "no result in it" in capsys.readouterr().err
 
 
 def test_explain_flags_a_raw_file_whose_sha256_changed(work, capsys):
@@ -264,6 +268,47 @@ def test_explain_lists_ids(work, capsys):
     assert explain.main_explain(["--list", "--results", str(res)]) == 0
     listed = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
     assert listed == sorted(record["entries"])
+
+
+def test_explain_finds_the_experiment_by_its_name_or_as_the_one_there_is(work, capsys,
+                                                                          monkeypatch):
+    res, _ = write_results(work)
+    monkeypatch.chdir(work)
+    for argv in (["--results", syn.EXPERIMENT], []):  # its name; results/ holds only it
+        rc = explain.main_explain(["headline/embedded/arm4/speedup", *argv])
+        out = capsys.readouterr().out
+        assert rc == 0 and f"OK        {sha(work, 1)}  {raw_path(1)}" in out, out
+    (work / "results/other/raw").mkdir(parents=True)  # a second experiment: name one
+    rc = explain.main_explain(["headline/embedded/arm4/speedup"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1, err
+    assert f"holds the experiments {syn.EXPERIMENT}, other; name one" in err
+    rc = explain.main_explain(["headline/embedded/arm4/speedup", "--results", "nonesuch"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"(experiments there: {syn.EXPERIMENT}, other)" in err, err
+
+
+def test_explain_reads_a_result_from_before_experiments_had_their_own_folders(work, capsys):
+    """An old results/ (raw files at results/raw/…, provenance.json beside them) is a result:
+    its raw files are found by the paths it recorded."""
+    old = work / "old"
+    requests = make_requests()
+    cells = make_cells(work, requests).assign(raw_file=lambda c: c["raw_file"].str.replace(
+        f"results/{syn.EXPERIMENT}/", "results/", regex=False))
+    _, record, _ = document(work, requests, cells, compact=True)
+    for rep in REPS:
+        moved = old / "results/raw" / TARGET / "run1" / f"rep{rep}.json"
+        moved.parent.mkdir(parents=True, exist_ok=True)
+        moved.write_bytes((work / raw_path(rep)).read_bytes())
+    provenance.write_record(record, old / "results/provenance.json")
+    requests.to_parquet(old / "results/requests.parquet")
+    cells.to_parquet(old / "results/cells.parquet")
+    for where in (old / "results", old):  # the old results/, or the checkout above it
+        rc = explain.main_explain(["headline/embedded/arm4/speedup", "--results", str(where)])
+        out = capsys.readouterr().out
+        assert rc == 0, out
+        for rep in REPS:
+            assert f"OK        {sha(work, rep)}  results/raw/{TARGET}/run1/rep{rep}.json" in out
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -384,7 +429,7 @@ def test_explain_keeps_control_requests_apart_from_measured_ones(work, capsys):
     cells = make_cells(work, measured)
     control = cells[cells["arm"] == 4].assign(control=True, agg_tps=142.0)
     _, record, _ = document(work, measured, cells, control=control)
-    res = work / "results"
+    res = results_dir(work, syn.EXPERIMENT)
     provenance.write_record(record, res / "provenance.json")
     requests.to_parquet(res / "requests.parquet")
     cells.to_parquet(res / "cells.parquet")

@@ -242,7 +242,7 @@ def test_markdown_sources_are_compact_and_the_lists_are_there_once():
         digest = syn.sha(TARGET, "run1", rep)
         # these synthetic hashes share their first 16 digits, so the Markdown keeps them whole
         assert md.count(digest) == 1
-        assert f"| results/raw/embedded/run1/rep{rep}.json | {digest} |" in appendix
+        assert f"| {syn.raw_path(TARGET, 'run1', rep)} | {digest} |" in appendix
         assert f"<code>{digest}</code>" in page
     assert "Each holds the cells arm1, arm2, arm4 of its rep." in appendix
     assert "embedded/run1/rep3/arm2" in page and "`embedded/run1/rep3/arm2`" not in md
@@ -301,6 +301,8 @@ def test_entry_point_reads_the_pipeline_files(tmp_path, figure):
     runpy.run_path(str(SCRIPTS / "report.py"), init_globals={"snakemake": smk})
     md, page = (res / "report.md").read_text(), (res / "report.html").read_text()
     assert "](../figures/throughput.png)" in md  # figures beside results/, linked relatively
+    # the report names the command that explains its ids, with its own folder
+    assert f"`python -m slotbench explain ID --results {res.as_posix()}`" in md
     assert base64.b64encode(PNG_BYTES).decode() in page
     assert "Four-way concurrency" in md and "## Resolved config" in md
     assert "Timing source: server, for all 60 requests" in md

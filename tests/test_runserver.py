@@ -24,6 +24,7 @@ from slotbench.measure.servers.llamacpp import ServerError
 from slotbench.measure.servers.supervisor import alive, run_server, stop
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+RESULTS = "results/smoke"  # the experiment's folder, as a job of config/smoke.yaml names it
 TARGET = {"name": "embedded", "backend": "llamacpp", "managed": True,
           "server": {"parallel": 2, "ctx_size": 1024, "threads": 1, "startup_timeout_s": 120}}
 
@@ -67,17 +68,24 @@ def test_a_server_is_reused_by_its_own_snakemake_only_and_dies_with_it(workdir, 
     """Two jobs of one run get one server process; another owner's job starts its own; and
     when the owning Snakemake is killed (-9), its supervisor and server go within seconds."""
     log = workdir / "job.server.log"
-    with run_server(TARGET, "run1", log, owner.pid) as first:
+    with run_server(TARGET, "run1", log, owner.pid, RESULTS) as first:
         pid, supervisor = first.pid, first.state["supervisor"]
         assert first.alive() and first.describe()["jobs_before"] == 0
     assert "started the run's server: PID" in log.read_text()
-    with run_server(TARGET, "run1", log, owner.pid) as second:
+    with run_server(TARGET, "run1", log, owner.pid, RESULTS) as second:
         assert second.pid == pid and second.describe()["jobs_before"] == 1
     assert "reused the run's server: PID" in log.read_text()
+    assert (workdir / RESULTS / "logs/server/embedded/run1.log").stat().st_size > 0
+    # another experiment's run1 is another run: a server, a state and a log of its own
+    with run_server(TARGET, "run1", log, owner.pid, "results/other") as theirs:
+        # one idle server at a time on these CPUs: the smoke run's was stopped for it
+        assert theirs.pid != pid and not alive(pid)
+    assert (workdir / "results/other/logs/server/embedded/run1.log").is_file()
+    assert runserver._state_path("embedded", "run1", "results/other").is_file()
 
     other = subprocess.Popen(["sleep", "600"])
     try:
-        with run_server(TARGET, "run1", log, other.pid) as third:
+        with run_server(TARGET, "run1", log, other.pid, RESULTS) as third:
             assert third.pid != pid  # a new owner never inherits a server
             pid, supervisor = third.pid, third.state["supervisor"]
         assert not alive(first.pid)
@@ -85,7 +93,7 @@ def test_a_server_is_reused_by_its_own_snakemake_only_and_dies_with_it(workdir, 
         other.wait()
         wait_for(lambda: not alive(pid) and not alive(supervisor), 20,
                  "the server and its supervisor to go with their owner (SIGKILL)")
-        assert not runserver._state_path("embedded", "run1").exists()
+        assert not runserver._state_path("embedded", "run1", RESULTS).exists()
     finally:
         if other.poll() is None:
             other.kill()
@@ -95,18 +103,18 @@ def test_a_server_is_reused_by_its_own_snakemake_only_and_dies_with_it(workdir, 
 def test_a_job_that_fails_stops_the_server_and_the_next_starts_a_fresh_one(workdir, owner):
     log = workdir / "job.server.log"
     with pytest.raises(RuntimeError):
-        with run_server(TARGET, "run1", log, owner.pid) as server:
+        with run_server(TARGET, "run1", log, owner.pid, RESULTS) as server:
             pid = server.pid
             raise RuntimeError("a request failed")
     assert not alive(pid)
-    with run_server(TARGET, "run1", log, owner.pid) as server:
+    with run_server(TARGET, "run1", log, owner.pid, RESULTS) as server:
         assert server.pid != pid and server.describe()["jobs_before"] == 0
         # a job killed outright (SIGKILL) cannot release the server: it stays marked in use
-        state = json.loads(runserver._state_path("embedded", "run1").read_text())
+        state = json.loads(runserver._state_path("embedded", "run1", RESULTS).read_text())
         assert state["holder"] == os.getpid()
-    abandoned = runserver._state_path("embedded", "run1")
+    abandoned = runserver._state_path("embedded", "run1", RESULTS)
     abandoned.write_text(json.dumps(json.loads(abandoned.read_text()) | {"holder": 1}))
-    with run_server(TARGET, "run1", log, owner.pid) as fresh:
+    with run_server(TARGET, "run1", log, owner.pid, RESULTS) as fresh:
         assert fresh.pid != server.pid and not alive(server.pid)
     assert runserver.stop_owned(owner.pid) == ["embedded/run1"]
     assert not alive(fresh.pid)
@@ -116,7 +124,7 @@ def test_a_job_that_fails_stops_the_server_and_the_next_starts_a_fresh_one(workd
 def test_a_server_that_cannot_start_is_named_with_its_log(workdir, owner):
     bad = TARGET | {"server": TARGET["server"] | {"threads": "not-a-number"}}
     with pytest.raises(ServerError, match="llama-server exited with code"):
-        with run_server(bad, "run1", workdir / "job.server.log", owner.pid):
+        with run_server(bad, "run1", workdir / "job.server.log", owner.pid, RESULTS):
             pass
-    assert not runserver._state_path("embedded", "run1").exists()
-    assert os.listdir(workdir / ".snakemake/slotbench/servers/embedded") == ["run1.lock"]
+    assert not runserver._state_path("embedded", "run1", RESULTS).exists()
+    assert os.listdir(workdir / ".snakemake/slotbench/servers/smoke/embedded") == ["run1.lock"]

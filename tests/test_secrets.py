@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from e2e_helpers import copy_repo, snakemake
+from e2e_helpers import DEFAULT_EXPERIMENT, copy_repo, results_dir, snakemake
 from slotbench.measure.servers.llamacpp import ManagedLlamaServer
 
 pytestmark = pytest.mark.e2e
@@ -72,11 +72,11 @@ def test_pipeline_uses_the_key_and_writes_it_nowhere(tmp_path, keyed_server):
     assert proc.returncode == 0, out[-5000:]
 
     # the requests really went through the key-protected server
-    requests = pd.read_parquet(work / "results/requests.parquet")
+    requests = pd.read_parquet(results_dir(work, DEFAULT_EXPERIMENT) / "requests.parquet")
     assert set(requests["target"]) == {"viaopenai"} and len(requests) == 2 * 3 * 4
     assert (requests["timing_source"] == "server").all()
     assert (requests["output_tokens"] > 0).all() and requests["finish_reason"].notna().all()
-    assert (work / "results/report.md").stat().st_size > 0
+    assert (results_dir(work, DEFAULT_EXPERIMENT) / "report.md").stat().st_size > 0
 
     # ... and the key is nowhere: not in results, logs, Snakemake's metadata, nor the output
     needle = key.encode()
@@ -85,7 +85,8 @@ def test_pipeline_uses_the_key_and_writes_it_nowhere(tmp_path, keyed_server):
     assert files_containing(work, needle) == []  # config, copies, anything else
     assert key not in out
     # the variable's name, on the other hand, is recorded (so a reader knows where keys go)
-    fingerprint = (work / "results/fingerprint/viaopenai/run1.json").read_text()
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    fingerprint = (folder / "fingerprint/viaopenai/run1.json").read_text()
     assert KEY_VAR in fingerprint
 
 
@@ -98,7 +99,7 @@ def test_a_missing_key_fails_before_measuring_and_names_the_variable(tmp_path, k
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert KEY_VAR in out and "Traceback" not in out, out[-3000:]
-    assert not (work / "results/raw").exists()
+    assert not (results_dir(work, DEFAULT_EXPERIMENT) / "raw").exists()
     assert key not in out
 
 
@@ -114,4 +115,4 @@ def test_a_wrong_key_is_rejected_clearly(tmp_path, keyed_server):
     assert "API key rejected" in out and KEY_VAR in out, out[-3000:]
     assert wrong not in out and key not in out
     assert files_containing(work, wrong.encode()) == []
-    assert not (work / "results/raw").exists()
+    assert not (results_dir(work, DEFAULT_EXPERIMENT) / "raw").exists()

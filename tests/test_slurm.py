@@ -20,7 +20,9 @@ import pytest
 import yaml
 
 from doubles.wait import wait_for
-from e2e_helpers import REPO, SMOKE, copy_repo, file_states, jobs_run, llama_servers_under
+from e2e_helpers import (
+    REPO, SMOKE, copy_repo, file_states, jobs_run, llama_servers_under, results_dir,
+)
 
 pytestmark = [
     pytest.mark.e2e,
@@ -69,7 +71,7 @@ def slurm_snakemake(work, *args, cache, env, popen=False):
 def spans(work) -> dict[str, list[tuple[float, float, int]]]:
     """target -> (started, finished, rep) of each raw file, from its own clock."""
     out: dict[str, list] = {}
-    for raw in sorted((work / "results/raw").rglob("rep*.json")):
+    for raw in sorted((results_dir(work, "smoke-matrix") / "raw").rglob("rep*.json")):
         data = json.loads(raw.read_text())
         out.setdefault(data["target"], []).append(
             (data["started_unix"], data["finished_unix"], data["rep"]))
@@ -105,9 +107,10 @@ def test_two_endpoints_overlap_and_one_endpoints_reps_never_do(measured):
               if overlap(a, b)]
     assert across, f"the two endpoints were measured in turn, not side by side: {by_target}"
     for target, cpu in (("emb-a", 0), ("emb-b", 1)):
-        fp = json.loads((work / f"results/fingerprint/{target}/run1.json").read_text())
+        folder = results_dir(work, "smoke-matrix")
+        fp = json.loads((folder / f"fingerprint/{target}/run1.json").read_text())
         assert fp["server"]["cpus"] == [cpu] and fp["server"]["flags"]["threads"] == 1, fp["server"]
-    md = (work / "results/report.md").read_text()
+    md = (results_dir(work, "smoke-matrix") / "report.md").read_text()
     assert "## Target: emb-a" in md and "## Target: emb-b" in md and "## Across targets" in md
     assert llama_servers_under(str(cache)) == []
 
@@ -115,9 +118,9 @@ def test_two_endpoints_overlap_and_one_endpoints_reps_never_do(measured):
 def test_scancel_of_a_running_rep_leaves_no_server_and_the_next_run_resumes(measured, cluster):
     work, cache, _ = measured
     (work / "more.yaml").write_text(yaml.safe_dump({"reps": 3}))
-    raw_dir = work / "results/raw/emb-a/run1"
-    log = work / "results/logs/rep/emb-a/run1/rep3.log"
-    kept = file_states(sorted((work / "results/raw").rglob("rep[12].json")))
+    raw_dir = results_dir(work, "smoke-matrix") / "raw/emb-a/run1"
+    log = results_dir(work, "smoke-matrix") / "logs/rep/emb-a/run1/rep3.log"
+    kept = file_states(sorted((results_dir(work, "smoke-matrix") / "raw").rglob("rep[12].json")))
     run = slurm_snakemake(work, *MATRIX, "more.yaml", cache=cache, env=cluster, popen=True)
     env = os.environ | cluster
     try:
@@ -145,5 +148,6 @@ def test_scancel_of_a_running_rep_leaves_no_server_and_the_next_run_resumes(meas
     assert (raw_dir / "rep3.json").exists()
     # emb-a's rep 3, and emb-b's if Snakemake cancelled it when the run failed: nothing else
     assert 1 <= jobs_run(again).count("rep") <= 2, jobs_run(again)
-    assert file_states(sorted((work / "results/raw").rglob("rep[12].json"))) == kept
+    folder = results_dir(work, "smoke-matrix")
+    assert file_states(sorted((folder / "raw").rglob("rep[12].json"))) == kept
     assert llama_servers_under(str(cache)) == []

@@ -17,7 +17,7 @@ import pytest
 from slotbench.measure.rawfiles import write_raw_atomic
 from slotbench.workflow import smkstate
 
-RAW = "results/raw/t/run1/rep2.json"
+RAW = "results/smoke/raw/t/run1/rep2.json"  # in its experiment's folder
 
 
 def mark(work: Path, path: str) -> Path:
@@ -60,23 +60,28 @@ def test_a_complete_raw_file_marked_incomplete_is_kept(tmp_path):
     assert smkstate.marked_incomplete(tmp_path) == {}
 
 
-def test_a_raw_file_that_does_not_match_its_hash_is_removed_with_it(tmp_path):
-    write_raw_atomic(tmp_path / RAW, {"rep": 2})
-    (tmp_path / RAW).write_text('{"rep": 2, "cells": [')
-    mark(tmp_path, RAW)
+@pytest.mark.parametrize("raw", [RAW, "results/raw/t/run1/rep2.json"],
+                         ids=["experiment", "before experiments had their own folders"])
+def test_a_raw_file_that_does_not_match_its_hash_is_removed_with_it(tmp_path, raw):
+    write_raw_atomic(tmp_path / raw, {"rep": 2})
+    (tmp_path / raw).write_text('{"rep": 2, "cells": [')
+    mark(tmp_path, raw)
     said = smkstate.settle(tmp_path)
     assert "it was removed and that rep will be measured again" in said[0]
-    assert not (tmp_path / RAW).exists() and not (tmp_path / f"{RAW}.sha256").exists()
+    assert not (tmp_path / raw).exists() and not (tmp_path / f"{raw}.sha256").exists()
 
 
-def test_derived_outputs_marked_incomplete_are_deleted_and_plans_kept(tmp_path):
-    for path in ("results/cells.parquet", "results/plan/t/run1.json"):
+@pytest.mark.parametrize("folder", ["results/smoke", "results/a.b-1"])
+def test_derived_outputs_marked_incomplete_are_deleted_and_plans_kept(tmp_path, folder):
+    derived, kept = f"{folder}/cells.parquet", [f"{folder}/plan/t/run1.json",
+                                                f"{folder}/fingerprint/t/run1.json"]
+    for path in (derived, *kept):
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text("x")
         mark(tmp_path, path)
     smkstate.settle(tmp_path)
-    assert not (tmp_path / "results/cells.parquet").exists()
-    assert (tmp_path / "results/plan/t/run1.json").exists()
+    assert not (tmp_path / derived).exists()
+    assert all((tmp_path / path).exists() for path in kept)
     assert smkstate.marked_incomplete(tmp_path) == {}
 
 

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from doubles.fault_server import FaultServer
-from e2e_helpers import copy_repo, wait_for_no_processes
+from e2e_helpers import DEFAULT_EXPERIMENT, copy_repo, results_dir, wait_for_no_processes
 
 pytestmark = pytest.mark.slow  # the real pipeline (Snakemake), 256 streams
 
@@ -60,7 +60,7 @@ def test_256_streams_lose_nothing_and_the_report_names_the_concurrency_reached(t
     expected = REPS * 2 * ARM
     assert len(prompts) == expected
     assert len(set(prompts)) == expected, "a request was sent twice"
-    req = pd.read_parquet(work / "results/requests.parquet")
+    req = pd.read_parquet(results_dir(work, DEFAULT_EXPERIMENT) / "requests.parquet")
     assert len(req) == expected
     assert set(req["nonce"].astype(str)) == {NONCE.search(p).group(1) for p in prompts}
     assert (req["chunks"] == TOKENS).all() and (req["output_tokens"] == TOKENS).all()
@@ -68,12 +68,13 @@ def test_256_streams_lose_nothing_and_the_report_names_the_concurrency_reached(t
     assert served_at_once > 1
 
     # the report names what the 256-way arm reached
-    verdict = json.loads((work / "results/checks/concurrency.json").read_text())
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    verdict = json.loads((folder / "checks/concurrency.json").read_text())
     rows = [r for v in verdict for r in v["evidence"]["rows"]]
     (row,) = [r for r in rows if r["arm"] == ARM]
     reached = row["reached_median"]
     assert 1 < reached <= ARM
-    report = (work / "results/report.md").read_text()
+    report = (results_dir(work, DEFAULT_EXPERIMENT) / "report.md").read_text()
     if reached < ARM:
         assert f"parallel-{ARM} reached at most {reached:g} requests in flight" in report
         assert "gets no headline" in report

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e_helpers import copy_repo
+from e2e_helpers import copy_repo, results_dir
 from slotbench.measure.rawfiles import write_ledger, write_raw_atomic
 from slotbench.workflow.jobs import BLOCK_PREFIX
 
@@ -123,20 +123,21 @@ def test_reading_the_workflow_changes_no_file(tmp_path):
     modules as the workflow is parsed, and writes none of them: twice over a results tree with
     measured reps, a missing one, a consolidated block whose rep changed since, and outputs."""
     work = copy_repo(tmp_path / "repo", git=False)
-    raws = [work / f"results/raw/embedded/run1/rep{rep}.json" for rep in (1, 2, 3)]
+    smoke = results_dir(work)  # config/smoke.yaml's experiment
+    raws = [smoke / f"raw/embedded/run1/rep{rep}.json" for rep in (1, 2, 3)]
     for rep, raw in enumerate(raws[:2], 1):
         write_raw_atomic(raw, {"rep": rep})
-    ledger = work / (BLOCK_PREFIX.format(target="embedded", run="run1", block=1)
-                     + ".inventory.json")
+    ledger = smoke / (BLOCK_PREFIX.format(target="embedded", run="run1", block=1)
+                      + ".inventory.json")
     os.chdir(work)
     try:
         write_ledger(ledger, [str(r.relative_to(work)) for r in raws], "consolidated-before")
     finally:
         os.chdir(REPO)
     write_raw_atomic(raws[2], {"rep": 3})  # measured since the block was consolidated
-    for name in ("results/plan/embedded/run1.json", "results/report.md"):
-        (work / name).parent.mkdir(parents=True, exist_ok=True)
-        (work / name).write_text("{}\n")
+    for name in ("plan/embedded/run1.json", "report.md"):
+        (smoke / name).parent.mkdir(parents=True, exist_ok=True)
+        (smoke / name).write_text("{}\n")
     before = snapshot(work)
     env = os.environ | {"SLOTBENCH_CACHE": str(tmp_path / "cache"),
                         "PYTHONPATH": str(work / "scripts")}

@@ -133,10 +133,12 @@ def folder_of(directory: Path | str) -> Path:
                      "results folder with one)")
 
 
-def locate(what: str | Path, repo: Path = REPO) -> Path:
+def locate(what: str | Path, repo: Path | None = None) -> Path:
     """A result named on a command line: a path (a file, or a directory as folder_of reads it),
     or an experiment's name (no slash, not an existing path): ``results/<name>/`` of the
-    checkout ``repo``. ValueError, one line listing the experiments there, when it is neither."""
+    checkout ``repo`` (this one, by default). ValueError, one line listing the experiments
+    there, when it is neither."""
+    repo = REPO if repo is None else Path(repo)
     path = Path(what)
     if path.is_file():
         return path
