@@ -43,7 +43,8 @@ def one_run(root: Path, i: int, burner: bool) -> dict[int, float]:
             burn.kill()
     if proc.returncode != 0:
         sys.exit(f"gen_gain_excess: run {i} failed:\n{proc.stderr[-3000:]}")
-    summary = pd.read_csv(work / "results/analysis/summary.csv").set_index("arm")
+    # sweep.yaml names no experiment: the default's folder, results/article/
+    summary = pd.read_csv(work / "results/article/analysis/summary.csv").set_index("arm")
     return (summary["gen_gain"] / summary["speedup"]).round(4).to_dict()
 
 

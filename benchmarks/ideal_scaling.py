@@ -84,9 +84,10 @@ def main(argv=None) -> int:
             return 1
         import pandas as pd
 
-        summary = pd.read_csv(work / "results/analysis/summary.csv").set_index("arm")
-        cells = pd.read_parquet(work / "results/cells.parquet")
-        verdicts = {v["trap"]: v for f in (work / "results/checks").glob("*.json")
+        results = work / "results/article"  # ideal.yaml names no experiment: the default's
+        summary = pd.read_csv(results / "analysis/summary.csv").set_index("arm")
+        cells = pd.read_parquet(results / "cells.parquet")
+        verdicts = {v["trap"]: v for f in (results / "checks").glob("*.json")
                     if f.name != "headline.json" for v in json.loads(f.read_text())}
         rows = []
         for arm in args.arms:

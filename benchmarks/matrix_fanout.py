@@ -29,7 +29,7 @@ from e2e_helpers import copy_repo  # noqa: E402
 
 def rep_spans(work: Path) -> list[tuple[str, float, float]]:
     spans = []
-    for raw in sorted((work / "results/raw").rglob("rep*.json")):
+    for raw in sorted((work / "results/matrix/raw").rglob("rep*.json")):  # its experiment
         data = json.loads(raw.read_text())
         spans.append((data["target"], data["started_unix"], data["finished_unix"]))
     return spans

@@ -87,7 +87,7 @@ def main(argv=None) -> int:
             by_rule[j["rule"]] += j["end"] - j["start"]
     phases = collections.defaultdict(float)
     reps = [json.loads(Path(p).read_text())
-            for p in sorted(glob.glob(str(args.workdir / "results/raw/*/*/rep*.json")))]
+            for p in sorted(glob.glob(str(args.workdir / "results/*/raw/*/*/rep*.json")))]
     rep_starts = sorted(j["start"] for j in jobs.values() if j["rule"] == "rep")
     for raw in reps:
         for k, v in rep_phases(raw).items():

@@ -14,8 +14,9 @@ gets the reps the requested total needs, and the total written is the one printe
     python benchmarks/synthetic_raw.py SOURCE_WORKDIR DEST --requests 1000000
     cd DEST && time snakemake -n --configfile benchmarks/wide_sweep.yaml synthetic.yaml
 
-The source is a workflow directory after a finished run (results/raw, results/plan,
-results/fingerprint, results/config.resolved.yaml); the benchmark's is a real wide sweep on the
+The source is a workflow directory after a finished run (its one experiment's raw/, plan/,
+fingerprint/ and config.resolved.yaml in results/<experiment>/), or that experiment's folder;
+the synthetic reps go to the same experiment's folder in DEST. The benchmark's is a real wide sweep on the
 pacer, benchmarks/wide_sweep.yaml (benchmarks/RESULTS.md §3 has the commands). Pass the source's
 config files with ``--configfile`` before synthetic.yaml.
 """
@@ -32,7 +33,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
-from slotbench.measure import rawfiles# noqa: E402
+from slotbench.core import experiments  # noqa: E402
+from slotbench.measure import rawfiles  # noqa: E402
 
 NONCE_DIGITS = 12
 
@@ -91,7 +93,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.dest.exists():
         raise SystemExit(f"{args.dest} exists; give a new directory")
-    src = args.source / "results"
+    try:
+        src = experiments.folder_of(args.source)  # the experiment's folder
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
+    # the same experiment in DEST (a result from before experiments had folders: the default)
+    dest = args.dest / "results" / (src.name if src.name != "results" else experiments.name_of({}))
     by_run: dict[tuple[str, str], list[dict]] = {}
     for path in sorted(src.glob("raw/*/*/rep*.json"), key=lambda p: (p.parent, len(p.name), p.name)):
         raw = json.loads(path.read_text())
@@ -102,12 +109,12 @@ def main(argv=None) -> int:
     args.dest.mkdir(parents=True)
     checkout_files(args.dest)
     for sub in ("plan", "fingerprint"):
-        shutil.copytree(src / sub, args.dest / "results" / sub)
+        shutil.copytree(src / sub, dest / sub)
     (args.dest / "synthetic.yaml").write_text(
         f"reps: {reps}\nprompt:\n  nonce_digits: {NONCE_DIGITS}\n")
     written, total = 0, 0
     for (target, run), sources in sorted(by_run.items()):
-        out_dir = args.dest / "results/raw" / target / run
+        out_dir = dest / "raw" / target / run
         out_dir.mkdir(parents=True, exist_ok=True)
         for rep in range(1, reps + 1):
             raw = rewrite(sources[(rep - 1) % len(sources)], rep)

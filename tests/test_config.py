@@ -124,7 +124,7 @@ def test_run_id_errors_name_the_key(runs, needle):
 
 
 def test_archive_name_has_a_default_and_is_checked():
-    assert resolve(base())["archive"] == {"name": "slotbench"}
+    assert resolve(base())["archive"] == {"name": resolve(base())["experiment"]}
     with pytest.raises(ConfigError) as err:
         resolve(base() | {"archive": {"name": "../x"}})
     assert "`archive.name`" in str(err.value)
