@@ -7,7 +7,7 @@ rule report:
     fingerprints, and cells.parquet for the provenance of each cell. The resolved config is a
     param (the report shows it; every provenance entry records its SHA-256), so any config
     change re-renders the report; no request is sent for that.
-    ")""
+    """
     input:
         # the paired design's comparison (design: paired) and its figure
         **(

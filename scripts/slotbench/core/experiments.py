@@ -48,15 +48,19 @@ def results_dir(cfg_or_name: dict | str) -> str:
 
 
 def split(path: str | Path) -> tuple[str, str]:
-    """A working-directory-relative output path as (its result's folder, the path below it):
+    """An output path as (its result's folder, the path below it):
     ``results/smoke/raw/x/run1/rep1.json`` -> (``results/smoke``, ``raw/x/run1/rep1.json``);
-    the old layout's ``results/raw/…`` -> (``results``, ``raw/…``)."""
+    the old layout's ``results/raw/…`` -> (``results``, ``raw/…``); a path with no results/
+    in it -> ("", the path). A prefix before results/ (a cluster's storage) stays with the
+    folder."""
     parts = PurePosixPath(Path(path).as_posix()).parts
-    if len(parts) < 2 or parts[0] != RESULTS:
+    if RESULTS not in parts[:-1]:
         return "", PurePosixPath(*parts).as_posix() if parts else ""
-    if parts[1] in LAYOUT or len(parts) == 2:
-        return RESULTS, PurePosixPath(*parts[1:]).as_posix()
-    return f"{RESULTS}/{parts[1]}", PurePosixPath(*parts[2:]).as_posix() if len(parts) > 2 else ""
+    at = parts.index(RESULTS)
+    head, rest = parts[: at + 1], parts[at + 1 :]
+    if rest[0] in LAYOUT or len(rest) == 1:  # a result from before experiments had folders
+        return PurePosixPath(*head).as_posix(), PurePosixPath(*rest).as_posix()
+    return PurePosixPath(*head, rest[0]).as_posix(), PurePosixPath(*rest[1:]).as_posix()
 
 
 def holds_result(folder: Path) -> bool:
