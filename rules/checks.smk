@@ -1,6 +1,7 @@
 rule checks:
     """Every trap's verdict (results/<experiment>/checks/<trap>.json), its detail tables (CSV)
-    and each target's headline decision (checks/headline.json); see slotbench/checks/."""
+    and each target's headline decision (checks/headline.json); see slotbench/checks/.
+    """
     input:
         code=code("checks.py"),
         cells=result("cells.parquet"),
