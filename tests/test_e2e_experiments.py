@@ -1,12 +1,15 @@
-"""Experiments kept apart, on the real embedded server: a second experiment beside the session's
-smoke run measures into its own folder and leaves the first one's files as they were; the
-archive of one experiment holds that experiment alone; a results/ from before experiments had
-their own folders gets a note and is left untouched."""
+"""Experiments kept apart, on the real embedded server: two more experiments beside the session's
+smoke run, measured by two Snakemakes at once, each into its own folder, one at a time on the
+one server, leaving the first one's files as they were; the archive of one experiment holds that
+experiment alone; a results/ from before experiments had their own folders gets a note and is
+left untouched."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from base64 import urlsafe_b64decode
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -19,31 +22,56 @@ from slotbench.workflow import archive
 pytestmark = pytest.mark.e2e
 
 
+OTHERS = ("other", "third")
+
+
 @pytest.fixture(scope="module")
 def two(tmp_path_factory, smoke_template):
-    """The session's smoke run, then the smoke config again as the experiment `other`."""
+    """The session's smoke run, then the smoke config again as the experiments `other` and
+    `third`, by two Snakemakes started together in the same checkout."""
     work = copy_work(smoke_template.work, tmp_path_factory.mktemp("experiments") / "work")
     smoke = results_dir(work)
     before = file_states(sorted(p for p in smoke.rglob("*") if p.is_file()))
-    proc = snakemake(work, *SMOKE, "--config", "experiment=other", cache=smoke_template.cache)
-    return work, before, proc, smoke_template.cache
+    with ThreadPoolExecutor(len(OTHERS)) as pool:
+        procs = dict(zip(OTHERS, pool.map(
+            lambda name: snakemake(work, *SMOKE, "--config", f"experiment={name}",
+                                   cache=smoke_template.cache), OTHERS)))
+    return work, before, procs, smoke_template.cache
 
 
-def test_a_second_experiment_measures_into_its_own_folder(two):
-    work, _, proc, cache = two
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    ran = jobs_run(proc)
-    assert (ran.count("fingerprint"), ran.count("plan"), ran.count("rep")) == (1, 1, 3), ran
-    other = results_dir(work, "other")
-    for rel in ("report.md", "report.html", "config.resolved.yaml", "cells.parquet",
-                "raw/embedded/run1/rep3.json", "raw/embedded/run1/rep3.json.sha256",
-                "logs/server/embedded/run1.log"):
-        assert (other / rel).is_file(), rel
-    assert "experiment: other" in (other / "config.resolved.yaml").read_text()
+def test_two_more_experiments_at_once_measure_each_into_its_own_folder(two):
+    work, _, procs, cache = two
+    for name, proc in procs.items():
+        assert proc.returncode == 0, name + proc.stdout[-3000:] + proc.stderr[-3000:]
+        ran = jobs_run(proc)
+        assert (ran.count("fingerprint"), ran.count("plan"), ran.count("rep")) == (1, 1, 3), ran
+        folder = results_dir(work, name)
+        for rel in ("report.md", "report.html", "config.resolved.yaml", "cells.parquet",
+                    "raw/embedded/run1/rep3.json", "raw/embedded/run1/rep3.json.sha256",
+                    "logs/server/embedded/run1.log"):
+            assert (folder / rel).is_file(), (name, rel)
+        assert f"experiment: {name}" in (folder / "config.resolved.yaml").read_text()
+        assert "holds a result from before" not in proc.stderr
     assert sorted(p.name for p in (work / "results").iterdir()) == [
-        ".gitkeep", ".measuring", "other", "smoke"]  # nothing of either outside its folder
-    assert "holds a result from before" not in proc.stderr
+        ".gitkeep", ".measuring", *OTHERS, "smoke"]  # nothing of any outside its folder
     assert llama_servers_under(str(cache)) == []
+
+
+def test_two_experiments_on_one_server_never_measured_at_the_same_time(two):
+    """Each rep measured while the other Snakemake's jobs waited: the reps' measuring spans
+    (their raw files' own clock) never overlap, and a job that had to wait said whom for."""
+    work, _, procs, _ = two
+    spans = sorted((raw["started_unix"], raw["finished_unix"], name)
+                   for name in OTHERS
+                   for raw in map(json.loads, map(lambda p: p.read_text(), sorted(
+                       (results_dir(work, name) / "raw").rglob("rep*.json")))))
+    assert len(spans) == 3 * len(OTHERS)
+    for (_, end, a), (start, _, b) in zip(spans, spans[1:]):
+        assert end <= start, f"a rep of {a} and one of {b} measured at once: {spans}"
+    waited = [line for proc in procs.values() for line in proc.stderr.splitlines()
+              if line.startswith("slotbench: waiting to measure target embedded: experiment ")]
+    assert waited, "neither Snakemake's jobs waited for the other's"
+    assert all("is measuring on the same server (results/.measuring/cpu" in w for w in waited)
 
 
 def test_the_first_experiment_is_untouched(two):
@@ -67,7 +95,7 @@ def test_the_archive_of_one_experiment_holds_it_alone(two):
     named = [urlsafe_b64decode("".join(p.removeprefix("@") for p in rel.split("/")[2:])).decode()
              for rel in records]
     assert named and all(path.startswith("results/smoke/") for path in named), named
-    assert not (results_dir(work, "other") / "archive").exists()
+    assert not any((results_dir(work, name) / "archive").exists() for name in OTHERS)
 
 
 def test_a_result_from_before_experiments_is_named_and_left_as_it_is(tmp_path):

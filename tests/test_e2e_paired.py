@@ -150,8 +150,8 @@ def test_a_lost_side_is_measured_again_alone_and_its_pair_is_named_out_of_order(
     """Resume works per side: the next plain run measures the missing side only, and the
     comparison says its pair was not measured back to back. (Last: it changes the results.)"""
     work, _ = run
-    raw = results_dir(work, DEFAULT_EXPERIMENT) / "raw/drift-slow/run1/rep3.json"
     folder = results_dir(work, DEFAULT_EXPERIMENT)
+    raw = folder / "raw/drift-slow/run1/rep3.json"
     kept = {p: p.read_bytes() for p in (folder / "raw").rglob("rep*.json") if p != raw}
     raw.unlink()
     raw.with_name("rep3.json.sha256").unlink()
@@ -160,10 +160,9 @@ def test_a_lost_side_is_measured_again_alone_and_its_pair_is_named_out_of_order(
     assert [j for j in jobs_run(proc) if j == "rep"] == ["rep"], jobs_run(proc)
     assert raw.is_file()
     assert {p: p.read_bytes() for p in kept} == kept  # every other side as it was
-    folder = results_dir(work, DEFAULT_EXPERIMENT)
     result = json.loads((folder / "analysis/paired.json").read_text())
     assert result["order"] == {"pairs_in_order": PAIRS - 1, "pairs_out_of_order": ["run1/pair3"]}
-    report = (results_dir(work, DEFAULT_EXPERIMENT) / "report.md").read_text()
+    report = (folder / "report.md").read_text()
     assert "(not: run1/pair3, measured again or resumed)" in report
 
 
