@@ -63,7 +63,7 @@ def compare(tmp_path, a, b):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "slotbench", "compare", str(a), str(b),
                            "--out", str(out)], capture_output=True, text=True, timeout=300,
-                          env=os.environ | {"PYTHONPATH": str(a.parents[2] / "scripts")})
+                          env=os.environ | {"PYTHONPATH": str(a.parents[3] / "scripts")})  # a's checkout
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads((out / "compare.json").read_text())
     return proc.stdout, result["targets"]["embedded"], (out / "compare.md").read_text()
