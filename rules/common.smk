@@ -8,7 +8,6 @@ import sys
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
 from slotbench.core import code as sbcode
-from slotbench.core import experiments as sbexp
 from slotbench.workflow import config as sbconfig
 from slotbench.workflow import jobs as sbjobs
 from slotbench.measure import rawfiles as sbraw
@@ -19,17 +18,12 @@ sbcode.run_from_checkout()
 
 # What an interrupted or killed Snakemake left (a stale lock, outputs marked incomplete) is
 # settled before Snakemake looks, so the next plain run resumes (workflow/smkstate.py).
+OLD_LAYOUT = bool(
+    config.pop("old_layout", False)
+)  # archive-render of an old-layout archive
 if workflow.is_main_process:
-    for line in sbstate.settle():
+    for line in sbstate.settle(old_results=not OLD_LAYOUT):
         print(line, file=sys.stderr)
-
-# `archive-render` of an archive made before experiments had their own folders
-# (workflow/archive.py): its result stays where it was, in results/ itself.
-OLD_LAYOUT = bool(config.pop("old_layout", False))
-# A results/ from before then is left as it is, with a note on how to keep it as an experiment.
-if workflow.is_main_process and not OLD_LAYOUT:
-    if _note := sbexp.old_layout_note():
-        print(_note, file=sys.stderr)
 
 # One managed server per target and run (measure/servers/supervisor.py): the jobs this
 # Snakemake starts find their run's server by this PID, and no server outlives it.
@@ -46,17 +40,13 @@ def refuse(message):
 # experiment, so it never reaches the resolved config (nor reruns anything).
 COMPARE_WITH = config.pop("compare_with", None)
 # and the fingerprint fields meant to differ (compare --declare), comma-separated
-COMPARE_DECLARE = [
-    f for f in str(config.pop("compare_declare", "") or "").split(",") if f.strip()
-]
+COMPARE_DECLARE = sbconfig.listed(config.pop("compare_declare", ""))
 
 try:  # a bad config, or a target's URL the check missed, is one line and not a traceback
     CFG = sbconfig.resolve(config)
     TARGETS = [t["name"] for t in CFG["targets"]]
     RUNS, REPS = sbconfig.run_ids(CFG), sbconfig.rep_ids(CFG)
-    # every output of the experiment lands in its folder, results/<experiment>/
-    RESULTS = sbexp.RESULTS if OLD_LAYOUT else sbexp.results_dir(CFG)
-    JOBS = sbjobs.Jobs(CFG, TARGETS, RUNS, REPS, sbjobs.machine_cpus(), RESULTS)
+    JOBS = sbjobs.Jobs(CFG, TARGETS, RUNS, REPS, sbjobs.machine_cpus(), OLD_LAYOUT)
 except sbconfig.ConfigError as err:
     refuse(err)
 RATE_ARMS = any(isinstance(a, dict) for a in CFG["arms"])  # an arrival rate (open loop)
@@ -82,11 +72,6 @@ wildcard_constraints:
     block=r"\d+",
 
 
-def result(path):
-    """``path`` in the experiment's folder: result("report.md") is results/<experiment>/report.md."""
-    return f"{RESULTS}/{path}"
-
-
 def code(script):
     """The package modules a cheap rule's script runs, as inputs: a change to that code reruns
     the rule and what follows it (measuring rules never declare code). Read where Snakemake
@@ -95,6 +80,7 @@ def code(script):
     return [local(p) for p in modules]
 
 
+result = lambda path: f"{JOBS.results}/{path}"  # path in results/<experiment>/
 per_run = lambda pattern, **more: expand(pattern, target=TARGETS, run=RUNS, **more)
 raw_files = lambda w=None: per_run(JOBS.raw, rep=REPS)
 raw_sha256_files = lambda w=None: [f"{path}.sha256" for path in raw_files()]
@@ -106,10 +92,9 @@ html_templates = lambda: [local(p) for p in sbcode.html_templates(workflow.based
 if _refusal := sbraw.unrecorded_refusal(raw_files()):  # before anything runs
     refuse(_refusal)
 
-BLOCK_PREFIX = JOBS.block_prefix  # a block of reps' outputs (see jobs.py)
 block_raw_files = lambda w: JOBS.raw_files_of_block(w.target, w.run, w.block)
 block_sha256_files = lambda w: [f"{p}.sha256" for p in block_raw_files(w)]
-block_files = lambda kind: per_run(f"{BLOCK_PREFIX}.{kind}", block=JOBS.blocks)
+block_files = lambda kind: per_run(f"{JOBS.block_prefix}.{kind}", block=JOBS.blocks)
 BLOCK_TOKENS = JOBS.block_tokens()  # read from the raw files as they are now
 RAW_TOKEN = sbjobs.raw_token(BLOCK_TOKENS)
 block_token = lambda w: BLOCK_TOKENS[(w.target, w.run, int(w.block))]

@@ -9,12 +9,12 @@ rule consolidate_block:
         raw=block_raw_files,
         sha256=block_sha256_files,
     output:
-        requests=f"{BLOCK_PREFIX}.requests.parquet",
-        cells=f"{BLOCK_PREFIX}.cells.parquet",
-        thermal=f"{BLOCK_PREFIX}.thermal.parquet",
-        host=f"{BLOCK_PREFIX}.host.parquet",
-        meta=f"{BLOCK_PREFIX}.json",
-        inventory=f"{BLOCK_PREFIX}.inventory.json",
+        requests=f"{JOBS.block_prefix}.requests.parquet",
+        cells=f"{JOBS.block_prefix}.cells.parquet",
+        thermal=f"{JOBS.block_prefix}.thermal.parquet",
+        host=f"{JOBS.block_prefix}.host.parquet",
+        meta=f"{JOBS.block_prefix}.json",
+        inventory=f"{JOBS.block_prefix}.inventory.json",
     log:
         result("logs/consolidate/{target}/{run}/block{block}.log"),
     conda:

@@ -160,7 +160,7 @@ def test_the_raw_files_of_each_block(reps, blocks, sizes):
     assert j.blocks == blocks
     assert [len(j.raw_files_of_block("embedded", "run1", b)) for b in blocks] == sizes
     files = [f for b in blocks for f in j.raw_files_of_block("embedded", "run2", str(b))]
-    assert files == [f"results/raw/embedded/run2/rep{r}.json" for r in range(1, reps + 1)]
+    assert files == [f"results/article/raw/embedded/run2/rep{r}.json" for r in range(1, reps + 1)]
     assert j.raw_files_of_block("embedded", "run1", blocks[-1] + 1) == []
 
 
@@ -168,7 +168,8 @@ def test_the_raw_files_of_each_block(reps, blocks, sizes):
 
 
 def test_every_file_of_the_jobs_lies_in_the_experiments_folder():
-    """results/<experiment>/: the config's experiment (article by default), or a folder given."""
+    """results/<experiment>/: the config's experiment (article by default), or results/ itself
+    for an archive made before experiments had their own folders."""
     assert planned().results == "results/article"
     j = planned(experiment="smoke", reps=2)
     assert j.raw.format(target="t", run="run1", rep=2) == "results/smoke/raw/t/run1/rep2.json"
@@ -177,7 +178,7 @@ def test_every_file_of_the_jobs_lies_in_the_experiments_folder():
     assert j.block_prefix.format(target="t", run="r", block=1) == (
         "results/smoke/consolidated/t/r/block1")
     cfg = config.resolve(REPO_CONFIG)
-    old = Jobs(cfg, ["embedded"], ["run1"], [1], CPUS, results="results")
+    old = Jobs(cfg, ["embedded"], ["run1"], [1], CPUS, old_layout=True)
     assert old.raw_files_of_block("embedded", "run1", 1) == ["results/raw/embedded/run1/rep1.json"]
 
 

@@ -385,6 +385,11 @@ def _arm_problems(arms: list, per_cell) -> list[str]:
     return problems
 
 
+def listed(value) -> list[str]:
+    """A comma-separated --config value (e.g. compare_declare=a,b) as its items."""
+    return [f for f in str(value or "").split(",") if f.strip()]
+
+
 def run_ids(cfg: dict) -> list[str]:
     """Run ids: run1, run2, ... from a count, or the listed ids in their order.
 

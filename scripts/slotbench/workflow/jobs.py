@@ -42,15 +42,17 @@ def block_of(rep: int | str) -> int:
 class Jobs:
     """The jobs of one resolved config ``cfg``: its ``targets`` (names), ``runs`` (ids) and
     ``reps`` (numbers), measured on a machine with the CPUs ``machine_cpus``; every file they
-    name lies in ``results``, the experiment's folder (experiments.results_dir, by default).
+    name lies in ``results``, the experiment's folder (experiments.results_dir), or with
+    ``old_layout`` (the re-render of an archive made before experiments had their own
+    folders) in results/ itself.
 
     A ConfigError (a target's URL the config's check would refuse) is raised here, as one line.
     """
 
     def __init__(self, cfg: dict, targets: list[str], runs: list[str], reps: list[int],
-                 machine_cpus: list[int], results: str | None = None):
+                 machine_cpus: list[int], old_layout: bool = False):
         self.targets, self.runs, self.reps = list(targets), list(runs), list(reps)
-        self.results = results or experiments.results_dir(cfg)
+        self.results = experiments.RESULTS if old_layout else experiments.results_dir(cfg)
         self.raw = f"{self.results}/{RAW}"  # a rep's raw file
         self.block_prefix = f"{self.results}/{BLOCK_PREFIX}"  # a block of reps' outputs
         self.paired = cfg["design"] == "paired"

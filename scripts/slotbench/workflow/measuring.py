@@ -46,9 +46,13 @@ def describe(holder: str) -> str:
         who = None
     if not isinstance(who, dict):
         return "another measuring job"
-    job = f"rep {who['rep']}" if who.get("rep") is not None else who.get("job", "a job")
-    return (f"experiment {who.get('experiment', '?')}, target {who.get('target', '?')}, run "
-            f"{who.get('run', '?')}, {job} (PID {who.get('pid', '?')} on {who.get('host', '?')})")
+
+    def said(field: str) -> str:  # what the holder wrote, or "?"
+        return str(who[field]) if who.get(field) is not None else "?"
+
+    job = f"rep {said('rep')}" if who.get("rep") is not None else said("job")
+    return (f"experiment {said('experiment')}, target {said('target')}, run {said('run')}, "
+            f"{job} (PID {said('pid')} on {said('host')})")
 
 
 @contextmanager

@@ -15,6 +15,9 @@ would throw a measured rep away. Before Snakemake looks, the workflow (rules/com
   deleted with its hash, so that rep is measured again;
 - keeps plans and fingerprints (written atomically, so whole if they exist);
 - deletes any other output marked incomplete (a derived file: it costs a re-render).
+
+It also names a results/ left by a slotbench from before experiments had their own folders
+(core/experiments.py): left as it is, with the command that keeps it as an experiment.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import threading
 from base64 import urlsafe_b64decode, urlsafe_b64encode
 from pathlib import Path
 
-from slotbench.core.experiments import split
+from slotbench.core.experiments import RESULTS, old_layout_note, split
 from slotbench.measure.rawfiles import RawFileChanged, verify_raw_file
 
 STATE = Path(".snakemake")
@@ -110,16 +113,18 @@ def locked(workdir: Path = Path(".")) -> bool:
     return locks.is_dir() and any(locks.iterdir())
 
 
-def settle(workdir: Path = Path(".")) -> list[str]:
+def settle(workdir: Path = Path("."), old_results: bool = True) -> list[str]:
     """Run by the main Snakemake as the workflow is parsed: clear a dead Snakemake's lock and
-    settle what it marked incomplete. Nothing is touched while another Snakemake holds the lock
-    (it may be writing those files right now)."""
+    settle what it marked incomplete, and (``old_results``) name a results/ from before
+    experiments had their own folders. Nothing is touched while another Snakemake holds the
+    lock (it may be writing those files right now)."""
     said = [line for line in [clear_stale_lock(workdir)] if line]
-    if locked(workdir):
-        return said
-    (workdir / STATE).mkdir(exist_ok=True)
-    (workdir / HOST).write_text(socket.gethostname() + "\n")
-    return said + recover_incomplete(workdir)
+    if not locked(workdir):
+        (workdir / STATE).mkdir(exist_ok=True)
+        (workdir / HOST).write_text(socket.gethostname() + "\n")
+        said += recover_incomplete(workdir)
+    note = old_layout_note(workdir / RESULTS) if old_results else None
+    return said + ([note] if note else [])
 
 
 def marked_incomplete(workdir: Path = Path(".")) -> dict[str, Path]:
