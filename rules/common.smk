@@ -18,9 +18,7 @@ sbcode.run_from_checkout()
 
 # What an interrupted or killed Snakemake left (a stale lock, outputs marked incomplete) is
 # settled before Snakemake looks, so the next plain run resumes (workflow/smkstate.py).
-OLD_LAYOUT = bool(
-    config.pop("old_layout", False)
-)  # archive-render of an old-layout archive
+OLD_LAYOUT = bool(config.pop("old_layout", False))  # archive-render: an old archive
 if workflow.is_main_process:
     for line in sbstate.settle(old_results=not OLD_LAYOUT):
         print(line, file=sys.stderr)
