@@ -33,6 +33,7 @@ from slotbench.workflow import archive
 from slotbench.workflow.config import canonical, resolve
 
 SERVER_RULES = {"fingerprint", "plan", "rep"}
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 R = "results/exp"  # the unit tests' experiment folder (results/<experiment>)
 SMOKE_R = "results/smoke"  # config/smoke.yaml's
 
@@ -378,7 +379,8 @@ def test_archive_verifies_and_re_renders_offline_byte_identical(smoke, cache, tm
     render_cache = tmp_path / "render-cache"  # a managed server would assemble its model here
     render_cache.mkdir()
     out_dir = tmp_path / "render"
-    env = os.environ | {"SLOTBENCH_CACHE": str(render_cache), "PYTHONUNBUFFERED": "1"}
+    env = os.environ | {"SLOTBENCH_CACHE": str(render_cache), "PYTHONUNBUFFERED": "1",
+                        "PYTHONPATH": str(SCRIPTS)}  # this checkout's package
     cmd = [sys.executable, "-m", "slotbench", "archive-render", str(tarball), "--out", str(out_dir)]
     started = time.monotonic()
     rc, out, servers = wait_render(cmd, tmp_path, env, str(render_cache))
@@ -412,7 +414,8 @@ def test_an_archive_made_by_an_older_slotbench_re_renders_to_byte_identical_tabl
     prefix, data = archive.verify(OLDER_ARCHIVE)
     assert json.loads(data["code/git.json"])["commit"].startswith("ddd678b")
     out_dir = tmp_path / "render"
-    env = os.environ | {"SLOTBENCH_CACHE": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
+    env = os.environ | {"SLOTBENCH_CACHE": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1",
+                        "PYTHONPATH": str(SCRIPTS)}  # this checkout's package
     proc = subprocess.run([sys.executable, "-m", "slotbench", "archive-render", str(OLDER_ARCHIVE),
                            "--out", str(out_dir)], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=600)
