@@ -432,5 +432,5 @@ def test_an_archive_made_by_an_older_slotbench_re_renders_to_byte_identical_tabl
     assert len(tables) > 20, tables
     changed = [rel for rel in tables if (out_dir / rel).read_bytes() != data[rel]]
     assert not changed, changed
-    assert archive.markdown_tables((results_dir(out_dir) / "report.md").read_text()) == \
+    assert archive.markdown_tables((out_dir / "results/report.md").read_text()) == \
         archive.markdown_tables(data["results/report.md"].decode())
