@@ -162,7 +162,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             )
         elif not observable:
             verdict, assessable = "not assessable", False
-            summary = (f"no source reports throttling on {the} (only {sources}); "
+            summary = (f"no source on {the} reports throttling (only {sources}); "
                        f"{count(n_samples, 'sample')}{facts_text}")
         else:
             verdict, assessable = "no", True
