@@ -19,6 +19,7 @@ from slotbench.measure import hostload
 from slotbench.measure.hostload import LinuxHostLoad, PsHostLoad
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+LOCAL_TITLE = "Host contention (other processes, steal; this machine: client and server)"
 # pid: (name, parent)
 TREE = {1: ("init", 0), 100: ("snakemake", 1), 200: ("python", 100), 300: ("llama-server", 200),
         301: ("llama-server", 300), 400: ("burner", 1), 500: ("sshd", 1)}

@@ -21,10 +21,10 @@ import pandas as pd
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records, setting
 from slotbench.core import hosts
 from slotbench.core.fmt import count, fmt_pct
-from slotbench.measure.fingerprint import described_machine
+from slotbench.measure.fingerprint import described_machine, host_row_title
 
 TRAP = "host"
-TITLE = "Host contention: other processes, steal"
+TITLE = "Host contention (other processes, steal)"
 ORDER = 75
 TABLES = ("host",)
 CONFIG_KEY = "checks.host_threshold"
@@ -90,13 +90,17 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     verdicts = []
     for target in tables.targets:
         rows = table[table["target"] == target]
-        machine = described_machine(tables.fingerprints_of(target))
-        title, the, aside = hosts.titled(TITLE, machine), hosts.the(machine), hosts.not_described(
-            machine)
+        fps = tables.fingerprints_of(target)
+        machine, title = described_machine(fps), host_row_title(TITLE, fps)
+        the, aside = hosts.the(machine), hosts.not_described(machine)
+        # the traps table's words: the title names the machine, "the machine" is this one
+        said = "the client host" if machine == hosts.CLIENT_HOST else "the machine"
         common = {"threshold": threshold, "config_key": CONFIG_KEY}
         if rows.empty:
             verdicts.append(not_assessable(
-                TRAP, title, target, f"no host samples (no source on {the})",
+                TRAP, title, target,
+                "no host samples (no source on "
+                + ("the client host)" if machine == hosts.CLIENT_HOST else "this system)"),
                 f"Host contention is not assessable: nothing sampled what else ran on {the} "
                 f"during the reps.{aside}", evidence={"machine": machine}, **common))
             continue
@@ -104,7 +108,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         where = _where(busy)
         worst = rows.loc[rows["other_share"].idxmax()]
         if len(busy):
-            summary = (f"{count(len(busy), 'rep')} of {len(rows)} shared {the}: {where}")
+            summary = f"{count(len(busy), 'rep')} of {len(rows)} shared {said}: {where}"
             warning = (
                 f"Warning: other processes took more than {fmt_pct(threshold)} of the CPU of "
                 f"{the} during {count(len(busy), 'rep')} of {target}: {where}. " + (
@@ -118,9 +122,12 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             )
             sentence = warning.removeprefix("Warning: ") + aside
         else:
-            summary = (f"the rest of {the} used at most {fmt_pct(worst['other_share'])} of "
+            summary = (f"the rest of {said} used at most {fmt_pct(worst['other_share'])} of "
                        f"its CPU in any rep ({len(rows)} reps sampled)")
-            warning, sentence = None, f"Host: {summary}.{aside}"
+            warning = None
+            sentence = (f"Host contention on {the}: the rest of it used at most "
+                        f"{fmt_pct(worst['other_share'])} of its CPU in any rep ({len(rows)} reps "
+                        f"sampled).{aside}")
         verdicts.append(judged(
             TRAP, title, target, len(busy), summary, sentence, effect="warn",
             evidence={"rows": records(rows), "warnings": [warning] if warning else [],

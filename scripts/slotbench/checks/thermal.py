@@ -22,7 +22,7 @@ import pandas as pd
 from slotbench.checks.base import Tables, Verdict, records
 from slotbench.core import hosts
 from slotbench.core.fmt import count, fmt_num
-from slotbench.measure.fingerprint import described_machine
+from slotbench.measure.fingerprint import described_machine, host_row_title
 from slotbench.measure.thermal import THERMAL_COLUMNS, is_event
 
 TRAP = "thermal"
@@ -132,7 +132,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         facts = _facts(rows) if n_samples else []
         ev = all_events[all_events["target"].astype(str) == target]
         machine = described_machine(tables.fingerprints_of(target))
-        the = hosts.the(machine)
+        the, client = hosts.the(machine), machine == hosts.CLIENT_HOST
         n_events = int(rows["throttle_events"].fillna(0).sum())
         observable = bool(mine["throttled"].notna().any() or mine["pressure"].notna().any())
         first = {str(run): {"rep": None if pd.isna(g.iloc[0]["rep"]) else int(g.iloc[0]["rep"]),
@@ -146,7 +146,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         if not n_samples:
             verdict, summary, assessable = (
                 "not assessable",
-                f"no thermal source readable on {the}",
+                f"no thermal source readable on {'the client host' if client else 'this machine'}",
                 False,
             )
         elif n_events:
@@ -162,13 +162,15 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             )
         elif not observable:
             verdict, assessable = "not assessable", False
-            summary = (f"no source on {the} reports throttling (only {sources}); "
+            summary = (f"no source reports throttling {'on the client host' if client else 'here'} "
+                       f"(only {sources}); "
                        f"{count(n_samples, 'sample')}{facts_text}")
         else:
             verdict, assessable = "no", True
             summary = f"no throttling or pressure in {count(n_samples, 'sample')}{facts_text}"
         verdicts.append(Verdict(
-            TRAP, hosts.titled(TITLE, machine), target, assessable=assessable,
+            TRAP, host_row_title(TITLE, tables.fingerprints_of(target)), target,
+            assessable=assessable,
             fired=bool(n_events), verdict=verdict, summary=summary,
             sentence=f"Thermal state of {the}: {summary}.{hosts.not_described(machine)}",
             evidence=evidence,

@@ -61,7 +61,10 @@ def shares_client_host(target: dict) -> bool:
 
 def titled(title: str, machine: str) -> str:
     """A host-side row's title naming the machine it describes, e.g. "Thermal throttling
-    (client host)"."""
+    (client host)", or within the title's own brackets: "Host contention (other processes,
+    steal; client host)"."""
+    if title.endswith(")"):
+        return f"{title[:-1]}; {TITLE_WORDS[machine]})"
     return f"{title} ({TITLE_WORDS[machine]})"
 
 

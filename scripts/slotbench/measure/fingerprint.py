@@ -197,6 +197,16 @@ def described_machine(fingerprints: list[dict]) -> str:
     return hosts.CLIENT_HOST if any(s is False for s in said) else hosts.SHARED
 
 
+def host_row_title(title: str, fingerprints: list[dict]) -> str:
+    """A host-side row's title naming the machine it describes (slotbench.core.hosts.titled).
+    A target whose fingerprints predate ``server_host`` and whose server ran on this machine
+    keeps the bare title its archived report has, so that an archive re-renders to the same
+    tables; its details still name the machine."""
+    machine = described_machine(fingerprints)
+    recorded = bool(fingerprints) and all("server_host" in fp for fp in fingerprints)
+    return hosts.titled(title, machine) if recorded or machine == hosts.CLIENT_HOST else title
+
+
 def client_host_fields(fp: dict) -> dict:
     """A fingerprint's client-host facts: ``client_host``, or ``host`` in a fingerprint from
     before the two hosts were told apart."""
