@@ -86,6 +86,8 @@ def _where(busy: pd.DataFrame) -> str:
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     threshold = float(setting(settings, CONFIG_KEY))
     host = tables.host if tables.host is not None else pd.DataFrame(columns=["target"])
+    if "source" in host:  # this machine's samples only (slotbench.core.hosts)
+        host = host[~host["source"].isin(hosts.SERVER_REPORTED_SOURCES)]
     table = per_rep(host, threshold) if len(host) else pd.DataFrame(columns=HOST_COLUMNS)
     verdicts = []
     for target in tables.targets:

@@ -121,6 +121,9 @@ def _cooldown(fps: list[dict]) -> dict:
 
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     samples = with_keys(tables.thermal)
+    # this machine's readings only: a source the server host reports (none is read yet) would
+    # give rows of its own, never mix into the client host's
+    samples = samples[~samples["source"].isin(hosts.SERVER_REPORTED_SOURCES)]
     table = thermal_summary(samples)
     all_events = samples.loc[is_event(samples)].sort_values("t_unix", kind="stable")
     verdicts = []
