@@ -299,12 +299,13 @@ import os, subprocess, sys
 sys.path[:0] = [{tests!r}]
 from doubles.fault_server import FaultServer
 
-server = FaultServer(slots=4, token_s=0.002)
+server = FaultServer(slots=4, token_s=0.01)  # a rep of a few seconds: samples to judge
 server.host = {address!r}
 server.start()
 try:
     open("remote.yaml", "w").write(
-        "targets:\\n  - {{name: remote, backend: llamacpp, url: '" + server.url + "'}}\\n")
+        "targets:\\n  - {{name: remote, backend: llamacpp, url: '" + server.url + "'}}\\n"
+        "thermal: {{interval_s: 0.25}}\\n")
     # the rule scripts import this copy's package, not an installed one
     env = os.environ | {{"PYTHONPATH": os.path.abspath("scripts")}}
     proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "1", "--configfile",
@@ -363,3 +364,6 @@ def test_a_server_at_a_non_loopback_address_gets_client_host_rows_only(remote_ru
     for trap in ("thermal", "host"):
         (record,) = json.loads(result(work, "checks", f"{trap}.json").read_text())
         assert record["evidence"]["machine"] == hosts.CLIENT_HOST
+        if trap == "host":  # the client host was sampled and judged
+            assert record["assessable"] and record["evidence"]["rows"]
+            assert all(r["server_cores"] is None for r in record["evidence"]["rows"])

@@ -71,8 +71,8 @@ def test_clean_run_is_quiet_and_says_so():
     assert "every interval meets ±5% with 5 reps" in sec
     assert "Control arm off: set control_arm: true to measure how much a shared prefix" in sec
     assert "Cooldown between reps: none, 0 s (recorded in the fingerprint)." in sec
-    assert "Thermal state of this machine (client and server): no throttling or thermal pressure "
-            "reported in 30 samples" in sec
+    assert ("Thermal state of this machine (client and server): no throttling or thermal pressure "
+            "reported in 30 samples") in sec
     for trap in (
         "Unequal prompt lengths",
         "Prefix-cache hits",
@@ -160,8 +160,8 @@ def test_thermal_throttle_events_are_counted_and_drift_shown():
     r = row(md, THERMAL)
     assert r[1] == "yes"
     assert r[3].startswith("6 throttle/pressure readings in 30 samples (first: run1 rep 4, 3.0 s")
-    assert "Warning: this machine (client and server) reported throttling or thermal pressure in "
-            "6 readings" in sec
+    assert ("Warning: this machine (client and server) reported throttling or thermal pressure in "
+            "6 readings") in sec
     assert "- run1 rep 4: 3 readings from 3.0 s into the rep (cpu0: throttled: core_throttle" in sec
     assert f"| {RUN} | 30 | linux | 70.0 | 1550–2400 | 6 | rep 4 at 3.0 s | 0 |" in sec
     assert record["entries"][f"integrity/{TARGET}/thermal/{RUN}"]["metric"]["value"] == 6
@@ -185,8 +185,8 @@ def test_drift_threshold_is_the_config_key():
 
 def test_no_thermal_source_is_not_assessable():
     md, _, record, data = render(source=None)
-    assert ("Thermal state of this machine (client and server): no thermal source readable on it."
-            ) in integrity(md)
+    assert ("Thermal state of this machine (client and server): no thermal source readable on "
+            "it.") in integrity(md)
     assert row(md, THERMAL)[1] == "not assessable"
     verdict = next(v for v in data.verdicts if v["trap"] == "thermal")
     assert verdict["assessable"] is False and verdict["fired"] is False
