@@ -27,7 +27,8 @@ def main(sm) -> None:
         except (ServerError, BackendError) as exc:
             fail(f"target {target}, run {run}, fingerprint: {exc}", log, cause=exc)
         write_json_atomic(sm.output[0], data)
-        print(f"[{target} {run}] fingerprint: {data['host']['cpu_model']}, "
+        print(f"[{target} {run}] fingerprint: client host {data['client_host']['cpu_model']} "
+              f"(the server on {data['server_host']['machine']}), "
               f"{data['server'].get('package_version', data['server'].get('backend'))}, "
               f"model {data['model'].get('quantisation')}", file=log)
         if data["model"].get("mismatch"):  # the report shows it too, before the headline

@@ -146,7 +146,9 @@ def make_cells(
 def fingerprint(target=TARGET, run=RUN, backend="llamacpp", **extra) -> dict:
     fp = {
         "target": target, "run": run,
-        "host": {"cpu_model": "Synthetic CPU 9000", "cores": 2, "memory_gb": 7.5, "os": "Linux"},
+        "client_host": {"cpu_model": "Synthetic CPU 9000", "cores": 2, "memory_gb": 7.5,
+                        "os": "Linux"},
+        "server_host": {"machine": "this machine (client and server)", "same_as_client": True},
         "software": {"python": "3.12.1", "packages": {"pandas": "3.1.1"}},
         "server": {"backend": backend, "managed": True, "flags": {"parallel": 4, "ctx_size": 4096}},
         "model": {"name": "gemma3-270m", "sha256": "f" * 64, "quantisation": "Q4_K_M"},

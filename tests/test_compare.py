@@ -14,7 +14,7 @@ from slotbench.core import experiments
 from slotbench.core.fmt import fmt_signed_pct
 from slotbench.report import compare as compare_doc
 
-FP = {"host.cpu_model": "AMD EPYC", "host.cores": 2, "model.sha256": "abc",
+FP = {"client_host.cpu_model": "AMD EPYC", "client_host.cores": 2, "model.sha256": "abc",
       "config.measurement.num_predict": 32, "prompt_tokens": 120, "server.slots": 4}
 
 
@@ -77,6 +77,53 @@ def test_a_verdict_refuses_when_a_headline_was_refused_or_the_measurement_differ
     rec = result["targets"]["t"]
     assert why in rec["refusal"]
     assert {r["verdict"] for r in rec["rows"]} == {None}
+
+
+OTHER_CPU = {"client_host.cpu_model": "Apple M2", "client_host.cores": 8}
+
+
+def test_a_client_cpu_refuses_only_where_the_server_ran_on_the_client_host():
+    """The client host's CPU defines the measurement of a server that ran on it; with the
+    server on another machine it is the laptop's, named, not refused (the server's is unknown)."""
+    here = compare.compare(side("A", ratios(seed=1)), side("B", ratios(seed=2), **OTHER_CPU),
+                           n_boot=200)["targets"]["t"]
+    assert here["guarded"] == ["client_host.cpu_model", "client_host.cores"]
+    assert "the fingerprints differ in client_host.cpu_model" in here["refusal"]
+    remote = {"server_host.same_as_client": "False"}
+    away = compare.compare(side("A", ratios(seed=1), **remote),
+                           side("B", ratios(seed=2), **remote, **OTHER_CPU),
+                           n_boot=200)["targets"]["t"]
+    assert away["refusal"] is None and away["guarded"] == []
+    assert away["differences"] == {"client_host.cores": [2, 8],
+                                   "client_host.cpu_model": ["AMD EPYC", "Apple M2"]}
+    moved = compare.compare(side("A", ratios(seed=1), **{"server_host.same_as_client": "True"}),
+                            side("B", ratios(seed=2), **remote), n_boot=200)["targets"]["t"]
+    assert moved["guarded"] == ["server_host.same_as_client"]
+
+
+def test_old_fingerprint_names_are_read_as_todays_and_so_are_declared_ones():
+    old = {k.replace("client_host.", "host."): v for k, v in FP.items()}
+    a = compare.Side("A", ratios(seed=1), {"t": {"status": "allowed"}}, {"t": old})
+    b = compare.Side("B", ratios(seed=2), {"t": {"status": "allowed"}},
+                     {"t": old | {"host.cpu_model": "Apple M2"}})
+    rec = compare.compare(a, b, n_boot=200)["targets"]["t"]
+    assert rec["guarded"] == ["client_host.cpu_model"]
+    declared = compare.compare(a, b, n_boot=200, declared=("host.cpu_model",))["targets"]["t"]
+    assert declared["refusal"] is None
+    assert declared["differences"] == {"client_host.cpu_model": ["AMD EPYC", "Apple M2"]}
+
+
+def test_a_fingerprint_read_from_disk_says_where_its_server_ran_old_or_new(tmp_path):
+    from slotbench.measure.fingerprint import current_fields
+
+    old = {"host": {"cpu_model": "AMD EPYC"}, "config": {"target": {
+        "managed": False, "url": "http://gpu-box.example:8080"}}}
+    assert current_fields(old)["client_host.cpu_model"] == "AMD EPYC"
+    assert current_fields(old)["server_host.same_as_client"] == "False"
+    loopback = old | {"config": {"target": {"managed": False, "url": "http://127.0.0.2:8080"}}}
+    assert current_fields(loopback)["server_host.same_as_client"] == "True"
+    new = {"client_host": {"cpu_model": "x"}, "server_host": {"same_as_client": False}}
+    assert current_fields(new)["server_host.same_as_client"] == "False"
 
 
 def test_a_declared_difference_is_named_and_does_not_refuse():

@@ -64,5 +64,6 @@ def test_a_burner_during_one_rep_is_named(tmp_path, smoke_template):
     assert f"run1 rep {number} (" in v["summary"]
     md = (results_dir(work) / "report.md").read_text()
     head = md[md.index("## Target: embedded") : md.index("**Per-arm results**")]
-    assert "Warning: other processes took more than 10% of the machine's CPU" in head
+    assert ("Warning: other processes took more than 10% of the CPU of this machine (client and "
+            "server)") in head
     assert "cpuburner" in head

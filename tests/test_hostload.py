@@ -19,6 +19,7 @@ from slotbench.measure import hostload
 from slotbench.measure.hostload import LinuxHostLoad, PsHostLoad
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+LOCAL_TITLE = "Host contention (other processes, steal; this machine: client and server)"
 # pid: (name, parent)
 TREE = {1: ("init", 0), 100: ("snakemake", 1), 200: ("python", 100), 300: ("llama-server", 200),
         301: ("llama-server", 300), 400: ("burner", 1), 500: ("sshd", 1)}
@@ -107,7 +108,8 @@ def test_a_busy_neighbour_is_named_with_its_rep_and_process():
     assert v["fired"] and v["verdict"] == "yes" and v["effect"] == "warn"
     assert "run1 rep 3 (50%: burner 1.00 cores" in v["summary"]
     assert data.decision[syn.TARGET]["warnings"][0]["text"].startswith(
-        "Warning: other processes took more than 10% of the machine's CPU during 1 rep"
+        "Warning: other processes took more than 10% of the CPU of this machine (client and "
+        "server) during 1 rep"
     )
     rows = {r["rep"]: r for r in v["evidence"]["rows"]}
     assert rows[3]["contended"] and not rows[2]["contended"]
@@ -134,10 +136,11 @@ def test_no_host_samples_is_not_assessable():
 def test_the_report_warns_before_the_headline_and_lists_the_reps():
     md = syn.rendered(syn.make_requests(), host=host_samples(busy_reps=(3,)))[0]
     head = syn.section(md, syn.TARGET)
-    warning = "> ⚠ **Warning: other processes took more than 10% of the machine's CPU"
+    warning = ("> ⚠ **Warning: other processes took more than 10% of the CPU of this machine "
+               "(client and server)")
     assert warning in head and head.index(warning) < head.index("**Per-arm results**")
     assert "| run1 rep 3 | 6 | 1.00 (50.0%) | 1.00 | 0.0% | 2.00 | 1.90 | burner 1.00 cores" in md
-    assert syn.trap_row(md, "Host contention (other processes, steal)")[1] == "yes"
+    assert syn.trap_row(md, LOCAL_TITLE)[1] == "yes"
     assert list(host.HOST_COLUMNS)[:3] == ["target", "run", "rep"]
 
 

@@ -205,7 +205,7 @@ def test_fingerprint_is_flattened_and_escaped():
     fp["gpu"] = {"devices": [{"name": "Imaginary GPU", "vram_gb": 8}], "driver": None}
     md, page, _, _ = syn.rendered(syn.make_requests(), fingerprints=[fp])
     for key, value in [
-        ("host.cpu_model", "Synthetic CPU 9000"),
+        ("client_host.cpu_model", "Synthetic CPU 9000"),
         ("server.flags.parallel", "4"),
         ("model.sha256", "f" * 64),
         ("pipeline.dirty", "False"),

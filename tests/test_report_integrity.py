@@ -60,6 +60,7 @@ def html_text(page: str) -> str:
 
 
 row = syn.trap_row
+THERMAL = "Thermal throttling (this machine: client and server)"
 
 
 def test_clean_run_is_quiet_and_says_so():
@@ -70,11 +71,12 @@ def test_clean_run_is_quiet_and_says_so():
     assert "every interval meets ±5% with 5 reps" in sec
     assert "Control arm off: set control_arm: true to measure how much a shared prefix" in sec
     assert "Cooldown between reps: none, 0 s (recorded in the fingerprint)." in sec
-    assert "Thermal state: no throttling or thermal pressure reported in 30 samples" in sec
+    assert ("Thermal state of this machine (client and server): no throttling or thermal pressure "
+            "reported in 30 samples") in sec
     for trap in (
         "Unequal prompt lengths",
         "Prefix-cache hits",
-        "Thermal throttling",
+        "Thermal throttling (this machine: client and server)",
         "Client distortion (self-check)",
         "Too few reps (interval width)",
         "Drift (serial arm, burst vs plateau)",
@@ -155,10 +157,11 @@ def test_distorted_client_is_warned_before_the_headline_table():
 def test_thermal_throttle_events_are_counted_and_drift_shown():
     md, _, record, _ = render(syn.make_requests(drift=0.03), throttle=(4, 5))
     sec = integrity(md)
-    r = row(md, "Thermal throttling")
+    r = row(md, THERMAL)
     assert r[1] == "yes"
     assert r[3].startswith("6 throttle/pressure readings in 30 samples (first: run1 rep 4, 3.0 s")
-    assert "Warning: the machine reported throttling or thermal pressure in 6 readings" in sec
+    assert ("Warning: this machine (client and server) reported throttling or thermal pressure in "
+            "6 readings") in sec
     assert "- run1 rep 4: 3 readings from 3.0 s into the rep (cpu0: throttled: core_throttle" in sec
     assert f"| {RUN} | 30 | linux | 70.0 | 1550–2400 | 6 | rep 4 at 3.0 s | 0 |" in sec
     assert record["entries"][f"integrity/{TARGET}/thermal/{RUN}"]["metric"]["value"] == 6
@@ -182,8 +185,9 @@ def test_drift_threshold_is_the_config_key():
 
 def test_no_thermal_source_is_not_assessable():
     md, _, record, data = render(source=None)
-    assert "Thermal state: no thermal source readable on this machine." in integrity(md)
-    assert row(md, "Thermal throttling")[1] == "not assessable"
+    assert ("Thermal state of this machine (client and server): no thermal source readable on "
+            "it.") in integrity(md)
+    assert row(md, THERMAL)[1] == "not assessable"
     verdict = next(v for v in data.verdicts if v["trap"] == "thermal")
     assert verdict["assessable"] is False and verdict["fired"] is False
     assert f"integrity/{TARGET}/thermal" in record["entries"]
@@ -191,7 +195,7 @@ def test_no_thermal_source_is_not_assessable():
 
 def test_clock_only_source_cannot_rule_throttling_out():
     md = render(source="cpuinfo")[0]
-    assert row(md, "Thermal throttling")[1] == "not assessable"
+    assert row(md, THERMAL)[1] == "not assessable"
     assert "so zero events does not rule throttling out" in integrity(md)
 
 

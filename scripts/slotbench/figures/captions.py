@@ -47,10 +47,12 @@ CAPTIONS = {
     "timeline": (
         "Aggregate tok/s of every cell against its start time, relative to the target's first "
         "cell. A downward drift within a run is thermal or other decay that rotation must absorb. "
-        "Where the machine exposed a thermal source, the clock (mean over the CPUs, or each "
-        "GPU's) and the hottest temperature sampled during the reps are drawn on extra axes "
-        "against the same time, and every sample that reported throttling or thermal pressure is "
-        'a dotted red vertical line; a panel without samples says "no thermal source".'
+        "Where the client host (the machine slotbench ran on; the server's too only when it "
+        "ran there, managed or on a loopback address) exposed a thermal source, its clock (mean "
+        "over the CPUs, or each GPU's) and the hottest temperature sampled during the reps are "
+        "drawn on extra axes against the same time, and every sample that reported throttling "
+        'or thermal pressure is a dotted red vertical line; a panel without samples says "no '
+        'thermal source".'
     ),
     "capacity": (
         "Per target: median aggregate tok/s and per-user tok/s of each arm against its "

@@ -1,4 +1,13 @@
-"""Fingerprint of a run: machine, software, server build and settings, model, pipeline version."""
+"""Fingerprint of a run: the client host, the server host, software, server build and settings,
+model, pipeline version.
+
+``client_host`` is this machine, where slotbench runs (CPU, cores, memory, OS, kernel, CPU
+governor). ``server_host`` says which machine the server runs on: this one (a managed server, or
+a loopback URL), where ``client_host`` describes it, or another machine, which nothing here
+describes (slotbench.core.hosts). ``server`` is the server as slotbench started it or as it
+reports itself (/props, /slots, /api/version, /api/show, /v1/models …). Fingerprints from before
+the two hosts were told apart have ``host`` for ``client_host`` and no ``server_host``:
+:func:`client_host_fields` and :func:`fingerprint_shares_host` read both."""
 
 from __future__ import annotations
 
@@ -10,6 +19,7 @@ import time
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from slotbench.core import hosts
 from slotbench.core.code import REPO
 from slotbench.measure.rawfiles import sha256_file
 
@@ -25,7 +35,8 @@ def _read(path: str) -> str:
         return ""
 
 
-def host() -> dict:
+def client_host() -> dict:
+    """This machine, where slotbench runs: what every host-side sample describes."""
     cpu = next(
         (line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
          if line.startswith("model name")),
@@ -41,6 +52,7 @@ def host() -> dict:
         "cores": os.cpu_count(),
         "memory_gb": round(mem_kb / 1024**2, 1) if mem_kb else None,
         "os": platform.platform(),
+        "kernel": platform.release(),
         "machine": platform.machine(),
     }
 
@@ -141,13 +153,90 @@ def fingerprint(conn, target: str, run: str, resolved: dict) -> dict:
         "target": target,
         "run": run,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "host": host() | {"cpu_governor": cpu_governor()},
+        "client_host": client_host() | {"cpu_governor": cpu_governor()},
+        "server_host": server_host(conn.target),
         "software": software(),
         "server": server,
         "model": model_facts(conn, server),
         "pipeline": pipeline_version(),
         "config": resolved,
     }
+
+
+def server_host(target: dict) -> dict:
+    """The fingerprint's ``server_host``: which machine the server runs on and what describes
+    it."""
+    if hosts.shares_client_host(target):
+        return {"machine": hosts.SHARED, "same_as_client": True,
+                "described_by": "client_host (the server runs on this machine)"}
+    return {"machine": "another machine", "same_as_client": False,
+            "described_by": "nothing: neither the server nor an exporter reported its machine"}
+
+
+def fingerprint_shares_host(fp: dict) -> bool | None:
+    """Whether a fingerprint's server ran on its client host: as it recorded (``server_host``),
+    else (a fingerprint from before it did) from its target's config or server facts; None
+    when it says nothing of either."""
+    recorded = (fp.get("server_host") or {}).get("same_as_client")
+    if isinstance(recorded, bool):
+        return recorded
+    target = (fp.get("config") or {}).get("target") or {}
+    server = fp.get("server") or {}
+    managed = target.get("managed", server.get("managed"))
+    url = target.get("url", server.get("url"))
+    if managed is None and url is None:
+        return None
+    return hosts.shares_client_host({"managed": managed, "url": url or ""})
+
+
+def described_machine(fingerprints: list[dict]) -> str:
+    """What this machine's samples of a target describe, from its fingerprints: CLIENT_HOST
+    when any run's server ran on another machine, else SHARED (every run's server ran here, or
+    no fingerprint says where it ran: the default target, a managed server)."""
+    said = [fingerprint_shares_host(fp) for fp in fingerprints]
+    return hosts.CLIENT_HOST if any(s is False for s in said) else hosts.SHARED
+
+
+def host_row_title(title: str, fingerprints: list[dict]) -> str:
+    """A host-side row's title naming the machine it describes (slotbench.core.hosts.titled).
+    A target whose fingerprints predate ``server_host`` and whose server ran on this machine
+    keeps the bare title its archived report has, so that an archive re-renders to the same
+    tables; its details still name the machine."""
+    machine = described_machine(fingerprints)
+    recorded = bool(fingerprints) and all("server_host" in fp for fp in fingerprints)
+    return hosts.titled(title, machine) if recorded or machine == hosts.CLIENT_HOST else title
+
+
+def client_host_fields(fp: dict) -> dict:
+    """A fingerprint's client-host facts: ``client_host``, or ``host`` in a fingerprint from
+    before the two hosts were told apart."""
+    return fp.get("client_host") or fp.get("host") or {}
+
+
+# field names a fingerprint from before the two hosts were told apart used, and today's
+OLD_PREFIXES = {"host": "client_host"}
+
+
+def current_name(field: str) -> str:
+    """A flat fingerprint field under today's name (``host.cpu_model`` is
+    ``client_host.cpu_model``)."""
+    head, dot, rest = field.partition(".")
+    return OLD_PREFIXES.get(head, head) + dot + rest
+
+
+def current_names(flat: dict) -> dict:
+    """Flat fingerprint fields under today's names."""
+    return {current_name(k): v for k, v in flat.items()}
+
+
+def current_fields(fp: dict) -> dict:
+    """A fingerprint's flat fields (:func:`flatten`) under today's names, with
+    ``server_host.same_as_client`` where the fingerprint, or its target, says it."""
+    out = current_names(dict(flatten(fp)))
+    shares = fingerprint_shares_host(fp)
+    if "server_host.same_as_client" not in out and shares is not None:
+        out["server_host.same_as_client"] = str(shares)
+    return out
 
 
 def flatten(obj, prefix: str = "") -> list[tuple[str, str]]:

@@ -8,6 +8,11 @@ its children and its ancestors: the rep job, Snakemake, a test runner) and every
 process name; plus the steal time a hypervisor took and the load average. CPU is in cores (1.0
 is one core busy for the whole interval).
 
+It samples this machine, the client host. Where the server runs here too (a managed server, a
+loopback URL: slotbench.core.hosts) its share is the server's CPU; where it runs on another
+machine no process here is the server's, so a sample has no server CPU (None), and what it
+says is the client host's load alone.
+
 Linux reads /proc/stat and /proc/<pid>/stat. macOS asks ``ps`` (per-process CPU, a decaying
 average, so coarser) and has no steal time. Elsewhere nothing is sampled and the host check says
 "not assessable".
@@ -23,14 +28,23 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from slotbench.core import hosts
+
 HOST_COLUMNS = ["source", "cpus", "busy_cores", "steal_cores", "iowait_cores", "load1",
                 "server_cores", "harness_cores", "other_cores", "top"]
 TOP = 5  # competing processes named per sample
 
 
-def _row(cpus, busy, steal, iowait, load1, server, harness, other, top) -> dict:
-    values = [cpus, busy, steal, iowait, load1, server, harness, other, top]
+def _row(cpus, busy, steal, iowait, load1, server, harness, other, top, server_here) -> dict:
+    """One sample; ``server_here`` False (a server on another machine): no server CPU, since
+    none of this machine's processes is the server's."""
+    values = [cpus, busy, steal, iowait, load1, server if server_here else None, harness, other,
+              top]
     return {"source": "host", **dict(zip(HOST_COLUMNS[1:], values))}
+
+
+def _pids(server_pids: Callable[[], set[int]] | None) -> set[int]:
+    return set(server_pids()) if server_pids is not None else set()
 
 
 def _top_text(by_name: dict[str, float]) -> str:
@@ -45,7 +59,7 @@ class LinuxHostLoad:
 
     def __init__(
         self,
-        server_pids: Callable[[], set[int]] = set,
+        server_pids: Callable[[], set[int]] | None = set,
         root: str | Path = "/",
         own_pid: int | None = None,
     ):
@@ -117,7 +131,7 @@ class LinuxHostLoad:
         steal = delta[7] if len(delta) > 7 else 0
         busy = sum(delta[:8]) - idle - iowait - steal
         used = {p: procs[p][2] - last[2].get(p, procs[p][2]) for p in procs}
-        server = descendants(procs, set(self.server_pids()))
+        server = descendants(procs, _pids(self.server_pids))
         harness = (descendants(procs, {self.own_pid}) | ancestors(procs, self.own_pid)) - server
         others: dict[str, float] = {}
         for pid, ticks in used.items():
@@ -137,6 +151,7 @@ class LinuxHostLoad:
                 harness_cores,
                 max(0.0, cores - server_cores - harness_cores),
                 _top_text(others),
+                self.server_pids is not None,
             )
         ]
 
@@ -174,7 +189,8 @@ class PsHostLoad:
     command = ["ps", "-A", "-o", "pid=,ppid=,%cpu=,comm="]
 
     def __init__(
-        self, server_pids: Callable[[], set[int]] = set, run=None, own_pid: int | None = None
+        self, server_pids: Callable[[], set[int]] | None = set, run=None,
+        own_pid: int | None = None
     ):
         from slotbench.measure.thermal import run_command
 
@@ -189,7 +205,7 @@ class PsHostLoad:
             if match:
                 pid, ppid, pct, comm = match.groups()
                 procs[int(pid)] = (os.path.basename(comm.strip()), int(ppid), float(pct) / 100)
-        server = descendants(procs, set(self.server_pids()))
+        server = descendants(procs, _pids(self.server_pids))
         harness = (descendants(procs, {self.own_pid}) | ancestors(procs, self.own_pid)) - server
         others: dict[str, float] = {}
         for pid, (name, _, cores) in procs.items():
@@ -210,6 +226,7 @@ class PsHostLoad:
                 harness_cores,
                 other,
                 _top_text(others),
+                self.server_pids is not None,
             )
         ]
 
@@ -244,17 +261,19 @@ def listening_pids(port: int, root: str | Path = "/") -> set[int]:
     return found
 
 
-def server_pids_of(conn) -> Callable[[], set[int]]:
+def server_pids_of(conn) -> Callable[[], set[int]] | None:
     """How to find the target server's processes: the managed server's PID, or the process
-    listening on a loopback target's port; nothing for a remote server."""
+    listening on a loopback target's port; None for a server on another machine, whose CPU no
+    sample of this machine can show (slotbench.core.hosts)."""
     server = getattr(conn, "server", None)
     if server is not None:
         return server.server_pids
-    url = urlsplit(str((getattr(conn, "target", None) or {}).get("url", "")))
-    if url.hostname in ("127.0.0.1", "localhost", "::1") and url.port:
-        found = listening_pids(url.port) if sys.platform.startswith("linux") else set()
-        return lambda: found
-    return set
+    target = getattr(conn, "target", None) or {}
+    if not hosts.shares_client_host(target):
+        return None
+    port = urlsplit(str(target.get("url", ""))).port
+    found = listening_pids(port) if port and sys.platform.startswith("linux") else set()
+    return lambda: found
 
 
 def host_source(conn=None, platform: str | None = None):

@@ -24,7 +24,9 @@ class Connection:
     def describe(self) -> dict:
         """Server facts for the fingerprint and raw files."""
         info = {"backend": self.target["backend"], "managed": self.target["managed"]}
-        if hasattr(os, "sched_getaffinity"):  # the cores this measurement had: the split
+        # the cores a managed server had (it inherits this process's): the split. An external
+        # server's cores are its own; this process's are the client host's.
+        if self.target["managed"] and hasattr(os, "sched_getaffinity"):
             info["cpus"] = sorted(os.sched_getaffinity(0))
         if self.server is not None:
             info |= self.server.describe()

@@ -7,7 +7,7 @@ import yaml
 
 from slotbench.core.cells import arm_name, label_key
 from slotbench.core.fmt import count, missing
-from slotbench.measure.fingerprint import flatten
+from slotbench.measure.fingerprint import fingerprint_shares_host, flatten
 from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Code, Figure, Heading, Paragraph, ProvenanceIndex, Table
 
@@ -112,6 +112,23 @@ def model_warnings(fps: list[dict]) -> list[str]:
     return [f"Warning: {text} (the fingerprint of {', '.join(r)})." for text, r in runs.items()]
 
 
+def machines_line(fp: dict) -> str:
+    """Which machine a fingerprint's keys describe: the client host, and the server host when it
+    is the same machine (slotbench.core.hosts)."""
+    key = "client_host" if "client_host" in fp or "host" not in fp else "host"
+    shares = fingerprint_shares_host(fp)
+    if shares is False:
+        return (f"Machines: {key} is the client host, the machine slotbench ran on. The server "
+                "ran on another machine, which reported nothing of its hardware, temperature or "
+                "load: no key here describes it; the server keys are what the server reported "
+                "about itself.")
+    if shares is None:
+        return (f"Machines: {key} is the client host, the machine slotbench ran on; this "
+                "fingerprint does not say where the server ran.")
+    return (f"Machines: this machine (client and server): the server ran on the machine "
+            f"slotbench ran on (managed, or on a loopback address), so {key} describes both.")
+
+
 def fingerprint_blocks(fingerprints: list[dict], index: prov.CellIndex, sources) -> list:
     blocks: list = [Heading(2, "Fingerprints")]
     if not fingerprints:
@@ -123,7 +140,7 @@ def fingerprint_blocks(fingerprints: list[dict], index: prov.CellIndex, sources)
         title, fid = f"Fingerprint of {target}/{run}", prov.fingerprint_id(target, run)
         cells = index.labels(target, run=run)
         ref = prov.Ref(fid, "table", title, prov.with_roles((cells, "source")), fid)
-        blocks.append(Heading(3, f"{target} / {run}"))
+        blocks += [Heading(3, f"{target} / {run}"), Paragraph(machines_line(fp))]
         if target not in first:
             first[target] = (run, pairs)
             blocks.append(Table(title, ["key", "value"], [[k, v] for k, v in pairs.items()],

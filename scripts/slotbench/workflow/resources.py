@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 
-from slotbench.core import urls
+from slotbench.core import hosts, urls
 from slotbench.measure.plan import cell_requests
 from slotbench.workflow.config import ConfigError, invalid
 
@@ -17,7 +17,6 @@ SLOW_TPS = 5.0
 STARTUP_S = 120  # a server start, its warm-up and the job's own start
 MEMORY_MB = {"llamacpp": 2048, "ollama": 4096}  # a managed server of the embedded size
 CLIENT_MB = 1024
-LOOPBACK = {"localhost", "::1", "ip6-localhost"}
 
 
 def endpoint_resources(target: dict, machine_cpus: list[int]) -> dict[str, int]:
@@ -40,7 +39,7 @@ def endpoint_resources(target: dict, machine_cpus: list[int]) -> dict[str, int]:
         raise ConfigError(invalid([f"config key `url` of target {target.get('name')!r}: "
                                    f"{target.get('url')!r} {exc}"])) from None
     held = {"endpoint_" + re.sub(r"\W", "_", f"{host}_{port}"): 1}
-    if host in LOOPBACK or host.startswith("127."):
+    if hosts.is_loopback(host):
         held |= {f"cpu{c}": 1 for c in machine_cpus}
     return held
 
