@@ -214,7 +214,8 @@ def write(result: dict, sides: tuple[Side, Side], out: str | Path) -> list[Path]
 def main_compare(argv: list[str]) -> int:
     parser = Parser(prog="slotbench compare", description=ANALYSIS_DOC,
                     examples=[".venv/bin/slotbench compare results/a results/b",
-                              ".venv/bin/slotbench compare old.tar.gz results --declare server.build"])
+                              ".venv/bin/slotbench compare a.tar.gz b.tar.gz "
+                              "--declare model.sha256"])
     parser.add_argument("a", help="results directory or archive (.tar.gz): the baseline")
     parser.add_argument("b", help="results directory or archive (.tar.gz): the change")
     parser.add_argument("--out", default="results/compare", help="where to write (results/compare)")

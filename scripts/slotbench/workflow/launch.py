@@ -97,7 +97,8 @@ def run_parser() -> Parser:
                   ".venv/bin/slotbench run --url http://127.0.0.1:11434 --smoke",
                   ".venv/bin/slotbench run config/capacity.yaml -- --dry-run"],
     )
-    parser.add_argument("configs", nargs="*", metavar="CONFIG", help="config files, merged in order")
+    parser.add_argument("configs", nargs="*", metavar="CONFIG",
+                        help="config files, merged in order")
     parser.add_argument("--url", help="measure the server at this URL (its backend is detected)")
     parser.add_argument("--model", help="the model to measure (Ollama, OpenAI-compatible: needed "
                         "unless the server lists exactly one)")
@@ -126,6 +127,9 @@ def _target_config(args, files: list[str], argv: list[str], repo: Path) -> str:
     name = args.experiment or exp.derived_name(backend, root, args.smoke)
     target = target_for(backend, root, model, exp.derived_name(backend, root))
     cfg = _validated(files, {exp.KEY: name, "targets": [target]}, repo)
+    if "matrix" in cfg:  # it would give the targets, and the server of --url none
+        raise CommandError("--url measures the one server there, and a config file given has a "
+                           "target matrix (`matrix:`); drop one of them")
     return exp.save(cfg, shlex.join(["slotbench", "run", *argv]), repo)
 
 

@@ -22,7 +22,8 @@ SERVERS = {
     "llamacpp": ("http://127.0.0.1:8080", None,
                  "a llama-server you started, e.g. `llama-server -m model.gguf -np 4 --port 8080`"),
     "ollama": ("http://127.0.0.1:11434", "gemma3:270m",
-               "your Ollama (`ollama pull gemma3:270m`, then `OLLAMA_NUM_PARALLEL=4 ollama serve`)"),
+               "your Ollama (`ollama pull gemma3:270m`, then "
+               "`OLLAMA_NUM_PARALLEL=4 ollama serve`)"),
     "openai": ("http://127.0.0.1:8000", "google/gemma-3-270m",
                "an OpenAI-compatible server (vLLM, SGLang, LM Studio, any /v1)"),
 }
