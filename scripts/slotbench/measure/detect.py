@@ -26,7 +26,7 @@ from slotbench.measure.backends.openai import api_root
 from slotbench.measure.backends.transport import make_session
 
 # How long each question may take: a server that is there answers these at once.
-TIMEOUT_S = 3.0
+DETECT_TIMEOUT_S = 3.0
 # (backend, path asked, what answers it), in the order asked
 PROBES = (
     ("ollama", "/api/version", "Ollama"),
@@ -81,7 +81,7 @@ def _answers_as(backend: str, resp: requests.Response) -> bool:
 
 def _unreachable(exc: requests.RequestException) -> str:
     if isinstance(exc, requests.Timeout):
-        return f"no answer in {TIMEOUT_S:g} s"
+        return f"no answer in {DETECT_TIMEOUT_S:g} s"
     said = re.search(r"\[Errno -?\d+\] ([^'\")\]]+)", str(exc))
     return said.group(1).strip().lower() if said else "cannot connect"
 
@@ -93,7 +93,7 @@ def detect(url: str, session: requests.Session | None = None) -> Server:
     answers = []
     for backend, path, what in PROBES:
         try:
-            resp = session.get(root + path, timeout=TIMEOUT_S)
+            resp = session.get(root + path, timeout=DETECT_TIMEOUT_S)
         except requests.RequestException as exc:
             # a server that is not there is not there for the next path either
             raise DetectError(f"nothing answers at {root} (tried GET {path}: {_unreachable(exc)});"
@@ -115,7 +115,7 @@ def listed_models(backend: str, root: str, session: requests.Session | None = No
     path, key, field = MODEL_LISTS[backend]
     session = session or make_session()
     try:
-        resp = session.get(root + path, timeout=TIMEOUT_S)
+        resp = session.get(root + path, timeout=DETECT_TIMEOUT_S)
     except requests.RequestException as exc:
         raise DetectError(f"cannot list the models at {root} (GET {path}: "
                           f"{_unreachable(exc)}); give --model") from None

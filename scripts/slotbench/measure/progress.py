@@ -20,7 +20,7 @@ from typing import TextIO
 
 from slotbench.measure.backends.transport import lines
 
-INTERVAL_S = 0.5  # at most about two updates a second
+REDRAW_S = 0.5  # at most about two updates a second
 CLEAR = "\r\x1b[K"  # back to the line's start, and erase it
 NOT_TOKENS = (b"data: [DONE]", b"event:", b":")  # lines of a stream that carry no token
 
@@ -122,7 +122,7 @@ class Progress:
             self.enabled = False
 
     def _run(self) -> None:
-        while not self.stop.wait(INTERVAL_S):
+        while not self.stop.wait(REDRAW_S):
             self.draw()
 
     def __enter__(self) -> "Progress":
