@@ -167,16 +167,11 @@ def archive_parser() -> Parser:
     parser = Parser(
         prog="slotbench archive",
         description=(
-            "Archive an experiment: run Snakemake's archive target with the config its results
-"
-            "were made with (results/EXPERIMENT/config.resolved.yaml, or the config.yaml that
-"
-            "slotbench run wrote there), so no --configfile is needed. The archive holds the raw
-"
-            "files with their SHA-256s, the tables, the report and the code's commit; slotbench
-"
-            "archive-verify checks it, slotbench archive-render re-renders it without a server.
-"
+            "Archive an experiment: run Snakemake's archive target with the config its results\n"
+            "were made with (results/EXPERIMENT/config.resolved.yaml, or the config.yaml that\n"
+            "slotbench run wrote there), so no --configfile is needed. The archive holds the raw\n"
+            "files with their SHA-256s, the tables, the report and the code's commit; slotbench\n"
+            "archive-verify checks it, slotbench archive-render re-renders it without a server.\n"
             "Arguments after -- go to Snakemake."),
         examples=[".venv/bin/slotbench archive",
                   ".venv/bin/slotbench archive ollama-127-0-0-1-11434"],
