@@ -41,7 +41,9 @@ POSITIONALS = {"compare": ["a", "b"], "archive-verify": ["x.tar.gz"],
 
 
 def run_cli(*args: str, cwd: Path = REPO, env: dict | None = None) -> subprocess.CompletedProcess:
-    """The command as a user starts it (`python -m slotbench` is what .venv/bin/slotbench runs)."""
+    """The command as a user starts it (`python -m slotbench` is what .venv/bin/slotbench runs),
+    this checkout's package first on the path, as the editable install of its own venv puts it."""
+    env = env or os.environ | {"PYTHONPATH": str(REPO / "scripts")}
     return subprocess.run([sys.executable, "-m", "slotbench", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 

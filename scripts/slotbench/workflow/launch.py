@@ -86,6 +86,8 @@ def checkout_path(path: str, repo: Path) -> str:
 def run_parser() -> Parser:
     parser = Parser(
         prog="slotbench run",
+        usage="slotbench run [CONFIG ...] [--url URL [--model M] [--backend B]] [--smoke]\n"
+              "                     [--experiment NAME] [-- SNAKEMAKE-ARGS]",
         description=(
             "Measure: run this checkout's workflow through Snakemake's command line. CONFIG\n"
             "files are merged over config/config.yaml, as --configfile files are; --smoke adds\n"
@@ -166,6 +168,7 @@ def main_run(argv: list[str], repo: Path = REPO,
 def archive_parser() -> Parser:
     parser = Parser(
         prog="slotbench archive",
+        usage="slotbench archive [EXPERIMENT] [-- SNAKEMAKE-ARGS]",
         description=(
             "Archive an experiment: run Snakemake's archive target with the config its results\n"
             "were made with (results/EXPERIMENT/config.resolved.yaml, or the config.yaml that\n"
