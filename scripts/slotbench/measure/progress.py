@@ -64,7 +64,7 @@ class Progress:
     # -- what the rep says ---------------------------------------------------------------------
 
     def start_cell(self, what: str, total: int) -> None:
-        """A cell begins: ``what`` it is (e.g. "arm parallel-2, position 1"), its requests."""
+        """A cell begins: ``what`` it is (e.g. "position 1: arm 2"), its requests."""
         if not self.enabled:
             return
         with self.lock:
@@ -74,7 +74,8 @@ class Progress:
     def watch(self, records: list) -> None:
         """The list the event loop puts each request's record in when it is done (called once
         per cell, before its timing starts)."""
-        self.records = records
+        if self.enabled:
+            self.records = records
 
     def end_cell(self) -> None:
         """The cell is over: its line goes, so the rep's log line takes its place."""
