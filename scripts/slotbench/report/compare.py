@@ -7,7 +7,6 @@ and the command that makes it. See slotbench.analysis.compare for what each verd
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import Counter
 from pathlib import Path
@@ -27,6 +26,7 @@ from slotbench.analysis.compare import (
     load_side,
 )
 from slotbench.core.cells import SERIAL_ARM, arm_name
+from slotbench.core.cli import Parser
 from slotbench.core.fmt import DASH, fmt_duration, fmt_num, fmt_signed_pct, missing
 from slotbench.figures.compare import plot
 from slotbench.measure.rawfiles import json_bytes
@@ -212,8 +212,10 @@ def write(result: dict, sides: tuple[Side, Side], out: str | Path) -> list[Path]
 
 
 def main_compare(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m slotbench compare", description=ANALYSIS_DOC,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(prog="slotbench compare", description=ANALYSIS_DOC,
+                    examples=[".venv/bin/slotbench compare smoke article",
+                              ".venv/bin/slotbench compare a.tar.gz b.tar.gz "
+                              "--declare model.sha256"])
     parser.add_argument("a", help="the baseline: an experiment's name (results/<name>/ of this "
                                   "checkout), a result's folder or an archive (.tar.gz)")
     parser.add_argument("b", help="the change: an experiment's name, a folder or an archive")

@@ -14,7 +14,6 @@ and fails naming any that is out of date (a test runs it).
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Callable
 
 from slotbench.core import architecture
+from slotbench.core.cli import Parser
 from slotbench.core.code import REPO
 from slotbench.figures import captions
 from slotbench.workflow.config import load_schema
@@ -185,8 +185,8 @@ def write(root: Path = REPO, registry: dict | None = None) -> list[str]:
 
 
 def main_docs(argv: list[str], root: Path = REPO, registry: dict | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog=COMMAND,
+    parser = Parser(
+        prog="slotbench docs",
         description=(
             "Write the generated documentation and print what changed: config/README.md from\n"
             "config/schema.yaml, the figures' report/<figure>.rst from "
@@ -196,9 +196,8 @@ def main_docs(argv: list[str], root: Path = REPO, registry: dict | None = None) 
             "With --check, change nothing: exit 1 naming each file that is out of date (with\n"
             "its diff), 0 when all are current."
         ),
-        epilog=(f"example, after editing config/schema.yaml or slotbench/figures/captions.py:\n"
-                f"  .venv/bin/{COMMAND}\n  .venv/bin/{COMMAND} --check"),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="after editing config/schema.yaml or slotbench/figures/captions.py:",
+        examples=[".venv/bin/slotbench docs", ".venv/bin/slotbench docs --check"],
     )
     parser.add_argument("--check", action="store_true",
                         help="only check: exit 1 if a generated file is out of date")

@@ -18,7 +18,6 @@ their own folders (its results directly in ``results/``) re-renders in that layo
 
 from __future__ import annotations
 
-import argparse
 import copy
 import hashlib
 import io
@@ -33,6 +32,7 @@ import tarfile
 import time
 from pathlib import Path, PurePosixPath
 
+from slotbench.core.cli import Parser
 from slotbench.core.code import REPO
 from slotbench.core.experiments import RESOLVED_CONFIG, RESULTS, prefix_in, split
 from slotbench.measure.fingerprint import pipeline_version
@@ -448,9 +448,10 @@ def render(archive: str | Path, out: str | Path, stream=sys.stdout) -> int:
 
 
 def main_verify(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m slotbench archive-verify",
+    parser = Parser(
+        prog="slotbench archive-verify",
         description="Check every member of a slotbench archive against its MANIFEST.sha256.",
+        examples=[".venv/bin/slotbench archive-verify results/archive/slotbench.tar.gz"],
     )
     parser.add_argument("archive", help="results/<experiment>/archive/<name>.tar.gz")
     args = parser.parse_args(argv)
@@ -464,8 +465,10 @@ def main_verify(argv: list[str]) -> int:
 
 
 def main_render(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m slotbench archive-render",
+    parser = Parser(
+        prog="slotbench archive-render",
+        examples=[".venv/bin/slotbench archive-render results/archive/slotbench.tar.gz "
+                  "--out /tmp/rerender"],
         description="Verify an archive, extract it with this checkout's workflow and re-render "
         "the report from its raw files, without any server; the tables must come out "
         "byte-identical.",

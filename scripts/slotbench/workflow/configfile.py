@@ -57,6 +57,33 @@ def configfile_problem(path: str) -> str | None:
     return None
 
 
+def read(path: str | Path) -> dict:
+    """A config file's keys; ValueError with :func:`configfile_problem`'s line if it has none."""
+    problem = configfile_problem(str(path))
+    if problem:
+        raise ValueError(problem)
+    return yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+
+
+def merged(*configs: dict) -> dict:
+    """Configs merged in order, as Snakemake merges its config files: a later file's mapping
+    is merged into the earlier one key by key, any other value (a list too) replaces it."""
+    out: dict = {}
+    for config in configs:
+        out = _merge(out, config)
+    return out
+
+
+def _merge(base: dict, update: dict) -> dict:
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
 def refuse_bad(argv: list[str]) -> None:
     """Exit with one line if a --configfile in ``argv`` cannot be read as a config; otherwise
     forget this package, so that the workflow imports the one of its own checkout."""
