@@ -30,7 +30,6 @@ from e2e_helpers import REPO
 from slotbench import __version__
 from slotbench.__main__ import COMMANDS, main
 from slotbench.core.cli import CommandError
-from slotbench.core.defaults import load_schema
 from slotbench.measure.detect import DetectError, detect, pick_model
 from slotbench.workflow import experiment as exp
 from slotbench.workflow import launch
@@ -403,9 +402,6 @@ def test_archive_with_no_results_at_all_says_so(tmp_path):
 
 
 @pytest.mark.slow  # Snakemake, the whole pipeline on a scripted llama-server
-@pytest.mark.skipif("experiment" not in load_schema()["properties"],
-                    reason="needs the results layout: config key `experiment` and "
-                           "results/<experiment>/")
 def test_run_url_measures_a_server_and_archive_archives_it(tmp_path):
     """`slotbench run --url … --smoke` on an external llama-server (the scripted one: the real
     server is not the point here), then the saved config reruns nothing and `slotbench archive`

@@ -11,7 +11,8 @@ from pathlib import Path
 import yaml
 
 from slotbench.core.code import REPO
-from slotbench.core.defaults import default, load_schema
+from slotbench.core.experiments import results_dir
+from slotbench.core.defaults import default
 from slotbench.core.urls import endpoint
 from slotbench.workflow import config as sbconfig
 from slotbench.workflow.configfile import merged, read
@@ -23,17 +24,9 @@ SAVED = "config.yaml"  # the config `slotbench run --url` writes in the experime
 CONFIGS = ("config.resolved.yaml", SAVED)
 
 
-def results_dir(experiment: str) -> str:
-    """The folder of an experiment's results, relative to the checkout."""
-    return f"results/{experiment}"
-
-
 def default_experiment() -> str:
     """The experiment of a config that names none: the schema's default."""
-    try:
-        return default(KEY)
-    except KeyError:  # a schema without the key: the default of the results layout
-        return "article"
+    return default(KEY)
 
 
 def name_problem(name: str) -> str | None:
@@ -55,9 +48,7 @@ def derived_name(backend: str, url: str, smoke: bool = False) -> str:
 
 def validate(cfg: dict) -> dict:
     """The config resolved (slotbench.workflow.config.resolve): ConfigError names what is
-    wrong. ``experiment`` is checked by a schema that has the key."""
-    if KEY not in load_schema().get("properties", {}):
-        cfg = {k: v for k, v in cfg.items() if k != KEY}
+    wrong."""
     return sbconfig.resolve(cfg)
 
 
