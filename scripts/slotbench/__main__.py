@@ -18,7 +18,8 @@ COMMANDS = {
     "compare": ("slotbench.report.compare", "main_compare",
                 "compare two results (directories or archives) arm by arm"),
     "docs": ("slotbench.report.docs", "main_docs",
-             "write the generated docs (config/README.md, report captions); --check"),
+             "write the generated docs (config/README.md, captions, README example, run "
+             "times); --check"),
 }
 
 
