@@ -8,7 +8,6 @@ A file it lacks is one line naming the file (``ResultsDirError``), never a trace
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 
 import yaml
@@ -143,7 +142,8 @@ def commit(fps: list[dict]) -> str:
 
 
 def serial_tps(summary_rows: list[dict]) -> float | None:
-    """The serial arm's aggregate tok/s, the median over targets: what sets a run's time."""
-    rates = [float(r["agg_tps"]) for r in summary_rows
-             if str(r.get("arm")) == "1" and r.get("agg_tps") not in (None, "")]
-    return round(statistics.median(rates), 1) if rates else None
+    """The serial arm's aggregate tok/s of the first target (by name), as the analysis wrote
+    it: what sets a run's time."""
+    serial = sorted((str(r["target"]), float(r["agg_tps"])) for r in summary_rows
+                    if str(r.get("arm")) == "1" and r.get("agg_tps") not in (None, ""))
+    return round(serial[0][1], 1) if serial else None

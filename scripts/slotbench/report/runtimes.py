@@ -132,10 +132,19 @@ rewrites this page; `.venv/bin/python -m slotbench docs --check` fails when the 
 the kept timings give.
 
 On your machine a run takes about as long as the time below scaled by the serial tok/s: the
-"serial tok/s" column is the serial arm's aggregate rate in that run, and your own run's is in
+"serial tok/s" column is the serial arm's aggregate rate in that run (its first target's), and your own run's is in
 its report (the per-arm table's serial-1 row). Most of a run is its reps ("measuring"); the
 rest is the server's start, warm-ups, the analysis, figures and report.
 """
+
+
+def layered(files: tuple[str, ...], repo: Path) -> tuple[str, ...]:
+    """A file whose own comment says to layer it on the smoke config, with the smoke config."""
+    smoke = "config/smoke.yaml"
+    if files and smoke not in files and f"--configfile {smoke} {files[0]}" in (
+            repo / files[0]).read_text(encoding="utf-8"):
+        return (smoke, *files)
+    return files
 
 
 def page(timings: list[dict], repo: Path = rd.REPO) -> str:
@@ -160,7 +169,8 @@ def page(timings: list[dict], repo: Path = rd.REPO) -> str:
     used = {word for t in timings for word in t["command"].split()}
     singles = [f for f in rd.candidates(repo) if len(f) < 2 and not set(f) & set(YOURS)]
     matrices = [f[0] for f in singles if f and "matrix" in f[0]]
-    missing = [rd.command(f) for f in singles if not set(f) & (used | set(matrices))
+    missing = [rd.command(layered(f, repo)) for f in singles
+               if not set(f) & (used | set(matrices))
                and rd.command(f) not in {t["command"] for t in timings}]
     if missing:
         lines += ["", "No run recorded yet: " + ", ".join(f"`{m}`" for m in missing) + "."]
