@@ -241,3 +241,61 @@ def trap_row(md: str, title: str) -> list[str]:
     """The traps-table row of one trap, as its cells."""
     line = next(line for line in md.splitlines() if line.startswith(f"| {title} |"))
     return [c.strip() for c in line.strip("|").split(" | ")]
+
+
+def results_dir(requests, results, *, cfg=None, start=T0, wall_s=100.0, **kwargs):
+    """A finished run's results directory at ``results`` (inside a working directory with
+    Snakemake's metadata records) from synthetic requests: the files the documentation reads
+    from a run (summary, checks, fingerprints, resolved config, raw files, report.md). Every
+    output's metadata record starts at or after ``start`` and the last ends ``wall_s`` later."""
+    import json
+    from pathlib import Path
+
+    from slotbench.report import document
+    from slotbench.workflow.archive import dump_config, metadata_record
+
+    results = Path(results)
+    data = run(requests, cfg=cfg, **kwargs)
+    (results / "analysis").mkdir(parents=True)
+    (results / "checks").mkdir()
+    (results / "figures").mkdir()
+    data.summary.to_csv(results / "analysis/summary.csv", index=False)
+    data.cells.to_parquet(results / "cells.parquet")
+    (results / "figures/sources.json").write_text("{}")
+    (results / "checks/headline.json").write_text(json.dumps(data.decision))
+    by_trap: dict[str, list] = {}
+    for v in data.verdicts:
+        by_trap.setdefault(v["trap"], []).append(v)
+    for trap, records in by_trap.items():
+        (results / f"checks/{trap}.json").write_text(json.dumps(records))
+    fps = []
+    for i, fp in enumerate(data.fingerprints):
+        fp = fp | {"created_utc": "2026-12-06T00:21:%02dZ" % i,
+                   "host": fp["host"] | {"machine": "x86_64"}}
+        path = results / f"fingerprint/{fp['target']}/{fp['run']}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(fp))
+        fps.append(str(path))
+    (results / "config.resolved.yaml").write_text(dump_config(data.config))
+    for (target, run_id, rep), group in requests.groupby(["target", "run", "rep"]):
+        began = start + 10 * int(rep)
+        raw = {"target": target, "run": run_id, "rep": int(rep), "started_unix": began,
+               "finished_unix": began + 8.0,
+               "cells": [{"arm": int(arm), "requests": [{} for _ in range(len(cell))]}
+                         for arm, cell in group.groupby("arm")]}
+        path = results / "raw" / raw_path(target, run_id, int(rep)).removeprefix("results/raw/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(raw))
+    inputs = {"summary": results / "analysis/summary.csv", "checks": results / "checks",
+              "cells": results / "cells.parquet", "sources": results / "figures/sources.json",
+              "fingerprints": fps}
+    md, _, _ = render(document.load(inputs, data.config, str(results / "report.md")))
+    (results / "report.md").write_text(md, encoding="utf-8")
+    workdir = results.parent
+    files = sorted(p for p in results.rglob("*") if p.is_file())
+    for i, path in enumerate(files):
+        record = workdir / metadata_record(path.relative_to(workdir).as_posix())
+        record.parent.mkdir(parents=True, exist_ok=True)
+        end = start + wall_s if path.name == "report.md" else start + 1 + i * 0.01
+        record.write_text(json.dumps({"starttime": start + i * 0.01, "endtime": end}))
+    return data

@@ -18,7 +18,9 @@ the README's first screen says how to start, and every command the docs show is 
 
 from __future__ import annotations
 
+import csv
 import importlib.util
+import io
 import json
 import os
 import re
@@ -482,3 +484,214 @@ def test_the_docs_command_rewrites_a_marked_section_and_its_check_changes_nothin
     assert docs.main_docs([], tmp_path, registry) == 2
     assert f"docs/page.md needs the line {begin}" in capsys.readouterr().err
     assert page.read_text() == "# Page\n\nNo markers.\n"
+
+
+# --------------------------------------------------------------------------------------------
+# (f) documented configs validate; the docs made from finished runs: README.md's example output
+#     and docs/run-times.md, through their records
+# --------------------------------------------------------------------------------------------
+
+
+def documented_configs() -> list[tuple[str, str, str]]:
+    """(page, file name, YAML) of every config file the docs show (a YAML block whose first line
+    names its file)."""
+    return [(page, name, body) for page in DOC_PAGES
+            for name, body in named_yaml((REPO / page).read_text(encoding="utf-8")).items()]
+
+
+def test_every_documented_config_validates_alone_and_at_the_smoke_size():
+    import yaml
+
+    from slotbench.report.results_dir import merged
+    from slotbench.workflow import config as sbconfig
+
+    shown = documented_configs()
+    names = {name for _, name, _ in shown}
+    assert {"remote-ollama.yaml", "vllm.yaml", "mybox.yaml"} <= names, names
+    base = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    smoke = yaml.safe_load((REPO / "config/smoke.yaml").read_text())
+    for page, name, body in shown:
+        for over in ({}, smoke):
+            try:
+                sbconfig.resolve(merged(merged(base, over), yaml.safe_load(body)))
+            except sbconfig.ConfigError as exc:
+                pytest.fail(f"{page}: {name} does not validate: {exc}")
+
+
+def test_the_quick_starts_name_the_settings_a_remote_server_needs():
+    import yaml
+
+    targets = (REPO / "docs/targets.md").read_text(encoding="utf-8")
+    quick = targets[targets.index("## Quick starts"):]
+    configs = named_yaml(quick)
+    ollama = yaml.safe_load(configs["remote-ollama.yaml"])["targets"][0]
+    vllm = yaml.safe_load(configs["vllm.yaml"])["targets"][0]
+    assert ollama["backend"] == "ollama" and "OLLAMA_NUM_PARALLEL" in ollama["ollama_env"]
+    assert "OLLAMA_HOST=" in quick and "127.0.0.1" not in ollama["url"]
+    assert vllm["backend"] == "openai" and vllm["url"].endswith(":8000/v1")
+    assert vllm["model"] and vllm["api_key_env"]
+    for name in ("remote-ollama.yaml", "vllm.yaml"):  # the smoke size comes first
+        smoke = f"--configfile config/smoke.yaml {name}"
+        assert quick.index(smoke) < quick.index(f"--cores 1 --configfile {name}"), name
+    assert "run-times.md" in quick
+
+
+def readme_example_text() -> str:
+    from slotbench.report import docs
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    begin = docs.BEGIN.format(name="readme-example")
+    assert readme.count(begin) == 1, "the README's example output needs its marker once"
+    return readme[readme.index(begin) + len(begin): readme.index(docs.END, readme.index(begin))]
+
+
+def test_the_readme_example_is_the_codes_wording_of_a_recorded_shipped_run():
+    from slotbench.checks import trap_modules
+    from slotbench.core.fmt import way
+    from slotbench.report import example, headline
+    from slotbench.report import results_dir as rd
+
+    record = json.loads((REPO / example.RECORD).read_text(encoding="utf-8"))
+    text = readme_example_text()
+    # its source: a shipped config, the machine, the date, and the command that wrote it
+    assert record["config"] is not None, "the README's example must come from a shipped config"
+    assert all((REPO / f).is_file() for f in record["config"])
+    source = " ".join(text.split("\n\n")[0].split())
+    assert source == example.source_line(record)
+    for said in (rd.command(tuple(record["config"])), rd.machine_text(record["machine"]),
+                 record["measured_utc"], example.COMMAND):
+        assert said in source, said
+    # every sentence is one the code writes now from that run's numbers and verdicts
+    assert text.strip("\n") == example.markdown(record).strip("\n")
+    quoted = " ".join(line[2:] for line in text.splitlines() if line.startswith("> "))
+    decision = record["decision"]
+    if decision["status"] == "refused":
+        assert "Refused: no headline for" in quoted
+    else:
+        arms = {int(r["arm"]) for r in csv.DictReader(io.StringIO(record["summary_csv"]))}
+        assert any(f"{way(a).capitalize()} concurrency " in quoted for a in arms if a > 1)
+    if decision["status"] == "provisional":
+        assert f"{headline.PROVISIONAL}" in quoted
+        traps = {m.TRAP for m in trap_modules()}
+        assert {p["trap"] for p in decision["provisional"]} <= traps
+
+
+def test_the_readme_example_wraps_without_starting_a_new_block():
+    from slotbench.report.example import quoted, wrap
+
+    words = "x" * 90 + " 2. y - z"
+    assert wrap(words, "> ", "> ", width=94) == ["> " + "x" * 90 + " 2.", "> y - z"]
+    assert quoted("- a\n- b") == ["> - a", "> - b"]
+    assert quoted("> ⚠ **w**") == ["> ⚠ **w**"]
+
+
+def test_run_times_are_stated_once_in_the_generated_page():
+    """No other page, config comment or the README states how long a shipped config takes."""
+    from slotbench.report import results_dir as rd
+
+    pages = ["README.md", *(p for p in DOC_PAGES if p != "docs/run-times.md"),
+             *(f"config/{p.name}" for p in (REPO / "config").glob("*.yaml"))]
+    stated = re.compile(r"\b(?:about|roughly|took|takes)\s+[\d.–-]+\s*(?:min|minutes)\b"
+                        r"|\b\d+ min \d+ s\b")
+    config_names = [Path(f).name for f in rd.shipped_files()] + ["default"]
+    found = []
+    for page in pages:
+        for number, line in enumerate((REPO / page).read_text(encoding="utf-8").splitlines(), 1):
+            if stated.search(line) and any(n in line for n in config_names) \
+                    and "pytest" not in line:
+                found.append(f"{page}:{number}: {line.strip()[:100]}")
+    assert not found, "\n".join(found)
+    page = (REPO / "docs/run-times.md").read_text(encoding="utf-8")
+    assert "Measured on " in page or "Machine 1: " in page
+
+
+def synthetic_repo(tmp_path: Path) -> tuple[Path, dict]:
+    """A copy of the repository's configs and a README with the example's markers, and the
+    registry of the two pages made from finished runs, rooted there."""
+    import shutil
+    from functools import partial
+
+    from slotbench.report import docs
+
+    root = tmp_path / "repo"
+    shutil.copytree(REPO / "config", root / "config")
+    (root / "docs").mkdir()
+    begin = docs.BEGIN.format(name="readme-example")
+    (root / "README.md").write_text(f"# R\n\n{begin}\n{docs.END}\n\nMore.\n")
+    registry = {"README.md": docs.Section("readme-example", partial(docs.readme_example, root)),
+                "docs/run-times.md": partial(docs.run_times, root)}
+    return root, registry
+
+
+def smoke_config() -> dict:
+    import yaml
+
+    from slotbench.report.results_dir import merged
+    from slotbench.workflow import config as sbconfig
+
+    base = yaml.safe_load((REPO / "config/config.yaml").read_text())
+    return sbconfig.canonical(sbconfig.resolve(merged(
+        base, yaml.safe_load((REPO / "config/smoke.yaml").read_text()))))
+
+
+def test_the_docs_command_records_a_finished_run_and_its_check_holds_the_pages_to_it(tmp_path,
+                                                                                     capsys):
+    import synthetic
+
+    from slotbench.report import docs
+
+    root, registry = synthetic_repo(tmp_path)
+    results = tmp_path / "work/results"
+    synthetic.results_dir(synthetic.make_requests(reps=6), results, cfg=smoke_config(),
+                          wall_s=75.4)
+    argv = ["--readme-example", str(results), "--run-times", str(results)]
+    assert docs.main_docs(argv, root, registry) == 0, capsys.readouterr().err
+    out = capsys.readouterr().out
+    assert "recorded docs/readme-example.json" in out and "wrote docs/run-times.md" in out
+    readme = (root / "README.md").read_text()
+    report = (results / "report.md").read_text()
+    headline = next(line for line in report.splitlines() if line.startswith("**Four-way"))
+    unquoted = " ".join(line[2:] for line in readme.splitlines() if line.startswith("> "))
+    assert headline in unquoted
+    assert "`.venv/bin/snakemake --cores 1 --configfile config/smoke.yaml`" in readme
+    assert "Synthetic CPU 9000 (2 CPUs, 7.5 GB memory, x86_64)" in readme
+    assert "2026-12-06 00:21 UTC" in readme
+    page = (root / "docs/run-times.md").read_text()
+    row = next(line for line in page.splitlines() if "config/smoke.yaml` |" in line)
+    # 75.4 s from the first job's start to the report; 6 reps of 8 s measured
+    assert "| 1 min 15 s | 48 s |" in row and "72 requests" in row, row
+    assert "Measured on Synthetic CPU 9000" in page
+    assert "No run recorded yet:" in page and "`.venv/bin/snakemake --cores 1`" in page
+    assert docs.main_docs(["--check"], root, registry) == 0
+    # the page follows its record: a changed record is an out-of-date page
+    times = json.loads((root / "docs/run-times.json").read_text())
+    times[0]["wall_s"] = 3600.0
+    (root / "docs/run-times.json").write_text(json.dumps(times))
+    assert docs.main_docs(["--check"], root, registry) == 1
+    assert "out of date: docs/run-times.md" in capsys.readouterr().err
+    assert docs.main_docs([], root, registry) == 0
+    assert "| 60 min 0 s |" in (root / "docs/run-times.md").read_text()
+
+
+def test_the_docs_command_refuses_a_run_it_cannot_read_in_one_line(tmp_path, capsys):
+    import synthetic
+
+    from slotbench.report import docs
+
+    root, registry = synthetic_repo(tmp_path)
+    assert docs.main_docs(["--readme-example", str(tmp_path / "none")], root, registry) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ") and "has no checks/headline.json" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+    results = tmp_path / "work/results"
+    cfg = smoke_config() | {"reps": 7}  # no shipped config has 7 reps
+    synthetic.results_dir(synthetic.make_requests(reps=6), results, cfg=cfg)
+    assert docs.main_docs(["--run-times", str(results)], root, registry) == 2
+    err = capsys.readouterr().err
+    assert "none of the shipped configs" in err and len(err.strip().splitlines()) == 1
+    # a report.md that does not say what the code says of the run is refused
+    report = results / "report.md"
+    report.write_text(report.read_text().replace("Four-way concurrency", "Four-way load"))
+    assert docs.main_docs(["--readme-example", str(results)], root, registry) == 2
+    assert "does not say what the code says" in capsys.readouterr().err
+    assert not (root / "docs/readme-example.json").exists()

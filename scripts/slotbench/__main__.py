@@ -31,7 +31,8 @@ COMMANDS = {
     "archive-render": ("slotbench.workflow.archive", "main_render",
                        "re-render the report from an archive, no server needed"),
     "docs": ("slotbench.report.docs", "main_docs",
-             "write the generated docs (config/README.md, report captions); --check"),
+             "write the generated docs (config/README.md, captions, README example, run "
+             "times); --check"),
 }
 
 

@@ -10,6 +10,12 @@ for a whole file, or a ``Section`` for the part of a hand-written Markdown file 
 (the two marker lines stay; everything between them is replaced). A new generated file or
 section is one entry. ``python -m slotbench docs`` writes them all; ``--check`` changes nothing
 and fails naming any that is out of date (a test runs it).
+
+Two are made from finished runs, through a small record kept beside them: README.md's example
+output (``--readme-example RESULTS_DIR`` records docs/readme-example.json, see example.py) and
+docs/run-times.md (``--run-times RESULTS_DIR...`` records docs/run-times.json, see
+runtimes.py). Without those options the records are read as they are, so the check still
+holds the pages to them and to the code's wording.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from slotbench.core import architecture
 from slotbench.core.cli import Parser
 from slotbench.core.code import REPO
 from slotbench.figures import captions
+from slotbench.report import example, runtimes
+from slotbench.report.results_dir import ResultsDirError
 from slotbench.workflow.config import load_schema
 
 COMMAND = "python -m slotbench docs"
@@ -138,6 +146,23 @@ def config_readme() -> str:
     return "\n".join(lines) + "\n"
 
 
+# --- pages made from finished runs (through their records) ------------------------------------
+
+
+def readme_example(root: Path = REPO) -> str:
+    """README.md's example output, from docs/readme-example.json."""
+    record = root / example.RECORD
+    if not record.is_file():
+        raise DocsError(f"{example.RECORD} is missing: record a run with {COMMAND} "
+                        "--readme-example RESULTS_DIR")
+    return example.markdown(json.loads(record.read_text(encoding="utf-8")))
+
+
+def run_times(root: Path = REPO) -> str:
+    """docs/run-times.md, from docs/run-times.json."""
+    return runtimes.page(runtimes.load(root / runtimes.RECORD), root)
+
+
 # --- the registry -----------------------------------------------------------------------------
 
 GENERATED: dict[str, Callable[[], str] | Section] = {
@@ -146,6 +171,10 @@ GENERATED: dict[str, Callable[[], str] | Section] = {
     **{f"report/{fig_id}.rst": partial(captions.caption_rst, fig_id) for fig_id in captions.TITLES},
     # the package's layers and which imports which (slotbench/core/architecture.py)
     "docs/architecture.md": Section("architecture", architecture.picture),
+    # the report excerpt near the README's top, from a recorded run (example.py)
+    "README.md": Section("readme-example", readme_example),
+    # how long each shipped config takes, from recorded runs (runtimes.py)
+    runtimes.PAGE: run_times,
 }
 
 
@@ -184,6 +213,24 @@ def write(root: Path = REPO, registry: dict | None = None) -> list[str]:
     return written
 
 
+def record_runs(root: Path, readme_results: str | None, run_results: list[str]) -> list[str]:
+    """Write the records of finished runs (docs/readme-example.json, docs/run-times.json);
+    the records written."""
+    written = []
+    if readme_results:
+        text = json.dumps(example.record(Path(readme_results), root), indent=2,
+                          ensure_ascii=False) + "\n"
+        (root / example.RECORD).write_text(text, encoding="utf-8")
+        written.append(example.RECORD)
+    if run_results:
+        new = [runtimes.timing(Path(d), root) for d in run_results]
+        kept = runtimes.load(root / runtimes.RECORD)
+        (root / runtimes.RECORD).write_text(runtimes.dump(runtimes.recorded(kept, new)),
+                                            encoding="utf-8")
+        written.append(runtimes.RECORD)
+    return written
+
+
 def main_docs(argv: list[str], root: Path = REPO, registry: dict | None = None) -> int:
     parser = Parser(
         prog="slotbench docs",
@@ -191,28 +238,42 @@ def main_docs(argv: list[str], root: Path = REPO, registry: dict | None = None) 
             "Write the generated documentation and print what changed: config/README.md from\n"
             "config/schema.yaml, the figures' report/<figure>.rst from "
             "slotbench/figures/captions.py,\n"
-            "and each generated section of a hand-written page "
-            "(slotbench/report/docs.py lists them).\n"
+            "each generated section of a hand-written page "
+            "(slotbench/report/docs.py lists them),\n"
+            "README.md's example output from docs/readme-example.json and docs/run-times.md\n"
+            "from docs/run-times.json. --readme-example and --run-times first record those\n"
+            "from finished runs' results directories.\n"
             "With --check, change nothing: exit 1 naming each file that is out of date (with\n"
             "its diff), 0 when all are current."
         ),
         epilog="after editing config/schema.yaml or slotbench/figures/captions.py:",
-        examples=[".venv/bin/slotbench docs", ".venv/bin/slotbench docs --check"],
+        examples=[".venv/bin/slotbench docs", ".venv/bin/slotbench docs --check",
+                  ".venv/bin/slotbench docs --readme-example results/article",
+                  ".venv/bin/slotbench docs --run-times results/article"],
     )
     parser.add_argument("--check", action="store_true",
                         help="only check: exit 1 if a generated file is out of date")
+    parser.add_argument("--readme-example", metavar="RESULTS_DIR",
+                        help="record README.md's example output from this finished run")
+    parser.add_argument("--run-times", metavar="RESULTS_DIR", nargs="+", default=[],
+                        help="record these finished runs' times (one per shipped config)")
     args = parser.parse_args(argv)
+    if args.check and (args.readme_example or args.run_times):
+        parser.error("--check changes nothing: give it without --readme-example and --run-times")
     try:
-        stale = out_of_date(root, registry)
         if args.check:
+            stale = out_of_date(root, registry)
             for path, diff in stale.items():
                 print(f"out of date: {path} (run {COMMAND} to rewrite it)\n{diff}",
                       file=sys.stderr)
             return 1 if stale else 0
+        recorded = record_runs(root, args.readme_example, args.run_times)
         written = write(root, registry)
-    except DocsError as exc:
+    except (DocsError, ResultsDirError) as exc:
         print(f"Error: {exc}", file=sys.stderr)
         return 2
+    for path in recorded:
+        print(f"recorded {path}")
     for path in written:
         print(f"wrote {path}")
     total = len(GENERATED if registry is None else registry)

@@ -15,8 +15,6 @@ import pandas as pd
 from slotbench.checks import read_verdicts
 from slotbench.core import defaults
 from slotbench.core.cells import arm_name
-from slotbench.core.cells import arm_name
-from slotbench.provenance import ids as prov
 from slotbench.provenance import ids as prov
 from slotbench.report.across import blocks as across_blocks
 from slotbench.report.blocks import Bullets, Heading, Paragraph, Sources
@@ -123,6 +121,13 @@ def _intro(data: ReportData, targets: list[str]) -> list:
     ]
 
 
+def read_first(decision: dict | None, fps: list[dict]) -> list:
+    """What must be read before anything of a target is read as a result: the checks'
+    warnings and the fingerprints' model mismatches."""
+    return ([Paragraph(w["text"], "warning") for w in (decision or {}).get("warnings", [])]
+            + [Paragraph(text, "warning") for text in model_warnings(fps)])
+
+
 def target_blocks(data: ReportData, target: str, index: prov.CellIndex) -> list:
     verdicts = [v for v in data.verdicts if v["target"] == target]
     decision = data.decision.get(target)
@@ -133,10 +138,7 @@ def target_blocks(data: ReportData, target: str, index: prov.CellIndex) -> list:
                         tuple(fps), data.results)
     serialised = frozenset(a for v in verdicts if v["trap"] == "serialisation" and v["fired"]
                            for a in v["arms"])
-    blocks: list = [Heading(2, f"Target: {target}")]
-    # Before anything is read as a result: what the checks say must be read first.
-    blocks += [Paragraph(w["text"], "warning") for w in (decision or {}).get("warnings", [])]
-    blocks += [Paragraph(text, "warning") for text in model_warnings(fps)]
+    blocks: list = [Heading(2, f"Target: {target}"), *read_first(decision, fps)]
     rows = data.summary[data.summary["target"] == target]
     blocks += headline_blocks(target, rows, decision, serialised, index, data.ci)
     slo = data.capacity.get("slo") or {}

@@ -189,43 +189,54 @@ def _refusal(target: str, decision: dict | None) -> str | None:
     return f"Refused: no headline for {target}. Reason: {reasons}."
 
 
+PROVISIONAL = "Provisional: "  # how a provisional headline's warning begins
+
+
+def headline_text(target, records, decision, serialised: frozenset, label: str) -> list:
+    """The words of a target's headline, without its table: the refusal, or the provisional
+    warning, the headline and the batching-or-pipelining reading of each parallel arm.
+    ``records``: the target's summary rows in arm order; ``label``: the interval level."""
+    refusal = _refusal(target, decision)
+    if refusal:
+        return [Paragraph(refusal, "refusal")]
+    blocks: list = []
+    excluded = (decision or {}).get("excluded_arms", {})
+    # the headline and its reading are the closed-loop arms' (rate arms: the open loop)
+    parallel = [r for r in records if int(r["arm"]) > SERIAL_ARM
+                and not missing(r.get("speedup")) and str(int(r["arm"])) not in excluded]
+    unquoted = (decision or {}).get("unquoted_metrics", [])
+    top = headline_sentence(parallel[-1], label, unquoted) if parallel else None
+    if top and int(parallel[-1]["arm"]) in serialised:
+        top += (
+            f" The server served {arm_name(parallel[-1]['arm'])} one request at a time "
+            "(see the warning above): this is what that server setting costs, not what "
+            "the engine can do."
+        )
+    if top and decision["status"] == "provisional":
+        why = " ".join(p["sentence"] for p in decision["provisional"])
+        blocks.append(Paragraph(PROVISIONAL + why, "warning"))
+    if top:
+        blocks.append(Paragraph(top, "headline"))
+        blocks.append(Paragraph(
+            "Both are true at once. The aggregate is the number that sets the operator's "
+            "bill; the per-user rate is the number that decides whether anyone wants to use "
+            "the server."
+        ))
+    else:
+        blocks.append(Paragraph("No parallel arm has a speedup to headline.", "note"))
+    readings = [s for s in (decomposition_sentence(r, int(r["arm"]) in serialised)
+                            for r in parallel) if s]
+    if readings:
+        blocks += [Heading(3, "Batching or pipelining"), Bullets(readings)]
+    return blocks
+
+
 def headline_blocks(target, rows, decision, serialised: frozenset, index, ci: float) -> list:
     """Refusal or headline, the batching-or-pipelining reading, the per-arm table and sources."""
     label = ci_label(ci)
     refusal = _refusal(target, decision)
-    blocks: list = []
     records = sorted((r for _, r in rows.iterrows()), key=lambda r: arm_order(r["arm"]))
-    if refusal:
-        blocks.append(Paragraph(refusal, "refusal"))
-    else:
-        excluded = (decision or {}).get("excluded_arms", {})
-        # the headline and its reading are the closed-loop arms' (rate arms: the open loop)
-        parallel = [r for r in records if int(r["arm"]) > SERIAL_ARM
-                    and not missing(r.get("speedup")) and str(int(r["arm"])) not in excluded]
-        unquoted = (decision or {}).get("unquoted_metrics", [])
-        top = headline_sentence(parallel[-1], label, unquoted) if parallel else None
-        if top and int(parallel[-1]["arm"]) in serialised:
-            top += (
-                f" The server served {arm_name(parallel[-1]['arm'])} one request at a time "
-                "(see the warning above): this is what that server setting costs, not what "
-                "the engine can do."
-            )
-        if top and decision["status"] == "provisional":
-            why = " ".join(p["sentence"] for p in decision["provisional"])
-            blocks.append(Paragraph(f"Provisional: {why}", "warning"))
-        if top:
-            blocks.append(Paragraph(top, "headline"))
-            blocks.append(Paragraph(
-                "Both are true at once. The aggregate is the number that sets the operator's "
-                "bill; the per-user rate is the number that decides whether anyone wants to use "
-                "the server."
-            ))
-        else:
-            blocks.append(Paragraph("No parallel arm has a speedup to headline.", "note"))
-        readings = [s for s in (decomposition_sentence(r, int(r["arm"]) in serialised)
-                                for r in parallel) if s]
-        if readings:
-            blocks += [Heading(3, "Batching or pipelining"), Bullets(readings)]
+    blocks = headline_text(target, records, decision, serialised, label)
     title = "Per-arm results"
     note = (
         "Ratios are within-rep against serial-1 of the same rep; medians across reps, runs "
