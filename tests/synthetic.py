@@ -271,19 +271,19 @@ def results_dir(requests, results, *, cfg=None, start=T0, wall_s=100.0, **kwargs
     fps = []
     for i, fp in enumerate(data.fingerprints):
         fp = fp | {"created_utc": "2026-12-06T00:21:%02dZ" % i,
-                   "host": fp["host"] | {"machine": "x86_64"}}
+                   "client_host": fp["client_host"] | {"machine": "x86_64"}}
         path = results / f"fingerprint/{fp['target']}/{fp['run']}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(fp))
         fps.append(str(path))
-    (results / "config.resolved.yaml").write_text(dump_config(data.config))
+    (results / "config.resolved.yaml").write_text(dump_config(data.config, results / "config.resolved.yaml"))
     for (target, run_id, rep), group in requests.groupby(["target", "run", "rep"]):
         began = start + 10 * int(rep)
         raw = {"target": target, "run": run_id, "rep": int(rep), "started_unix": began,
                "finished_unix": began + 8.0,
                "cells": [{"arm": int(arm), "requests": [{} for _ in range(len(cell))]}
                          for arm, cell in group.groupby("arm")]}
-        path = results / "raw" / raw_path(target, run_id, int(rep)).removeprefix("results/raw/")
+        path = results / "raw" / raw_path(target, run_id, int(rep)).split("/raw/", 1)[1]
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(raw))
     inputs = {"summary": results / "analysis/summary.csv", "checks": results / "checks",

@@ -116,8 +116,11 @@ def fingerprints(results: Path) -> list[dict]:
 
 
 def machine(fps: list[dict]) -> dict:
-    """The machine the fingerprints name (the first run's; runs on one machine share it)."""
-    host = min(fps, key=lambda fp: str(fp.get("created_utc")))["host"]
+    """The client host the fingerprints name (the first run's; runs on one machine share it);
+    fingerprints written before the client host was told apart from the server's call it
+    ``host``."""
+    first = min(fps, key=lambda fp: str(fp.get("created_utc")))
+    host = first.get("client_host") or first.get("host") or {}
     return {k: host.get(k) for k in ("cpu_model", "cores", "memory_gb", "machine")}
 
 
