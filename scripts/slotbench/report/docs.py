@@ -246,8 +246,9 @@ def main_docs(argv: list[str], root: Path = REPO, registry: dict | None = None) 
             "With --check, change nothing: exit 1 naming each file that is out of date (with\n"
             "its diff), 0 when all are current."
         ),
-        epilog="after editing config/schema.yaml or slotbench/figures/captions.py:",
-        examples=[".venv/bin/slotbench docs", ".venv/bin/slotbench docs --check",
+        examples=[".venv/bin/slotbench docs          # after editing config/schema.yaml or "
+                  "captions.py",
+                  ".venv/bin/slotbench docs --check",
                   ".venv/bin/slotbench docs --readme-example results/article",
                   ".venv/bin/slotbench docs --run-times results/article"],
     )

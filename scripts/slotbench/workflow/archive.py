@@ -451,7 +451,7 @@ def main_verify(argv: list[str]) -> int:
     parser = Parser(
         prog="slotbench archive-verify",
         description="Check every member of a slotbench archive against its MANIFEST.sha256.",
-        examples=[".venv/bin/slotbench archive-verify results/archive/slotbench.tar.gz"],
+        examples=[".venv/bin/slotbench archive-verify results/smoke/archive/smoke.tar.gz"],
     )
     parser.add_argument("archive", help="results/<experiment>/archive/<name>.tar.gz")
     args = parser.parse_args(argv)
@@ -467,7 +467,7 @@ def main_verify(argv: list[str]) -> int:
 def main_render(argv: list[str]) -> int:
     parser = Parser(
         prog="slotbench archive-render",
-        examples=[".venv/bin/slotbench archive-render results/archive/slotbench.tar.gz "
+        examples=[".venv/bin/slotbench archive-render results/smoke/archive/smoke.tar.gz "
                   "--out /tmp/rerender"],
         description="Verify an archive, extract it with this checkout's workflow and re-render "
         "the report from its raw files, without any server; the tables must come out "
