@@ -160,3 +160,13 @@ def fill(directory: Path, leave_bytes: int = 0) -> Path:
     finally:
         os.close(fd)
     return filler
+
+
+def slotbench(workdir: Path, *args: str, cache: Path, timeout: float = 900,
+              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run the ``slotbench`` command in ``workdir`` as its venv's launcher runs it (``python -m
+    slotbench``), with that checkout's package first on the path; ``cache`` as for snakemake."""
+    env = os.environ | {"PYTHONUNBUFFERED": "1", "SLOTBENCH_CACHE": str(cache),
+                        "PYTHONPATH": str(Path(workdir) / "scripts")} | (env or {})
+    return subprocess.run([sys.executable, "-m", "slotbench", *args], cwd=workdir,
+                          capture_output=True, text=True, timeout=timeout, env=env)

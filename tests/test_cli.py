@@ -5,8 +5,8 @@ would a real one's, and writes the config that reproduces the run; `archive` fin
 experiment's config.
 
 Nothing here starts Snakemake: `run` and `archive` are given a stand-in for the start that
-records the Snakemake arguments and the directory it would run in (the end-to-end run of
-`slotbench run --url` is the slow test at the end).
+records the Snakemake arguments and the directory it would run in (tests/test_e2e_front_door.py
+runs `slotbench run --url` end to end on a real llama-server).
 """
 
 from __future__ import annotations
@@ -288,6 +288,21 @@ def test_run_url_with_config_files_experiment_and_snakemake_args(checkout, capsy
     assert f"model {server.model}, the one model" in capsys.readouterr().err
 
 
+def test_run_url_on_an_openai_compatible_server_writes_its_backend_and_model(checkout, capsys):
+    started = Started()
+    with OpenAIDouble(models=["google/gemma-3-270m"]) as server:
+        assert launch.main_run(["--url", server.url + "/v1", "--smoke"], checkout, started) == 0
+    [(args, _)] = started.calls
+    cfg = yaml.safe_load((checkout / args[-1]).read_text())
+    [target] = cfg["targets"]
+    assert (target["backend"], target["model"], target["managed"]) == (
+        "openai", "google/gemma-3-270m", False)
+    assert target["url"].rstrip("/").removesuffix("/v1") == server.url
+    assert cfg["experiment"].startswith("openai-127-0-0-1-") and cfg["experiment"].endswith(
+        "-smoke")
+    assert "is openai" in capsys.readouterr().err
+
+
 def test_run_url_refuses_a_bad_config_before_snakemake(checkout, tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("reps: 0\n")
@@ -396,29 +411,3 @@ def test_archive_finds_the_experiments_config(checkout, capsys):
 def test_archive_with_no_results_at_all_says_so(tmp_path):
     with pytest.raises(CommandError, match="no experiment has results yet"):
         launch.main_archive(["x"], tmp_path, Started())
-
-
-# --- end to end --------------------------------------------------------------------------------
-
-
-@pytest.mark.slow  # Snakemake, the whole pipeline on a scripted llama-server
-def test_run_url_measures_a_server_and_archive_archives_it(tmp_path):
-    """`slotbench run --url … --smoke` on an external llama-server (the scripted one: the real
-    server is not the point here), then the saved config reruns nothing and `slotbench archive`
-    archives that experiment."""
-    from e2e_helpers import copy_repo, jobs_run, snakemake
-
-    work = copy_repo(tmp_path / "repo")
-    env = os.environ | {"PYTHONPATH": str(work / "scripts"), "SLOTBENCH_CACHE": str(tmp_path)}
-    with FaultServer(token_s=0.001, measured_predict=16) as server:
-        proc = run_cli("run", "--url", server.url, "--smoke", "--experiment", "cli", cwd=work,
-                       env=env)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        folder = work / exp.results_dir("cli")
-        assert (folder / "report.md").is_file() and (folder / "config.yaml").is_file()
-        again = snakemake(work, "--configfile", f"{exp.results_dir('cli')}/config.yaml",
-                          cache=tmp_path)
-        assert again.returncode == 0 and jobs_run(again) == [], again.stderr[-3000:]
-        archived = run_cli("archive", "cli", cwd=work, env=env)
-        assert archived.returncode == 0, archived.stderr[-3000:]
-        assert list(folder.rglob("*.tar.gz")), "no archive written"

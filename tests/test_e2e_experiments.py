@@ -1,6 +1,6 @@
 """Experiments kept apart, on the real embedded server: two more experiments beside the session's
 smoke run, measured by two Snakemakes at once, each into its own folder, one at a time on the
-one server, leaving the first one's files as they were; the archive of one experiment holds that
+one server, leaving the first one's files as they were; `slotbench archive smoke` archives that
 experiment alone; a results/ from before experiments had their own folders gets a note and is
 left untouched."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from e2e_helpers import (
     SMOKE, copy_repo, copy_work, file_states, jobs_run, llama_servers_under, results_dir,
-    snakemake,
+    slotbench, snakemake,
 )
 from slotbench.workflow import archive
 
@@ -82,7 +82,7 @@ def test_the_first_experiment_is_untouched(two):
 
 def test_the_archive_of_one_experiment_holds_it_alone(two):
     work, before, _, cache = two
-    proc = snakemake(work, "archive", *SMOKE, cache=cache)
+    proc = slotbench(work, "archive", "smoke", cache=cache)  # no config file needed
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert not {"fingerprint", "plan", "rep"} & set(jobs_run(proc)), "a request was sent"
     tarball = results_dir(work) / "archive/smoke.tar.gz"
