@@ -137,6 +137,17 @@ def test_canonical_config_ignores_key_order():
     assert canonical(a)["runs"] == ["b", "a"]  # lists keep their order
 
 
+def test_the_resolved_config_is_the_same_whatever_order_its_keys_came_in():
+    """Snakemake compares params by repr: a prompt written template-first and the same prompt
+    read back from the sorted config.resolved.yaml (what `slotbench archive` gives Snakemake)
+    must resolve alike, or the plan and every rep would run again."""
+    prompt = {"template": "Request {nonce}. Hi.", "nonces": True, "nonce_digits": 6}
+    a = resolve({"prompt": prompt, "reps": 3})
+    b = resolve({"reps": 3, "prompt": dict(reversed(prompt.items()))})
+    assert repr(a) == repr(b) and list(a) == sorted(a)
+    assert repr(resolve(yaml.safe_load(yaml.safe_dump(a, sort_keys=True)))) == repr(a)
+
+
 def test_configfile_args_are_found_in_every_spelling():
     from slotbench.workflow.configfile import configfile_args
 

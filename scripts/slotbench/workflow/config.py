@@ -239,9 +239,9 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
     cfg["arms"] = sorted((canonical(a) if isinstance(a, dict) else a for a in cfg["arms"]),
                          key=lambda a: arm_order(arm_id(a)))
     # sorted keys all the way down: Snakemake compares params by repr, so key order in a YAML
-    # file must not look like a change and rerun measurement
-    cfg["targets"] = [canonical(t) for t in cfg["targets"]]
-    return cfg
+    # file (a config file's, or the sorted config.resolved.yaml that `slotbench archive` gives
+    # Snakemake) must not look like a change and rerun measurement
+    return canonical(cfg)
 
 
 def _matrix_problems(value, schema: dict) -> list[str]:

