@@ -492,3 +492,18 @@ def test_a_side_that_is_not_there_is_one_line(tmp_path, capsys):
     rc = compare_doc.main_compare([str(tmp_path / "nowhere"), "nonesuch"])
     err = capsys.readouterr().err
     assert rc == 1 and err.count("\n") == 1 and "neither a path nor an experiment" in err, err
+
+
+def test_two_results_with_no_target_in_common_are_one_line_and_exit_1(monkeypatch, tmp_path,
+                                                                       capsys):
+    """compare pairs targets by name: an embedded run against `slotbench run --url`'s target
+    has nothing to pair, and says so rather than write an empty comparison."""
+    sides = {"smoke": side("smoke", ratios(seed=1, target="embedded")),
+             "mine": side("mine", ratios(seed=2, target="llamacpp-127-0-0-1-8080"))}
+    monkeypatch.setattr(compare_doc, "load_side", sides.__getitem__)
+    assert compare_doc.main_compare(["smoke", "mine", "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(
+        "compare: smoke and mine have no target in common (smoke: embedded; mine: "
+        "llamacpp-127-0-0-1-8080)")
+    assert not (tmp_path / "out").exists()

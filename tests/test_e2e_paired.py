@@ -9,7 +9,8 @@ them as a paired design (10 pairs, ABBA) and the test reads what it concluded:
 - paired, the 10% slower server is "B slower" on every absolute rate, and its within-rep ratios
   are unchanged;
 - the same server's first and second halves, compared unpaired as two results measured at
-  different times, are never "B slower": the absolute rates are "confounded with time";
+  different times, are never "B slower": the absolute rates are "confounded with time"; so are
+  the two identical servers' halves, whose URLs differ, each row naming the time between them;
 - every pair was measured in its planned order, and the report shows the section.
 """
 
@@ -133,6 +134,49 @@ def test_unpaired_halves_measured_at_different_times_are_never_called_slower(run
     verdicts = {(r["arm"], r["metric"]): r["verdict"] for r in rec["rows"]}
     assert compare.SLOWER not in verdicts.values(), verdicts
     assert {verdicts[k] for k in ABSOLUTE_ROWS} == {compare.CONFOUNDED}, verdicts
+
+
+def test_identical_servers_on_two_urls_measured_at_different_times_carry_the_time_in_every_row(
+        run, tmp_path):
+    """Two results of the two identical servers, ``a``'s first half against ``same``'s second
+    half, compared unpaired: their fingerprints differ in the URL, and the machine drifted in
+    between. No absolute rate says "B slower" or "B faster" without the time between the
+    measurements and the serial arm's move in its own row, the URL one possible explanation
+    beside time."""
+    from slotbench.measure.fingerprint import current_fields
+    from slotbench.report import compare as compare_doc
+
+    work, _ = run
+    folder = results_dir(work, DEFAULT_EXPERIMENT)
+    ratios = pd.read_parquet(folder / "analysis/ratios.parquet")
+    half = PAIRS // 2
+
+    def side(name, target, reps):
+        fp = json.loads((folder / f"fingerprint/{target}/run1.json").read_text())
+        cells = ratios[(ratios["target"] == target) & ratios["rep"].isin(reps)]
+        return compare.Side(name, cells.assign(target="drift"), {},
+                            {"drift": current_fields(fp)})
+
+    a = side("A", "drift-a", range(1, half + 1))
+    b = side("B", "drift-same", range(half + 1, PAIRS + 1))
+    result = compare.compare(a, b, n_boot=400)
+    rec = result["targets"]["drift"]
+    urls = rec["differences"]["config.target.url"]
+    assert urls[0] != urls[1], rec["differences"]
+    assert rec["time_gap_s"] > 5, rec["time_gap_s"]
+    absolute = [r for r in rec["rows"] if r["metric"] in compare.ABSOLUTE]
+    assert len(absolute) == len(ABSOLUTE_ROWS)
+    for row in absolute:
+        assert row["time_gap_s"] == rec["time_gap_s"] and row["serial_move"] is not None, row
+        assert "config.target.url" in row["may_explain"], row
+        assert row["verdict"] not in (compare.SLOWER, compare.FASTER), row
+    md, *_ = compare_doc.write(result, (a, b), tmp_path)
+    lines = [line for line in md.read_text().splitlines()
+             if line.startswith("| serial-") or line.startswith("| parallel-")]
+    rates = [line for line in lines if "aggregate tok/s" in line or "per-user tok/s" in line]
+    assert len(rates) == len(ABSOLUTE_ROWS)
+    assert all(" after A" in line and "config.target.url" in line for line in rates), rates
+    assert not any("| B slower" in line or "| B faster" in line for line in rates), rates
 
 
 def test_the_report_has_the_paired_section_and_its_figure(run):

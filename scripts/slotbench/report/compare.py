@@ -238,6 +238,12 @@ def main_compare(argv: list[str]) -> int:
         return 1
     result = compare(*sides, n_boot=args.bootstrap, ci=args.ci, seed=args.seed,
                      declared=tuple(args.declare))
+    if not result["targets"]:  # compare pairs targets by name: nothing to write
+        names = [", ".join(sorted(set(s.ratios["target"].astype(str)))) or "none" for s in sides]
+        print(f"compare: {args.a} and {args.b} have no target in common ({args.a}: {names[0]}; "
+              f"{args.b}: {names[1]}); compare two results of one target, e.g. two runs of "
+              "slotbench run --url on the same URL", file=sys.stderr)
+        return 1
     written = write(result, sides, args.out)
     for target, rec in result["targets"].items():
         counts = Counter(r["verdict"] or "refused" for r in rec["rows"]).most_common()
