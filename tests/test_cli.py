@@ -338,6 +338,24 @@ def test_run_without_url_runs_the_configs_as_snakemake_would(checkout, tmp_path)
     assert not (checkout / "results").exists()
 
 
+def test_a_config_naming_its_experiment_at_the_smoke_size_measures_beside_it(checkout, tmp_path):
+    """`slotbench run mine.yaml --smoke` then `slotbench run mine.yaml`: the smoke run goes to
+    results/remote-smoke/, so the full run measures its own reps in results/remote/."""
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("experiment: remote\nreps: 4\n")
+    started = Started()
+    assert launch.main_run([str(mine), "--smoke"], checkout, started) == 0
+    assert launch.main_run([str(mine)], checkout, started) == 0
+    assert launch.main_run([str(mine), "--smoke", "--experiment", "try"], checkout, started) == 0
+    assert [args for args, _ in started.calls] == [
+        ["--cores", "1", "--config", "experiment=remote-smoke", "--configfile",
+         "config/smoke.yaml", str(mine)],
+        ["--cores", "1", "--configfile", str(mine)],
+        ["--cores", "1", "--config", "experiment=try", "--configfile", "config/smoke.yaml",
+         str(mine)],
+    ]
+
+
 @pytest.mark.parametrize("args,said", [
     (["--model", "m"], "--model and --backend describe the server of --url"),
     (["--experiment", "a/b"], "experiment name 'a/b' is not"),

@@ -530,9 +530,11 @@ def test_the_quick_starts_name_the_settings_a_remote_server_needs():
     assert "OLLAMA_HOST=" in quick and "127.0.0.1" not in ollama["url"]
     assert vllm["backend"] == "openai" and vllm["url"].endswith(":8000/v1")
     assert vllm["model"] and vllm["api_key_env"]
-    for name in ("remote-ollama.yaml", "vllm.yaml"):  # the smoke size comes first
-        smoke = f"--configfile config/smoke.yaml {name}"
-        assert quick.index(smoke) < quick.index(f"--cores 1 --configfile {name}"), name
+    for name in ("remote-ollama.yaml", "vllm.yaml"):  # the smoke size first, in its own folder
+        experiment = yaml.safe_load(configs[name])["experiment"]
+        smoke = re.search(rf"slotbench run {name} --smoke +# .*results/{experiment}-smoke/", quick)
+        full = re.search(rf"slotbench run {name} +# .*results/{experiment}/", quick)
+        assert smoke and full and smoke.start() < full.start(), name
     assert "run-times.md" in quick
 
 

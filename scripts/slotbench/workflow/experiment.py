@@ -42,8 +42,13 @@ def derived_name(backend: str, url: str, smoke: bool = False) -> str:
     ``-smoke`` for the smoke size; every character a folder name should not hold becomes -."""
     _, host, port = endpoint(url)
     name = re.sub(r"[^A-Za-z0-9_-]+", "-", f"{backend}-{host}-{port}").strip("-")
-    suffix = "-smoke" if smoke else ""
-    return name[: 64 - len(suffix)] + suffix
+    return smoke_name(name) if smoke else name[:64]
+
+
+def smoke_name(name: str) -> str:
+    """The experiment of ``name``'s config at the smoke size: ``<name>-smoke``, 64 characters at
+    most."""
+    return name[: 64 - len("-smoke")] + "-smoke"
 
 
 def validate(cfg: dict) -> dict:

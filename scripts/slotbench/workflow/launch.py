@@ -26,6 +26,7 @@ from slotbench.workflow.config import ConfigError
 from slotbench.workflow.configfile import configfile_problem
 
 SMOKE = "config/smoke.yaml"
+SMOKE_EXPERIMENT = "smoke"  # config/smoke.yaml's experiment
 CORES = re.compile(r"--cores(=.*)?|--jobs(=.*)?|-[cj]\S*")
 
 
@@ -107,7 +108,8 @@ def run_parser() -> Parser:
     parser.add_argument("--backend", choices=sorted(BACKENDS),
                         help="the server's backend, instead of detecting it")
     parser.add_argument("--smoke", action="store_true",
-                        help="the smoke size (config/smoke.yaml): about a minute")
+                        help="the smoke size (config/smoke.yaml; docs/run-times.md says how long "
+                        "it takes); a config naming its experiment NAME measures into NAME-smoke")
     parser.add_argument("--experiment", metavar="NAME", help="the experiment's name: its results "
                         "go to results/NAME/ (default: the config's, or with --url "
                         "<backend>-<host>-<port>, -smoke with --smoke)")
@@ -159,9 +161,14 @@ def main_run(argv: list[str], repo: Path = REPO,
     if args.url:
         return starter(snakemake_args([_target_config(args, files, argv, repo)], extra), repo)
     named = {exp.KEY: args.experiment} if args.experiment else {}
-    _validated(files, named, repo)
+    cfg = _validated(files, named, repo)
+    if args.smoke and not named and cfg[exp.KEY] != SMOKE_EXPERIMENT:
+        # a config naming its own experiment, at the smoke size: beside it, not in it, so the
+        # full run later measures its own reps rather than the smoke run's again
+        named = {exp.KEY: exp.smoke_name(cfg[exp.KEY])}
+        _validated(files, named, repo)
     if named:
-        extra = ["--config", f"{exp.KEY}={args.experiment}", *extra]
+        extra = ["--config", f"{exp.KEY}={named[exp.KEY]}", *extra]
     return starter(snakemake_args(files, extra), repo)
 
 
