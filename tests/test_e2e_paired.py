@@ -7,7 +7,7 @@ them as a paired design (10 pairs, ABBA) and the test reads what it concluded:
 
 - paired, ``same`` against ``a`` is "no detectable change" on every row;
 - paired, the 10% slower server is "B slower" on every absolute rate, and its within-rep ratios
-  are unchanged;
+  move by less than 5%;
 - the same server's first and second halves, compared unpaired as two results measured at
   different times, are never "B slower": the absolute rates are "confounded with time"; so are
   the two identical servers' halves, whose URLs differ, each row naming the time between them;
@@ -115,9 +115,13 @@ def test_paired_a_ten_percent_slower_server_is_found_slower_and_its_ratios_uncha
         assert rows[key]["verdict"] == compare.SLOWER, (key, rows[key])
         assert 0.8 < rows[key]["ratio"] < 0.97 and rows[key]["ratio_hi"] < 1, rows[key]
         assert rows[key]["pairs"] == PAIRS
-    for key, row in rows.items():  # within each rep, the ratios did not change
+    for key, row in rows.items():  # within each rep, the ratios barely moved
         if key not in ABSOLUTE_ROWS:
-            assert row["verdict"] == compare.NO_CHANGE, (key, row)
+            # a 10% slower token makes the fixed costs a smaller share of a request, so a ratio
+            # may really move by a percent or two, and ten quiet pairs can detect that (two
+            # fresh clones found 2-way speedup 1.98 against 2.00, and TTFT ratio 1.04 against
+            # 1.01, "B faster"): what must hold is that the move is small
+            assert abs(row["ratio"] - 1) < 0.05, (key, row)
 
 
 def test_unpaired_halves_measured_at_different_times_are_never_called_slower(run):

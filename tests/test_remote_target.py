@@ -29,7 +29,7 @@ import pytest
 
 import synthetic as syn
 from doubles.fault_server import FaultServer
-from e2e_helpers import copy_repo
+from e2e_helpers import SMOKE_EXPERIMENT, copy_repo, results_dir
 from slotbench.core import hosts
 from slotbench.measure import hostload, thermal
 from slotbench.measure.backends import make_backend
@@ -53,8 +53,8 @@ CLIENT_TITLES = {"thermal": "Thermal throttling (client host)",
 
 
 def result(work: Path, *parts: str) -> Path:
-    """A file of a finished run's results (one place to change if the layout moves)."""
-    return work.joinpath("results", *parts)
+    """A file of the finished smoke-sized run's results (its experiment's folder)."""
+    return results_dir(work, SMOKE_EXPERIMENT).joinpath(*parts)
 
 
 # --- which machine a URL names ------------------------------------------------------------------
