@@ -697,3 +697,25 @@ def test_the_docs_command_refuses_a_run_it_cannot_read_in_one_line(tmp_path, cap
     assert docs.main_docs(["--readme-example", str(results)], root, registry) == 2
     assert "does not say what the code says" in capsys.readouterr().err
     assert not (root / "docs/readme-example.json").exists()
+
+
+def test_a_shipped_config_is_known_under_any_experiment_name():
+    """`slotbench run config/paired.yaml --smoke` measures into paired-smoke what
+    `snakemake --configfile config/smoke.yaml config/paired.yaml` measures into paired: one
+    shipped way to run, whose run time is recorded alike; a changed setting is none."""
+    import yaml
+
+    from slotbench.report import results_dir as rd
+    from slotbench.workflow import config as sbconfig
+
+    def resolved(*files, **over):
+        cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
+        for f in files:
+            cfg = rd.merged(cfg, yaml.safe_load((REPO / f).read_text()))
+        return sbconfig.resolve(rd.merged(cfg, over))
+
+    pair = ("config/smoke.yaml", "config/paired.yaml")
+    assert rd.shipped_config(resolved(*pair)) == pair
+    assert rd.shipped_config(resolved(*pair, experiment="paired-smoke")) == pair
+    assert rd.shipped_config(resolved(experiment="mine")) == ()
+    assert rd.shipped_config(resolved(*pair, reps=5)) is None

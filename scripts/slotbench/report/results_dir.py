@@ -86,13 +86,16 @@ def _load(repo: Path, rel: str) -> dict:
 
 def shipped_config(cfg: dict, repo: Path = REPO) -> tuple[str, ...] | None:
     """The --configfile files of the shipped way to run whose resolved config is ``cfg`` (()
-    for the default), or None when it is none of them."""
+    for the default), or None when it is none of them. The experiment's name is not part of
+    the match: `slotbench run config/paired.yaml --smoke` measures into paired-smoke what
+    `--configfile config/smoke.yaml config/paired.yaml` measures into paired."""
     want = sbconfig.canonical(cfg)
     base = _load(repo, DEFAULT_CONFIG)
     for files in candidates(repo):
         config = base
         for rel in files:
             config = merged(config, _load(repo, rel))
+        config = merged(config, {"experiment": cfg.get("experiment")})
         try:
             if sbconfig.canonical(sbconfig.resolve(config)) == want:
                 return files
