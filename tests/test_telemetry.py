@@ -73,3 +73,41 @@ def test_a_busy_ratio_declared_a_counter_is_found_under_the_parsers_total_name()
     samples = tm.parse(text)
     assert any(s.metric == tm.LLAMACPP_BUSY_PER_DECODE + "_total" for s in samples)
     assert tm.value(samples, tm.LLAMACPP_BUSY_PER_DECODE) == 1.0
+
+
+def test_the_scraper_samples_on_its_own_thread_and_a_dead_source_is_missing():
+    """Two sources, one scripted exporter with a counter growing 100 J a second and a gauge,
+    one that refuses: every scrape of the live one reads its truth at that moment (within one
+    interval), the dead one is a missing scrape with its reason, never a failure."""
+    import time
+
+    from doubles.exporter import Exporter
+
+    energy = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"
+    with Exporter({energy: ("counter", lambda t: 100_000 * t),  # mJ, 100 W
+                   "vllm:num_requests_running": ("gauge", lambda t: 3)}) as live, \
+            Exporter({}) as dead:
+        dead.dead = True
+        origin = time.monotonic()
+        with tm.Scraper([live.url + "/metrics", dead.url + "/metrics"], 0.05,
+                        origin=origin) as scraper:
+            before = scraper.scrape_now()
+            time.sleep(0.5)
+            after = scraper.scrape_now()
+    live_scrapes = [s for s in scraper.scrapes if s.source.startswith(live.url)]
+    assert len(live_scrapes) >= 5  # the thread scraped between the two
+    assert all(s.samples is None and s.error == "HTTP 503" for s in scraper.scrapes
+               if s.source.startswith(dead.url))
+    joules = (tm.value(after[0].samples, energy) - tm.value(before[0].samples, energy)) / 1000
+    elapsed = after[0].t_s - before[0].t_s
+    assert joules == pytest.approx(100 * elapsed, abs=100 * 0.05)
+    assert tm.value(after[0].samples, "vllm:num_requests_running") == 3
+
+
+def test_a_stalled_source_times_out_as_missing():
+    from doubles.exporter import Exporter
+
+    with Exporter({"up": ("gauge", lambda t: 1)}) as slow:
+        slow.stall_s = 0.5
+        samples, error = tm.scrape(__import__("requests"), slow.url + "/metrics", 0.1)
+    assert samples is None and error == "no answer within 0.1 s"

@@ -60,3 +60,76 @@ def counter_delta(before: list[Sample], after: list[Sample], metric: str) -> flo
     if v0 is None or v1 is None or v1 < v0:
         return None
     return v1 - v0
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """One scrape of one source: when it was asked (seconds on the caller's clock), what it
+    answered, or why it gave nothing (then ``samples`` is None: missing, not empty)."""
+
+    t_s: float
+    source: str
+    samples: list[Sample] | None
+    error: str | None = None
+
+
+def scrape(session, url: str, timeout_s: float) -> tuple[list[Sample] | None, str | None]:
+    """GET ``url`` and parse it; (None, why) on any failure: a scrape never raises."""
+    import requests
+
+    try:
+        response = session.get(url, timeout=timeout_s)
+        if response.status_code != 200:
+            return None, f"HTTP {response.status_code}"
+        return parse(response.text), None
+    except requests.Timeout:
+        return None, f"no answer within {timeout_s:g} s"
+    except requests.RequestException as exc:
+        return None, f"{type(exc).__name__}: {str(exc)[:200]}"
+    except ValueError as exc:  # the parser's: not the Prometheus text format
+        return None, f"not Prometheus text: {str(exc)[:200]}"
+
+
+class Scraper:
+    """Scrapes ``sources`` every ``interval_s`` on a thread of its own (off the client's event
+    loop) while open; ``scrape_now()`` takes one of each at once (just before and just after a
+    cell). Times are ``clock() - origin``; each source gets at most ``interval_s`` (at least
+    0.05 s) to answer."""
+
+    def __init__(self, sources: list[str], interval_s: float, clock=None, origin: float = 0.0):
+        import threading
+        import time
+
+        import requests
+
+        self.sources, self.interval_s = list(sources), interval_s
+        self.clock, self.origin = clock or time.monotonic, origin
+        self.scrapes: list[Scrape] = []
+        self._session = requests.Session()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="slotbench-telemetry",
+                                        daemon=True)
+
+    def scrape_now(self) -> list[Scrape]:
+        taken = []
+        for source in self.sources:
+            t = self.clock() - self.origin
+            samples, error = scrape(self._session, source, max(self.interval_s, 0.05))
+            taken.append(Scrape(t, source, samples, error))
+        with self._lock:
+            self.scrapes.extend(taken)
+        return taken
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.scrape_now()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._session.close()
