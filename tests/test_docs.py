@@ -502,7 +502,7 @@ def documented_configs() -> list[tuple[str, str, str]]:
 def test_every_documented_config_validates_alone_and_at_the_smoke_size():
     import yaml
 
-    from slotbench.report.results_dir import merged
+    from slotbench.workflow.configfile import merged
     from slotbench.workflow import config as sbconfig
 
     shown = documented_configs()
@@ -628,7 +628,7 @@ def synthetic_repo(tmp_path: Path) -> tuple[Path, dict]:
 def smoke_config() -> dict:
     import yaml
 
-    from slotbench.report.results_dir import merged
+    from slotbench.workflow.configfile import merged
     from slotbench.workflow import config as sbconfig
 
     base = yaml.safe_load((REPO / "config/config.yaml").read_text())
@@ -707,12 +707,13 @@ def test_a_shipped_config_is_known_under_any_experiment_name():
 
     from slotbench.report import results_dir as rd
     from slotbench.workflow import config as sbconfig
+    from slotbench.workflow.configfile import merged
 
     def resolved(*files, **over):
         cfg = yaml.safe_load((REPO / "config/config.yaml").read_text())
         for f in files:
-            cfg = rd.merged(cfg, yaml.safe_load((REPO / f).read_text()))
-        return sbconfig.resolve(rd.merged(cfg, over))
+            cfg = merged(cfg, yaml.safe_load((REPO / f).read_text()))
+        return sbconfig.resolve(merged(cfg, over))
 
     pair = ("config/smoke.yaml", "config/paired.yaml")
     assert rd.shipped_config(resolved(*pair)) == pair

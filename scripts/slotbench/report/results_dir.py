@@ -14,6 +14,7 @@ import yaml
 
 from slotbench.core.code import REPO
 from slotbench.workflow import config as sbconfig
+from slotbench.workflow.configfile import merged
 
 CONFIG_DIR = "config"
 DEFAULT_CONFIG = "config/config.yaml"  # the Snakefile's configfile: every run starts from it
@@ -52,18 +53,6 @@ def resolved_config(results: Path) -> dict:
     if not isinstance(cfg, dict):
         raise ResultsDirError(f"{path}: holds no config")
     return cfg
-
-
-def merged(base: dict, over: dict) -> dict:
-    """``over`` merged into ``base`` as Snakemake merges --configfile files: mappings key by key,
-    anything else replaced."""
-    out = dict(base)
-    for key, value in over.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merged(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def shipped_files(repo: Path = REPO) -> list[str]:
