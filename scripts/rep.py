@@ -14,12 +14,15 @@ from slotbench.measure.rawfiles import check_free_space, read_json, restore_unsa
 from slotbench.measure.servers.base import ServerError
 from slotbench.measure.targets import connect
 from slotbench.measure.thermal import available_sources
+from slotbench.workflow import config as sbconfig
 from slotbench.workflow import measuring
 
 
 def main(sm) -> None:
     target, run, rep = sm.wildcards.target, sm.wildcards.run, int(sm.wildcards.rep)
     settings = dict(sm.params.settings)
+    # where telemetry is scraped: from the config, not params, so it re-measures nothing
+    telemetry = sbconfig.telemetry_settings(sbconfig.resolve(dict(sm.config)), target)
     plan = read_json(sm.input.plan)
     raw_dir = Path(sm.output.raw).parent
     kept = len(list(raw_dir.glob("rep*.json"))) if raw_dir.is_dir() else 0
@@ -60,7 +63,8 @@ def main(sm) -> None:
                                       client_processes=client["processes"])
                 raw = run_rep(conn, plan, entry, settings, pipeline_version(), log=log,
                               thermal_sources=available_sources(),
-                              host=host_source(conn), client=client)
+                              host=host_source(conn), client=client,
+                              telemetry=telemetry)
         except (RepError, ServerError, BackendError, RuntimeError) as exc:
             fail(str(exc) if isinstance(exc, RepError) else
                  f"target {target}, run {run}, rep {rep}: {exc}", log, cause=exc)

@@ -91,11 +91,17 @@ def test_the_scraper_samples_on_its_own_thread_and_a_dead_source_is_missing():
         origin = time.monotonic()
         with tm.Scraper([live.url + "/metrics", dead.url + "/metrics"], 0.05,
                         origin=origin) as scraper:
-            before = scraper.scrape_now()
-            time.sleep(0.5)
-            after = scraper.scrape_now()
+            time.sleep(0.2)  # between cells, nothing is scraped
+            assert scraper.scrapes == []
+            with scraper.cell(2, 1):
+                time.sleep(0.5)
+            time.sleep(0.2)
     live_scrapes = [s for s in scraper.scrapes if s.source.startswith(live.url)]
-    assert len(live_scrapes) >= 5  # the thread scraped between the two
+    phases = [s.phase for s in live_scrapes]
+    assert phases[0] == "before" and phases[-1] == "after"
+    assert phases.count("during") >= 5  # the thread scraped between the two
+    assert {(s.arm, s.position) for s in scraper.scrapes} == {(2, 1)}
+    before, after = live_scrapes[:1], live_scrapes[-1:]
     assert all(s.samples is None and s.error == "HTTP 503" for s in scraper.scrapes
                if s.source.startswith(dead.url))
     joules = (tm.value(after[0].samples, energy) - tm.value(before[0].samples, energy)) / 1000

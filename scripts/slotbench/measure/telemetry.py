@@ -65,12 +65,23 @@ def counter_delta(before: list[Sample], after: list[Sample], metric: str) -> flo
 @dataclass(frozen=True)
 class Scrape:
     """One scrape of one source: when it was asked (seconds on the caller's clock), what it
-    answered, or why it gave nothing (then ``samples`` is None: missing, not empty)."""
+    answered, or why it gave nothing (then ``samples`` is None: missing, not empty); and which
+    cell it belongs to: ``phase`` before, during or after the cell at ``arm``/``position``."""
 
     t_s: float
     source: str
     samples: list[Sample] | None
     error: str | None = None
+    phase: str | None = None
+    arm: int | None = None
+    position: int | None = None
+
+    def record(self) -> dict:
+        """As the raw file keeps it."""
+        return {"t_s": self.t_s, "source": self.source, "phase": self.phase, "arm": self.arm,
+                "position": self.position, "error": self.error,
+                "samples": None if self.samples is None else [
+                    [s.metric, dict(s.labels), s.value] for s in self.samples]}
 
 
 def scrape(session, url: str, timeout_s: float) -> tuple[list[Sample] | None, str | None]:
@@ -91,10 +102,14 @@ def scrape(session, url: str, timeout_s: float) -> tuple[list[Sample] | None, st
 
 
 class Scraper:
-    """Scrapes ``sources`` every ``interval_s`` on a thread of its own (off the client's event
-    loop) while open; ``scrape_now()`` takes one of each at once (just before and just after a
-    cell). Times are ``clock() - origin``; each source gets at most ``interval_s`` (at least
-    0.05 s) to answer."""
+    """Scrapes ``sources`` on a thread of its own (off the client's event loop).
+
+    ``scrape_now()`` takes one scrape of each source at once. Inside ``with scraper.cell(arm,
+    position):`` it scrapes every source just before the cell, every ``interval_s`` while the
+    cell runs and just after it, each scrape tagged with the cell and its phase; between cells
+    (the warm-up included) the thread waits and scrapes nothing. Times are ``clock() -
+    origin``; each source gets at most ``interval_s`` (at least 0.05 s) to answer, so a source
+    that stalls delays nothing by more than that."""
 
     def __init__(self, sources: list[str], interval_s: float, clock=None, origin: float = 0.0):
         import threading
@@ -107,23 +122,56 @@ class Scraper:
         self.scrapes: list[Scrape] = []
         self._session = requests.Session()
         self._stop = threading.Event()
+        self._active = threading.Event()
         self._lock = threading.Lock()
+        self._cell: tuple[int | None, int | None] = (None, None)
         self._thread = threading.Thread(target=self._run, name="slotbench-telemetry",
                                         daemon=True)
 
-    def scrape_now(self) -> list[Scrape]:
+    def scrape_now(self, phase: str | None = None) -> list[Scrape]:
+        arm, position = self._cell
         taken = []
         for source in self.sources:
             t = self.clock() - self.origin
             samples, error = scrape(self._session, source, max(self.interval_s, 0.05))
-            taken.append(Scrape(t, source, samples, error))
+            taken.append(Scrape(t, source, samples, error, phase, arm, position))
         with self._lock:
             self.scrapes.extend(taken)
         return taken
 
+    def cell(self, arm: int, position: int):
+        """Scrape just before, during and just after the cell at ``arm``/``position``."""
+        from contextlib import contextmanager
+
+        @contextmanager
+        def scraping():
+            with self._lock:
+                self._cell = (arm, position)
+            self.scrape_now("before")
+            self._active.set()
+            try:
+                yield self
+            finally:
+                self._active.clear()
+                with self._lock:  # a scrape in flight finishes before the last one is taken
+                    pass
+                self.scrape_now("after")
+                self._cell = (None, None)
+
+        return scraping()
+
+    def records(self) -> list[dict]:
+        with self._lock:
+            return [s.record() for s in sorted(self.scrapes, key=lambda s: s.t_s)]
+
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.scrape_now()
+        while not self._stop.is_set():
+            if not self._active.wait(0.05):
+                continue
+            if self._stop.wait(self.interval_s):
+                return
+            if self._active.is_set():
+                self.scrape_now("during")
 
     def __enter__(self):
         self._thread.start()
@@ -133,3 +181,38 @@ class Scraper:
         self._stop.set()
         self._thread.join()
         self._session.close()
+
+
+def root_metrics_url(base_url: str) -> str:
+    """``/metrics`` at the root of the server that ``base_url`` names (llama-server's, vLLM's and
+    SGLang's place for it, whatever path the API has, e.g. /v1)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(base_url)
+    return urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
+
+
+def telemetry_sources(base_url: str, settings: dict, local=(), probe_timeout_s: float = 2.0
+                      ) -> list[dict]:
+    """What a rep scrapes: the server's endpoint (``metrics_url``, else its root /metrics, tried
+    once now and scraped only when it answers), every exporter (always scraped: one that does not
+    answer is a missing series, never a failed rep), and ``local`` energy sources (objects with
+    ``name``). Each: name, role (server, exporter, local), given (named in the config), scraped,
+    note (why it is not, or what the probe said)."""
+    import requests
+
+    given = settings.get("metrics_url")
+    server = {"name": given or root_metrics_url(base_url), "role": "server",
+              "given": bool(given), "scraped": True, "note": None}
+    if not given:
+        with requests.Session() as session:
+            samples, error = scrape(session, server["name"], probe_timeout_s)
+        if samples is None:
+            server |= {"scraped": False,
+                       "note": f"the server has no Prometheus endpoint there ({error}); name it "
+                               "with the target's metrics_url if it has one elsewhere"}
+    exporters = [{"name": url, "role": "exporter", "given": True, "scraped": True, "note": None}
+                 for url in settings.get("exporters") or []]
+    energy = [{"name": s.name, "role": "local", "given": False, "scraped": True, "note": None}
+              for s in local]
+    return [server, *exporters, *energy]
