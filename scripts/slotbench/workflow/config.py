@@ -308,6 +308,11 @@ def _target_problems(targets: list[dict]) -> list[str]:
             )
         elif "url" in target and urls.problem(f"targets[{i}].url", target["url"]):
             problems.append(urls.problem(f"targets[{i}].url", target["url"]))
+        if target["managed"] and "metrics_url" in target:
+            problems.append(
+                f"config key `targets[{i}].metrics_url`: target {target['name']!r} is managed, "
+                "and the pipeline scrapes the /metrics of the server it starts; drop metrics_url"
+            )
         scraped = [(f"targets[{i}].metrics_url", target["metrics_url"])] if (
             "metrics_url" in target) else []
         scraped += [(f"targets[{i}].exporters[{j}]", url)
