@@ -15,6 +15,7 @@ from slotbench.report.blocks import Heading, Paragraph, Table
 from slotbench.report.traps import TargetContext
 
 NOT_ASSESSABLE = "not assessable"
+EVIDENCE = ["server_batch", "server_queue", "j_per_token", "usd_per_mtok"]
 
 
 def interval(row, name: str, digits: int = 2) -> str:
@@ -48,6 +49,11 @@ def blocks(rows: pd.DataFrame, ctx: TargetContext) -> list:
     before telemetry existed (no such columns)."""
     if rows.empty or "server_batch" not in rows:
         return []
+    if rows.reindex(columns=EVIDENCE).isna().all().all():  # nothing to tabulate: say why
+        why = _note(rows, "telemetry_note") or "the server reported none of it"
+        return [Heading(3, "The server's own evidence and a token's cost"),
+                Paragraph(f"The server's batch per decode step, its queue, and the energy and "
+                          f"cost of a token are not assessable: {why}.")]
     ci = ctx.ci
     energy = _note(rows, "energy_source")
     priced = "usd_per_mtok" in rows and rows["usd_per_mtok"].notna().any()

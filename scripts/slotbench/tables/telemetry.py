@@ -43,4 +43,8 @@ def window(samples, t0: float, t1: float) -> dict:
 
 
 def cell_evidence(raw: dict, samples, t0: float, t1: float) -> dict:
+    if "telemetry" not in raw:
+        return dict.fromkeys(TELEMETRY_COLUMNS) | {
+            "telemetry_note": "the rep was measured before slotbench scraped the server's "
+                              "telemetry"}
     return window(samples, t0, t1)
