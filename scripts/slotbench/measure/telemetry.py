@@ -90,13 +90,27 @@ def scrape(session, url: str, timeout_s: float) -> tuple[list[Sample] | None, st
         return None, f"not Prometheus text: {str(exc)[:200]}"
 
 
+def source_name(source) -> str:
+    """A source's name in the scrapes: its URL, or a local source's ``name``."""
+    return source if isinstance(source, str) else source.name
+
+
+def read_local(source) -> tuple[list[Sample] | None, str | None]:
+    """A local source's samples (``source.read()``); (None, why) on any failure: never raises."""
+    try:
+        return list(source.read()), None
+    except Exception as exc:  # noqa: BLE001 - a local source may fail any way; kept as missing
+        return None, f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
 class Scraper:
     """Scrapes ``sources`` every ``interval_s`` on a thread of its own (off the client's event
     loop) while open; ``scrape_now()`` takes one of each at once (just before and just after a
     cell). Times are ``clock() - origin``; each source gets at most ``interval_s`` (at least
-    0.05 s) to answer."""
+    0.05 s) to answer. A source is a URL (a str, scraped over HTTP) or a local source with a
+    ``name`` and a ``read()`` giving samples (measure/energy.py)."""
 
-    def __init__(self, sources: list[str], interval_s: float, clock=None, origin: float = 0.0):
+    def __init__(self, sources: list, interval_s: float, clock=None, origin: float = 0.0):
         import threading
         import time
 
@@ -115,8 +129,11 @@ class Scraper:
         taken = []
         for source in self.sources:
             t = self.clock() - self.origin
-            samples, error = scrape(self._session, source, max(self.interval_s, 0.05))
-            taken.append(Scrape(t, source, samples, error))
+            if isinstance(source, str):
+                samples, error = scrape(self._session, source, max(self.interval_s, 0.05))
+            else:
+                samples, error = read_local(source)
+            taken.append(Scrape(t, source_name(source), samples, error))
         with self._lock:
             self.scrapes.extend(taken)
         return taken
