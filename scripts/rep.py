@@ -6,6 +6,7 @@ from pathlib import Path
 from slotbench.core.entry import fail, progress_log
 from slotbench.core.experiments import split
 from slotbench.measure.backends import BackendError
+from slotbench.measure.energy import local_sources
 from slotbench.measure.execute import RepError, run_rep
 from slotbench.measure.fingerprint import pipeline_version
 from slotbench.measure.hostload import host_source
@@ -64,7 +65,7 @@ def main(sm) -> None:
                 raw = run_rep(conn, plan, entry, settings, pipeline_version(), log=log,
                               thermal_sources=available_sources(),
                               host=host_source(conn), client=client,
-                              telemetry=telemetry)
+                              telemetry=telemetry, local_energy=local_sources())
         except (RepError, ServerError, BackendError, RuntimeError) as exc:
             fail(str(exc) if isinstance(exc, RepError) else
                  f"target {target}, run {run}, rep {rep}: {exc}", log, cause=exc)

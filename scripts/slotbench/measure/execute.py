@@ -171,7 +171,7 @@ def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict
 
 def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code: dict,
             log=sys.stderr, thermal_sources=(), host=None, client: dict | None = None,
-            telemetry: dict | None = None, local_energy=()) -> dict:
+            telemetry: dict | None = None, local_energy=((), {})) -> dict:
     """Measure one rep and return its raw record (the caller writes it atomically).
 
     Background samplers record the machine's thermal state and, with a ``host`` source, what the
@@ -182,8 +182,9 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
     requests; the rep plan's shares split each cell over them. On a terminal, a progress line
     shows each cell as it runs (slotbench.measure.progress); never in ``log``. ``telemetry``
     (workflow.config.telemetry_settings) says which Prometheus endpoints are scraped around and
-    during each cell, and how often; ``local_energy`` adds this machine's energy counters
-    (slotbench.measure.energy). The warm-up is never scraped.
+    during each cell, and how often; ``local_energy`` (readable sources, {name: why not}) adds
+    this machine's energy counters (slotbench.measure.energy.local_sources). The warm-up is
+    never scraped.
     """
     ctx = {"target": plan["target"], "run": plan["run"], "rep": rep_entry["rep"]}
     label = f"{ctx['target']} {ctx['run']} rep {ctx['rep']}"
@@ -204,10 +205,11 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
                           conn.backend.timeout_s, processes, client.get("cpus"))
     except Exception as exc:  # noqa: BLE001 - a client process that cannot start fails the rep
         raise _failure(ctx, None, None, None, exc, conn) from exc
-    sources = telemetry_sources(conn.backend.base_url, telemetry or {}, local_energy)
+    readable, unreadable = local_energy
+    sources = telemetry_sources(conn.backend.base_url, telemetry or {}, readable, unreadable)
     interval = float((telemetry or {}).get("interval_s", 0.25))
-    scraper = Scraper([s["name"] for s in sources if s["scraped"] and s["role"] != "local"],
-                      interval)
+    scraper = Scraper([s["name"] for s in sources if s["scraped"] and s["role"] != "local"]
+                      + list(readable), interval)
     with sampler, host_sampler, clients, scraper, Progress(label) as progress:
         warmup = _warm_up(conn, clients, rep_entry, settings, ctx, label, log)
         origin = time.monotonic()

@@ -101,6 +101,19 @@ def scrape(session, url: str, timeout_s: float) -> tuple[list[Sample] | None, st
         return None, f"not Prometheus text: {str(exc)[:200]}"
 
 
+def source_name(source) -> str:
+    """A source's name in the scrapes: its URL, or a local source's ``name``."""
+    return source if isinstance(source, str) else source.name
+
+
+def read_local(source) -> tuple[list[Sample] | None, str | None]:
+    """A local source's samples (``source.read()``); (None, why) on any failure: never raises."""
+    try:
+        return list(source.read()), None
+    except Exception as exc:  # noqa: BLE001 - a local source may fail any way; kept as missing
+        return None, f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
 class Scraper:
     """Scrapes ``sources`` on a thread of its own (off the client's event loop).
 
@@ -109,9 +122,10 @@ class Scraper:
     cell runs and just after it, each scrape tagged with the cell and its phase; between cells
     (the warm-up included) the thread waits and scrapes nothing. Times are ``clock() -
     origin``; each source gets at most ``interval_s`` (at least 0.05 s) to answer, so a source
-    that stalls delays nothing by more than that."""
+    that stalls delays nothing by more than that. A source is a URL (a str, scraped over HTTP)
+    or a local source with a ``name`` and a ``read()`` giving samples (measure/energy.py)."""
 
-    def __init__(self, sources: list[str], interval_s: float, clock=None, origin: float = 0.0):
+    def __init__(self, sources: list, interval_s: float, clock=None, origin: float = 0.0):
         import threading
         import time
 
@@ -133,8 +147,11 @@ class Scraper:
         taken = []
         for source in self.sources:
             t = self.clock() - self.origin
-            samples, error = scrape(self._session, source, max(self.interval_s, 0.05))
-            taken.append(Scrape(t, source, samples, error, phase, arm, position))
+            if isinstance(source, str):
+                samples, error = scrape(self._session, source, max(self.interval_s, 0.05))
+            else:
+                samples, error = read_local(source)
+            taken.append(Scrape(t, source_name(source), samples, error, phase, arm, position))
         with self._lock:
             self.scrapes.extend(taken)
         return taken
@@ -192,13 +209,13 @@ def root_metrics_url(base_url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
 
 
-def telemetry_sources(base_url: str, settings: dict, local=(), probe_timeout_s: float = 2.0
-                      ) -> list[dict]:
+def telemetry_sources(base_url: str, settings: dict, local=(), unavailable: dict | None = None,
+                      probe_timeout_s: float = 2.0) -> list[dict]:
     """What a rep scrapes: the server's endpoint (``metrics_url``, else its root /metrics, tried
     once now and scraped only when it answers), every exporter (always scraped: one that does not
     answer is a missing series, never a failed rep), and ``local`` energy sources (objects with
-    ``name``). Each: name, role (server, exporter, local), given (named in the config), scraped,
-    note (why it is not, or what the probe said)."""
+    ``name``; ``unavailable`` names those that cannot be read here, with why). Each: name, role
+    (server, exporter, local), given (named in the config), scraped, note (why it is not)."""
     import requests
 
     given = settings.get("metrics_url")
@@ -215,4 +232,6 @@ def telemetry_sources(base_url: str, settings: dict, local=(), probe_timeout_s: 
                  for url in settings.get("exporters") or []]
     energy = [{"name": s.name, "role": "local", "given": False, "scraped": True, "note": None}
               for s in local]
+    energy += [{"name": name, "role": "local", "given": False, "scraped": False, "note": why}
+               for name, why in (unavailable or {}).items()]
     return [server, *exporters, *energy]
