@@ -127,7 +127,7 @@ def raw_of(scrapes, before=(), after=(), roles=None) -> dict:
     """A rep's raw record with the telemetry section the measurement writes, from a scraper's
     scrapes: those in ``before``/``after`` are the cell's edges, the rest taken during it."""
     def phase(s):
-        return "before" if s in before else "after" if s in after else "during"
+        return s.phase or ("before" if s in before else "after" if s in after else "during")
     sources = list(dict.fromkeys(s.source for s in scrapes))
     return {"target": "t", "run": "r", "rep": 1, "telemetry": {
         "interval_s": 0.1,
@@ -173,11 +173,12 @@ def test_a_live_vllm_and_dcgm_window_reads_batch_queue_energy_and_tokens():
         origin = time.monotonic()
         with tm.Scraper([server.url + "/metrics", power.url + "/metrics"], 0.1,
                         origin=origin) as scraper:
-            before = scraper.scrape_now()
-            t0 = time.monotonic() - origin
-            time.sleep(1.2)
-            t1 = time.monotonic() - origin
-            after = scraper.scrape_now()
+            with scraper.cell(0, 0):
+                t0 = time.monotonic() - origin
+                time.sleep(1.2)
+                t1 = time.monotonic() - origin
+        before = [s for s in scraper.scrapes if s.phase == "before"]
+        after = [s for s in scraper.scrapes if s.phase == "after"]
     rows = rows_of(raw_of(scraper.scrapes, before, after))
     assert (rows["error"].isna()).all() and rows["labels"].str.startswith("{").all()
     server_rows = rows[rows["source"] == server.url + "/metrics"]
@@ -267,12 +268,13 @@ def test_an_exporter_that_dies_mid_window_leaves_energy_none_and_says_why():
     with Exporter(dcgm(energy_mj=lambda t: 150_000 * t)) as gpu:
         origin = time.monotonic()
         with tm.Scraper([gpu.url + "/metrics"], 0.1, origin=origin) as scraper:
-            before = scraper.scrape_now()
-            time.sleep(0.5)
-            t_half = time.monotonic() - origin
-            gpu.dead = True
-            time.sleep(0.5)
-            after = scraper.scrape_now()
+            with scraper.cell(0, 0):
+                time.sleep(0.5)
+                t_half = time.monotonic() - origin
+                gpu.dead = True
+                time.sleep(0.5)
+        before = [s for s in scraper.scrapes if s.phase == "before"]
+        after = [s for s in scraper.scrapes if s.phase == "after"]
     rows = rows_of(raw_of(scraper.scrapes, before, after))
     refused = rows[rows["error"].notna()]
     assert len(refused) >= 3 and (refused["error"] == "HTTP 503").all()
@@ -297,9 +299,10 @@ def test_a_source_that_never_answers_gives_none_everywhere_and_a_note():
     with Exporter(vllm()) as server:
         url = server.url + "/no-metrics-here"
         with tm.Scraper([url], 0.1, origin=time.monotonic()) as scraper:
-            before = scraper.scrape_now()
-            time.sleep(0.3)
-            after = scraper.scrape_now()
+            with scraper.cell(0, 0):
+                time.sleep(0.3)
+        before = [s for s in scraper.scrapes if s.phase == "before"]
+        after = [s for s in scraper.scrapes if s.phase == "after"]
     rows = rows_of(raw_of(scraper.scrapes, before, after))
     got = tt.window(rows, before[0].t_s, after[0].t_s)
     assert got.pop("telemetry_note") == f"no scrape answered: HTTP 404 from {url}"
