@@ -263,3 +263,19 @@ def test_old_results_run_through_every_check_with_both_not_assessable():
     # the synthetic cells have 4 requests: one round at parallel-4, two at parallel-2
     assert not by_trap["rounds"].assessable and "too few" in by_trap["rounds"].summary
     assert "rounds" in details
+
+
+def test_the_report_shows_the_two_states_of_an_arm():
+    requests, _ = split_arm()
+    requests = requests.assign(
+        prompt_tokens=160, nonce=[f"n{i}" for i in range(len(requests))], done_reason="length",
+        timing_source="server", cache_n=0, prompt_n=160,
+        raw_file=[synthetic.raw_path("t", "run1", int(rep)) for rep in requests["rep"]])
+    md, page, _, _ = synthetic.rendered(requests)
+    row = synthetic.trap_row(md, rounds.TITLE)
+    assert row[1] == "yes" and row[3] == "parallel-2: 7 slower and 33 faster rounds"
+    assert synthetic.trap_row(md, batching.TITLE)[1] == "not assessable"
+    details = md[md.index(f"#### {rounds.TITLE}"):]
+    assert "| parallel-2, slower | 7 | 20.1 | n/a | slot 0 ×14 | 0: 2, 1: 5 | no |" in details
+    assert "| parallel-2, faster | 33 | 34.0 |" in details
+    assert "integrity/t/rounds/clusters" in page

@@ -41,7 +41,7 @@ LITTLE_GAIN = 1.2
 CONTRADICTION_GAIN = 1.5
 FULL_SHARE = 0.8
 LOSS_GAIN = 0.8
-NO_TELEMETRY = "the results have no server batch (measured before the server's metrics were read)"
+NO_TELEMETRY = "the results were measured before the server's metrics were read"
 
 
 def _sequences(batch: float) -> str:
@@ -75,7 +75,8 @@ def judge_arm(arm: int, batch: float, streams: float, gain: float) -> dict:
         return row | {"kind": "contradiction", "text": (
             f"at {name} the server decoded {_sequences(batch)}, yet gen_gain was {gain_text}: a "
             "server that batched nothing cannot multiply the generation stage, so one of the two "
-            f"numbers is wrong ({constant(ONE_NEAR=ONE_NEAR, CONTRADICTION_GAIN=CONTRADICTION_GAIN)})")}
+            "numbers is wrong "
+            f"({constant(ONE_NEAR=ONE_NEAR, CONTRADICTION_GAIN=CONTRADICTION_GAIN)})")}
     if not pd.isna(streams) and batch >= FULL_SHARE * streams and not pd.isna(gain) \
             and gain < LOSS_GAIN:
         return row | {"kind": "contradiction", "text": (

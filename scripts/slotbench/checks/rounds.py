@@ -176,7 +176,8 @@ def _mean_batch(frame: pd.DataFrame) -> float:
 
 
 def _cluster(frame: pd.DataFrame, name: str) -> dict:
-    return {"cluster": name, "rounds": len(frame), "user_tps_median": stats.median(frame["user_tps"]),
+    return {"cluster": name, "rounds": len(frame),
+            "user_tps_median": stats.median(frame["user_tps"]),
             "cells": sorted(set(frame["cell"])), "server_batch": _mean_batch(frame),
             "slots": _slots_text(frame["slots"]), "positions": _positions(frame)}
 
