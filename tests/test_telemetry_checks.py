@@ -279,3 +279,14 @@ def test_the_report_shows_the_two_states_of_an_arm():
     assert "| parallel-2, slower | 7 | 20.1 | n/a | slot 0 ×14 | 0: 2, 1: 5 | no |" in details
     assert "| parallel-2, faster | 33 | 34.0 |" in details
     assert "integrity/t/rounds/clusters" in page
+
+
+def test_the_loader_reads_server_metrics_only_where_the_file_is(tmp_path):
+    from slotbench.checks.base import read_optional
+
+    assert read_optional(None).empty and read_optional(tmp_path / "absent.parquet").empty
+    samples = pd.DataFrame({"target": ["t"], "run": ["run1"], "rep": [0], "t_s": [1.0],
+                            "metric": ["llamacpp:n_decode_total"], "value": [12.0]})
+    samples.to_parquet(tmp_path / "server_metrics.parquet")
+    read = read_optional(tmp_path / "server_metrics.parquet")
+    assert list(read["value"]) == [12.0]

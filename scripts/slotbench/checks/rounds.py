@@ -114,9 +114,11 @@ def rounds(requests: pd.DataFrame, server_metrics: pd.DataFrame | None = None) -
                       user_tps=("_rate", "mean"), t0=("t_sent_s", "min"),
                       t1=("t_done_s", "max")).reset_index()
     if "id_slot" in req:
-        slots = grouped["id_slot"].agg(
-            lambda s: ";".join(str(int(v)) for v in sorted(s.dropna())) or None)
-        out["slots"] = slots.to_numpy()
+        slot = pd.to_numeric(req["id_slot"], errors="coerce")
+        named = req.assign(_slot=slot)[slot.notna()].sort_values([*keys, "_slot"])
+        named["_slot"] = named["_slot"].astype(int).astype(str)
+        slots = named.groupby(keys, sort=True)["_slot"].agg(";".join)
+        out["slots"] = slots.reindex(pd.MultiIndex.from_frame(out[keys])).to_numpy()
     else:
         out["slots"] = None
     out = out.dropna(subset=["user_tps"]).rename(columns={"_round": "round"})
