@@ -290,3 +290,23 @@ def test_the_loader_reads_server_metrics_only_where_the_file_is(tmp_path):
     samples.to_parquet(tmp_path / "server_metrics.parquet")
     read = read_optional(tmp_path / "server_metrics.parquet")
     assert list(read["value"]) == [12.0]
+
+
+def test_the_servers_token_counter_is_cross_checked_with_the_clients_count():
+    """A cell whose server counted more tokens than the client received (another client on the
+    server) is named; equal counts agree; no counter read is not assessable, never agreement."""
+    from slotbench.checks import server_numbers as sn
+
+    cells = pd.DataFrame({"target": ["t"] * 3, "run": ["run1"] * 3, "rep": [1, 1, 2],
+                          "arm": [1, 2, 1], "position": [0, 1, 0],
+                          "tokens_out": [128, 128, 128],
+                          "server_output_tokens": [128.0, 200.0, 128.0]})
+    n, bad, example = sn.counter_disagreements(cells)
+    assert n == 3 and len(bad) == 1 and "counted 200" in example and "received 128" in example
+    clause, _, warning = sn.counter_clause(cells)
+    assert "disagreed" in clause and warning.startswith("Warning:")
+    agree = cells.assign(server_output_tokens=128.0)
+    assert sn.counter_clause(agree)[0].endswith("equalled the client's count")
+    unread = cells.assign(server_output_tokens=float("nan"))
+    assert "not assessable" in sn.counter_clause(unread)[0]
+    assert "not assessable" in sn.counter_clause(cells.drop(columns="server_output_tokens"))[0]
