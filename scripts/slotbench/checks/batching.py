@@ -84,10 +84,10 @@ def judge_arm(arm: int, batch: float, streams: float, gain: float) -> dict:
             f"client held, yet gen_gain was {gain_text}: batching that many should not lose "
             "generation throughput against one at a time, so one of the two numbers is wrong "
             f"({constant(FULL_SHARE=FULL_SHARE, LOSS_GAIN=LOSS_GAIN)})")}
-    if one and not pd.isna(streams) and streams >= 2:
+    if one and arm >= 2:  # the client held ``arm`` in flight, whatever the server took of them
         return row | {"kind": "serialised", "text": (
             f"the server decoded {_sequences(batch)} at {name}: it serialised what the client "
-            f"sent in parallel ({streams:g} in flight; {constant(ONE_NEAR=ONE_NEAR)})")}
+            f"sent in parallel ({arm} in flight; {constant(ONE_NEAR=ONE_NEAR)})")}
     if batch >= BATCHED and not pd.isna(gain) and gain < LITTLE_GAIN:
         return row | {"kind": "little", "text": (
             f"at {name} the server decoded {_sequences(batch)}, so batching was available; "
