@@ -169,7 +169,9 @@ def test_a_server_without_metrics_and_an_exporter_that_dies_leave_the_reps_whole
     folder = results_dir(result["work"], DEFAULT_EXPERIMENT)
     cells = pd.read_parquet(folder / "cells.parquet")
     assert len(cells) == 4 and cells["server_batch"].isna().all()
-    assert cells["telemetry_note"].str.contains("no Prometheus endpoint there (HTTP 404)").all()
+    assert cells["telemetry_note"].str.contains("no Prometheus endpoint at http://",
+                                                regex=False).all(), cells["telemetry_note"]
+    assert cells["telemetry_note"].str.contains("/metrics (HTTP 404)", regex=False).all()
     scraped = pd.read_parquet(folder / "server_metrics.parquet")
     assert set(scraped["source"]) == {result["exporter"]}
     dead = scraped[scraped["error"].notna()]

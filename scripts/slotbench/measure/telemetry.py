@@ -226,8 +226,9 @@ def telemetry_sources(base_url: str, settings: dict, local=(), unavailable: dict
             samples, error = scrape(session, server["name"], probe_timeout_s)
         if samples is None:
             server |= {"scraped": False,
-                       "note": f"the server has no Prometheus endpoint there ({error}); name it "
-                               "with the target's metrics_url if it has one elsewhere"}
+                       "note": f"the server has no Prometheus endpoint at {server['name']} "
+                               f"({error}); name it with the target's metrics_url if it has one "
+                               "elsewhere"}
     exporters = [{"name": url, "role": "exporter", "given": True, "scraped": True, "note": None}
                  for url in settings.get("exporters") or []]
     energy = [{"name": s.name, "role": "local", "given": False, "scraped": True, "note": None}
