@@ -38,7 +38,7 @@ ORDER = 11
 TABLES = ("rounds",)
 
 ROUND_COLUMNS = ["target", "run", "rep", "arm", "position", "round", "requests", "user_tps",
-                 "cluster", "server_batch", "slots", "cell"]
+                 "cluster", "server_batch", "slots", "server_cores", "other_cores", "cell"]
 NEEDED = ["target", "run", "rep", "arm", "position", "t_sent_s", "t_done_s", "output_tokens",
           "gen_s"]
 # an arm with fewer rounds than this cannot show two groups of any size
@@ -57,6 +57,9 @@ NO_BATCH_NEAR = 0.1
 # the slower rounds cluster at one position when at least this share of them held it (and
 # less than this share of the faster rounds did)
 POSITION_SHARE = 0.8
+# the host's samples (checks/host.py) explain the split when the server process, or the rest of
+# the machine, used at least this many cores more in one state's rounds than in the other's
+CORES_APART = 0.3
 CONSTANTS = constant(MIN_ROUNDS=MIN_ROUNDS, MIN_CLUSTER_ROUNDS=MIN_CLUSTER_ROUNDS,
                      MIN_CLUSTER_SHARE=MIN_CLUSTER_SHARE, SEPARATION=SEPARATION,
                      MIN_GAP_SHARE=MIN_GAP_SHARE)
@@ -91,7 +94,29 @@ def _round_batch(window, samples, t0: float, t1: float) -> float:
     return float("nan") if value is None or pd.isna(value) else float(value)
 
 
-def rounds(requests: pd.DataFrame, server_metrics: pd.DataFrame | None = None) -> pd.DataFrame:
+def _host_cores(host: pd.DataFrame | None, out: pd.DataFrame) -> tuple[list, list]:
+    """Each round's mean server_cores and other_cores from the host samples of its rep taken
+    while it ran (NaN without any)."""
+    nan = [float("nan")] * len(out)
+    if host is None or host.empty or not {"server_cores", "other_cores", "t_s"} <= set(host):
+        return nan, list(nan)
+    by_rep = {(str(t), str(r), int(p)): g for (t, r, p), g in
+              host.groupby(["target", "run", "rep"], sort=False)}
+    server, other = [], []
+    for t, r, p, t0, t1 in zip(out["target"], out["run"], out["rep"], out["t0"], out["t1"]):
+        g = by_rep.get((str(t), str(r), int(p)))
+        inside = g[(g["t_s"] >= t0) & (g["t_s"] <= t1)] if g is not None else None
+        if inside is None or inside.empty:
+            server.append(float("nan"))
+            other.append(float("nan"))
+        else:
+            server.append(float(pd.to_numeric(inside["server_cores"], errors="coerce").mean()))
+            other.append(float(pd.to_numeric(inside["other_cores"], errors="coerce").mean()))
+    return server, other
+
+
+def rounds(requests: pd.DataFrame, server_metrics: pd.DataFrame | None = None,
+           host: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per full round of every closed-loop parallel arm's cells."""
     if requests.empty or any(c not in requests for c in NEEDED):
         return pd.DataFrame(columns=ROUND_COLUMNS)
@@ -127,6 +152,7 @@ def rounds(requests: pd.DataFrame, server_metrics: pd.DataFrame | None = None) -
         _round_batch(window, by_rep.get((str(t), str(r), int(p))), t0, t1)
         for t, r, p, t0, t1 in zip(out["target"], out["run"], out["rep"], out["t0"], out["t1"])
     ] if len(out) else []
+    out["server_cores"], out["other_cores"] = _host_cores(host, out)
     out["cluster"] = None
     out["cell"] = label_series(out) if len(out) else []
     return out[ROUND_COLUMNS].reset_index(drop=True)
@@ -201,13 +227,20 @@ def _why(few: pd.DataFrame, many: pd.DataFrame, few_name: str, many_name: str) -
         reasons.append(f"position in the rep: {few_pos[top]} of the {len(few)} {few_name} rounds "
                        f"were at position {top} (by position {counts}; the {many_name} ones "
                        f"{others})")
+    for column, who in (("server_cores", "the server process"),
+                        ("other_cores", "other processes on this machine")):
+        a, b = (pd.to_numeric(f[column], errors="coerce").mean() for f in (few, many))
+        if not (pd.isna(a) or pd.isna(b)) and abs(a - b) >= CORES_APART:
+            reasons.append(f"{who} used {a:.2f} cores during the {few_name} rounds against "
+                           f"{b:.2f} during the {many_name} ones (the host's samples; "
+                           f"{constant(CORES_APART=CORES_APART)})")
     batch = _mean_batch(few)
     if not pd.isna(batch) and abs(batch - 1) <= NO_BATCH_NEAR:
         reasons.append(f"the server decoded {batch:.2f} sequences per step in them: it did not "
                        "batch them")
     if not reasons:
         return "not explained by what the server reports (slots, position in the rep, batch " \
-               "per step)"
+               "per step) nor by the host's CPU use"
     return "; ".join(reasons)
 
 
@@ -272,7 +305,7 @@ def _headline_requests(tables: Tables) -> pd.DataFrame:
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     requests = _headline_requests(tables)
     lacking = [c for c in NEEDED if c not in requests]
-    table = rounds(requests, getattr(tables, "server_metrics", None))
+    table = rounds(requests, getattr(tables, "server_metrics", None), tables.host)
     verdicts, parts = [], []
     for target in tables.targets:
         mine = table[table["target"] == target].copy()
