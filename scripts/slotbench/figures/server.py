@@ -7,8 +7,8 @@ a batch series, the one whose parallel arms' aggregate tok/s lie closest to the 
 (the sum of |log(rep / median)| over the parallel arms; the earliest on a tie). Between two
 consecutive scrapes of a cell, the batch is
 
-- llama.cpp: the busy-slot total (``llamacpp:n_busy_slots_per_decode`` × ``llamacpp:n_decode_total``,
-  a lifetime ratio worked back) differenced between the two scrapes, over the decode steps
+- llama.cpp: the busy-slot total (``llamacpp:n_busy_slots_per_decode`` ×
+  ``llamacpp:n_decode_total``, a lifetime ratio worked back) differenced between the two scrapes, over the decode steps
   between them (:func:`interval_batch`); no step between them: no point;
 - vLLM, SGLang, TGI: the running-requests gauge at the later scrape.
 
