@@ -23,6 +23,7 @@ from slotbench.analysis.analyse import position_medians  # noqa: E402
 from slotbench.core import stats# noqa: E402
 from slotbench.core.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes  # noqa: E402
 from slotbench.figures.captions import CAPTIONS, TITLES  # noqa: E402
+from slotbench.figures.server import plot_server_batch  # noqa: E402
 from slotbench.figures.thermal import draw_thermal, samples_of  # noqa: E402
 from slotbench.tables.consolidate import headline_cells  # noqa: E402
 
@@ -33,7 +34,7 @@ MAX_COLS = 3
 PNG_METADATA = {"Software": None}
 
 FIGURE_IDS = ("throughput", "ttft", "decomposition", "positions", "timeline", "capacity",
-              "across")
+              "across", "server_batch")
 
 MULTI_TARGET = {"across"}  # shown in the report with two targets or more; always written
 
@@ -298,6 +299,7 @@ PLOTTERS = {
     "timeline": (plot_timeline, "cells"),
     "capacity": (plot_capacity, "ratios"),
     "across": (plot_across, "summary"),
+    "server_batch": (plot_server_batch, "cells"),
 }
 
 
@@ -309,6 +311,7 @@ def make_all(
     thermal: pd.DataFrame | None = None,
     capacity: dict | None = None,
     summary: pd.DataFrame | None = None,
+    server_metrics: pd.DataFrame | None = None,
 ) -> dict[str, dict]:
     """Write every figure as PNG into outdir and return fig_id -> provenance. Of ``cells``, only
     the cells behind the headline are drawn (consolidate.headline_cells).
@@ -316,6 +319,8 @@ def make_all(
     `files` optionally overrides a figure's basename (default "<fig_id>.png"). The decomposition
     figure's sources include the serial cells (its ratios' denominators). `thermal` (samples from
     the same raw files) annotates the timeline; without samples it says "no thermal source".
+    `server_metrics` (server_metrics.parquet, the same raw files) draws the server's batch and
+    queue over each cell of one rep per target; without it that figure says "not assessable".
     """
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -340,6 +345,8 @@ def make_all(
             arms = {SERIAL_ARM, *drawn["arm"].astype(int)} if len(drawn) else set()
             frame = ratios[ratios["target"].astype(str).isin(set(drawn["target"].astype(str)))
                            & ratios["arm"].astype(int).isin(arms)]
+        elif fig_id == "server_batch":  # its cells: the rep drawn of each target
+            frame, scrapes = plot(frame, server_metrics, outdir / basename)
         else:
             plot(frame, outdir / basename)
         sources[fig_id] = {
@@ -349,6 +356,8 @@ def make_all(
             "cells": cell_labels(frame),
             "raw_sha256": raw_hashes(frame),
         }
+        if fig_id == "server_batch":  # the scrapes behind each cell, from its raw file
+            sources[fig_id]["scrapes"] = scrapes
         if fig_id in MULTI_TARGET:
             sources[fig_id]["shown"] = bool(frame["target"].nunique() >= 2)
     return sources
