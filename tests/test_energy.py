@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from slotbench.core import prometheus as pm
 from slotbench.measure import energy
 from slotbench.measure import telemetry as tm
 
@@ -38,10 +39,10 @@ def test_rapl_reads_the_top_level_zones_in_joules(tmp_path):
     source, why = energy.rapl(tmp_path)
     assert why is None and source.name == "rapl"
     assert sorted(source.read(), key=lambda s: (s.metric, s.labels)) == [
-        tm.Sample(energy.RAPL_ENERGY, (("zone", "package-0"),), 12.5),
-        tm.Sample(energy.RAPL_ENERGY, (("zone", "psys"),), 40.0),
-        tm.Sample(energy.RAPL_MAX, (("zone", "package-0"),), MAX_UJ / 1e6),
-        tm.Sample(energy.RAPL_MAX, (("zone", "psys"),), MAX_UJ / 1e6),
+        pm.Sample(pm.RAPL_ENERGY, (("zone", "package-0"),), 12.5),
+        pm.Sample(pm.RAPL_ENERGY, (("zone", "psys"),), 40.0),
+        pm.Sample(pm.RAPL_MAX, (("zone", "package-0"),), MAX_UJ / 1e6),
+        pm.Sample(pm.RAPL_MAX, (("zone", "psys"),), MAX_UJ / 1e6),
     ]
 
 
@@ -61,7 +62,7 @@ def test_a_rapl_counter_that_wrapped_between_the_edges_is_unwrapped(tmp_path):
     got = tt.window(rows_of(raw_of([before, after], [before], [after], {"rapl": "local"})),
                     0.0, 1.0, 0.25)
     assert got["energy_j"] == pytest.approx(5.0)
-    assert got["energy_source"] == f"{energy.RAPL_ENERGY} from rapl"
+    assert got["energy_source"] == f"{pm.RAPL_ENERGY} from rapl"
     # a step back by more than the range is no wrap: a reset, not assessable
     tiny = energy.RaplSource(tmp_path)
     zone(tmp_path, "package-0", "intel-rapl:0", 9_000_000, max_uj=1_000_000)
@@ -102,7 +103,7 @@ def test_the_scraper_reads_local_sources_beside_urls_and_a_failure_is_missing(tm
         (tmp_path / "intel-rapl:1" / "energy_uj").write_text("not a number\n")
         [_, unreadable, _] = scraper.scrape_now()
     assert [s.source for s in taken] == [up.url + "/metrics", "rapl", "broken"]
-    assert tm.value(taken[0].samples, "up") == 1
+    assert pm.value(taken[0].samples, "up") == 1
     assert len(taken[1].samples) == 4 and taken[1].error is None
     assert taken[2].samples is None and taken[2].error == "ZeroDivisionError: division by zero"
     assert unreadable.samples is None and unreadable.error.startswith("ValueError: ")
@@ -132,8 +133,8 @@ def test_nvml_gives_each_gpus_energy_in_joules(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(gpus=2))
     source, why = energy.nvml()
     assert why is None and source.name == "nvml"
-    assert source.read() == [tm.Sample(energy.NVML_ENERGY, (("gpu", "0"),), 1000.0),
-                             tm.Sample(energy.NVML_ENERGY, (("gpu", "1"),), 2000.0)]
+    assert source.read() == [pm.Sample(pm.NVML_ENERGY, (("gpu", "0"),), 1000.0),
+                             pm.Sample(pm.NVML_ENERGY, (("gpu", "1"),), 2000.0)]
 
 
 def test_nvml_without_a_driver_or_without_pynvml_is_unavailable(monkeypatch, tmp_path):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from slotbench.core import prometheus as pm
 from slotbench.measure import telemetry as tm
 
 
@@ -32,26 +33,26 @@ def test_a_cells_batch_is_worked_back_from_the_lifetime_ratio():
     # 1000 decodes at 1 slot before the cell; the cell decodes 200 steps with 4 slots busy
     before = tm.parse(exposition(1000, 1.0, 1000))
     after = tm.parse(exposition(1200, (1000 * 1 + 200 * 4) / 1200, 1800))
-    assert tm.batch_per_decode(before, after) == pytest.approx(4.0)
+    assert pm.batch_per_decode(before, after) == pytest.approx(4.0)
     # the lifetime ratio alone would have said 1.5
-    assert tm.value(after, tm.LLAMACPP_BUSY_PER_DECODE) == pytest.approx(1.5)
-    assert tm.counter_delta(before, after, tm.LLAMACPP_PREDICTED) == 800
+    assert pm.value(after, pm.LLAMACPP_BUSY_PER_DECODE) == pytest.approx(1.5)
+    assert pm.counter_delta(before, after, pm.LLAMACPP_PREDICTED) == 800
 
 
 def test_what_the_server_does_not_say_is_none_never_zero():
     before = tm.parse(exposition(1000, 1.0, 1000))
-    assert tm.batch_per_decode(before, before) is None  # no decode in the cell
-    assert tm.batch_per_decode(before, tm.parse("up 1\n")) is None  # no such series
+    assert pm.batch_per_decode(before, before) is None  # no decode in the cell
+    assert pm.batch_per_decode(before, tm.parse("up 1\n")) is None  # no such series
     restarted = tm.parse(exposition(10, 1.0, 5))
-    assert tm.counter_delta(before, restarted, tm.LLAMACPP_PREDICTED) is None
-    assert tm.counter_delta(before, before, "vllm:num_preemptions_total") is None
+    assert pm.counter_delta(before, restarted, pm.LLAMACPP_PREDICTED) is None
+    assert pm.counter_delta(before, before, "vllm:num_preemptions_total") is None
 
 
 def test_labels_are_kept_and_a_family_reads_as_its_samples():
     text = ('# TYPE vllm:num_requests_running gauge\n'
             'vllm:num_requests_running{model_name="google/gemma-3-270m"} 3.0\n')
     [sample] = tm.parse(text)
-    assert sample == tm.Sample("vllm:num_requests_running",
+    assert sample == pm.Sample("vllm:num_requests_running",
                                (("model_name", "google/gemma-3-270m"),), 3.0)
 
 
@@ -61,18 +62,18 @@ def test_the_recorded_exposition_of_the_embedded_server_parses():
     from pathlib import Path
 
     samples = tm.parse((Path(__file__).parent / "data/llamacpp-metrics.txt").read_text())
-    assert tm.value(samples, tm.LLAMACPP_DECODES) == 8
-    assert tm.value(samples, tm.LLAMACPP_PREDICTED) == 8
-    assert tm.value(samples, tm.LLAMACPP_BUSY_PER_DECODE) == 1
-    assert tm.value(samples, tm.LLAMACPP_DEFERRED) == 0
+    assert pm.value(samples, pm.LLAMACPP_DECODES) == 8
+    assert pm.value(samples, pm.LLAMACPP_PREDICTED) == 8
+    assert pm.value(samples, pm.LLAMACPP_BUSY_PER_DECODE) == 1
+    assert pm.value(samples, pm.LLAMACPP_DEFERRED) == 0
 
 
 def test_a_busy_ratio_declared_a_counter_is_found_under_the_parsers_total_name():
     text = exposition(1000, 1.0, 1000).replace(
         "n_busy_slots_per_decode gauge", "n_busy_slots_per_decode counter")
     samples = tm.parse(text)
-    assert any(s.metric == tm.LLAMACPP_BUSY_PER_DECODE + "_total" for s in samples)
-    assert tm.value(samples, tm.LLAMACPP_BUSY_PER_DECODE) == 1.0
+    assert any(s.metric == pm.LLAMACPP_BUSY_PER_DECODE + "_total" for s in samples)
+    assert pm.value(samples, pm.LLAMACPP_BUSY_PER_DECODE) == 1.0
 
 
 def test_the_scraper_samples_on_its_own_thread_and_a_dead_source_is_missing():
@@ -104,10 +105,10 @@ def test_the_scraper_samples_on_its_own_thread_and_a_dead_source_is_missing():
     before, after = live_scrapes[:1], live_scrapes[-1:]
     assert all(s.samples is None and s.error == "HTTP 503" for s in scraper.scrapes
                if s.source.startswith(dead.url))
-    joules = (tm.value(after[0].samples, energy) - tm.value(before[0].samples, energy)) / 1000
+    joules = (pm.value(after[0].samples, energy) - pm.value(before[0].samples, energy)) / 1000
     elapsed = after[0].t_s - before[0].t_s
     assert joules == pytest.approx(100 * elapsed, abs=100 * 0.05)
-    assert tm.value(after[0].samples, "vllm:num_requests_running") == 3
+    assert pm.value(after[0].samples, "vllm:num_requests_running") == 3
 
 
 def test_a_stalled_source_times_out_as_missing():
@@ -225,9 +226,9 @@ def test_llamacpp_batch_comes_from_the_lifetime_ratio_in_a_window():
                tm.Scrape(1.0, source, tm.parse(after))]
     got = tt.window(rows_of(raw_of(scrapes, scrapes[:1], scrapes[-1:])), 0.05, 0.95, 0.25)
     assert got["server_batch"] == pytest.approx(4.0)
-    assert got["server_batch_metric"] == tm.LLAMACPP_BUSY_PER_DECODE
+    assert got["server_batch_metric"] == pm.LLAMACPP_BUSY_PER_DECODE
     assert got["server_output_tokens"] == 800 and got["server_prompt_tokens"] == 0
-    assert got["server_queue_metric"] == tm.LLAMACPP_DEFERRED
+    assert got["server_queue_metric"] == pm.LLAMACPP_DEFERRED
     assert 1.0 < got["server_queue"] < 2.0  # 0 at the start, 2 from half-way: a time-average
     # what llama.cpp does not expose is not assessable, and no reason for a note
     assert got["server_kv_usage"] is None and got["server_preemptions"] is None
@@ -325,8 +326,8 @@ def test_sample_rows_keep_labels_as_sorted_json_and_a_missing_scrape_as_one_row(
 
     from slotbench.tables import telemetry as tt
 
-    raw = raw_of([tm.Scrape(0.0, "s", [tm.Sample("up", (), 1.0),
-                                       tm.Sample("m", (("z", "1"), ("a", "2")), 2.0)]),
+    raw = raw_of([tm.Scrape(0.0, "s", [pm.Sample("up", (), 1.0),
+                                       pm.Sample("m", (("z", "1"), ("a", "2")), 2.0)]),
                   tm.Scrape(0.1, "s", None, "HTTP 503")])
     rows = tt.sample_rows(raw)
     assert [(r["metric"], r["labels"], r["value"], r["error"]) for r in rows] == [

@@ -3,9 +3,6 @@ batching decomposition held to the server's batch per decode step, on hand-built
 
 from __future__ import annotations
 
-import sys
-import types
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -66,15 +63,14 @@ def closed_loop(reps=5, rounds_per_cell=8, arm=2, rate=None, slots=None, batch=N
 
 @pytest.fixture
 def fake_window(monkeypatch):
-    """slotbench.tables.telemetry.window as a mean of the samples inside the window."""
-    module = types.ModuleType("slotbench.tables.telemetry")
+    """slotbench.tables.telemetry.window as a mean of the samples inside the window: the
+    round's batch is what the test says it was."""
 
     def window(samples, t0, t1):
         inside = samples[(samples["t_s"] >= t0) & (samples["t_s"] <= t1)]
         return {"server_batch": float(inside["value"].mean()) if len(inside) else None}
 
-    module.window = window
-    monkeypatch.setitem(sys.modules, "slotbench.tables.telemetry", module)
+    monkeypatch.setattr(rounds, "_window", lambda: window)
 
 
 # 7 of the 40 parallel-2 rounds (5 reps x 8) are slow, on one slot and unbatched

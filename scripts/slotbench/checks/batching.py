@@ -9,9 +9,9 @@ server that batched but whose gen_gain stayed near 1 says batching was available
 little; a batch near the arm's streams with gen_gain well below 1 says each batched step cost
 more than the steps it replaced (said, not a contradiction: a CPU-bound server does this); and a
 batch of about one with a large gen_gain is a contradiction: one of the two numbers is wrong,
-and the decomposition that rests on them is provisional. The serial arm is the counter's own check: one
-request at a time is one sequence per step, so a serial batch away from 1.0 makes the counter
-not credible, and nothing is judged from it.
+and the decomposition that rests on them is provisional. The serial arm is the counter's own
+check: one request at a time is one sequence per step, so a serial batch away from 1.0 makes the
+counter not credible, and nothing is judged from it.
 """
 
 from __future__ import annotations

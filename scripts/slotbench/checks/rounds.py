@@ -31,6 +31,7 @@ from slotbench.checks.base import Tables, Verdict, constant, judged, not_assessa
 from slotbench.core import stats
 from slotbench.core.cells import CELL_KEYS, SERIAL_ARM, arm_name, label_series
 from slotbench.core.fmt import fmt_num
+from slotbench.tables import telemetry
 
 TRAP = "rounds"
 TITLE = "Rounds that split into two states"
@@ -66,12 +67,8 @@ CONSTANTS = constant(MIN_ROUNDS=MIN_ROUNDS, MIN_CLUSTER_ROUNDS=MIN_CLUSTER_ROUND
 
 
 def _window():
-    """slotbench.tables.telemetry.window, or None where this checkout has no telemetry."""
-    try:
-        from slotbench.tables.telemetry import window
-    except ImportError:
-        return None
-    return window
+    """The server's evidence over a window of a rep (slotbench.tables.telemetry.window)."""
+    return telemetry.window
 
 
 def _samples_by_rep(server_metrics: pd.DataFrame | None) -> dict:

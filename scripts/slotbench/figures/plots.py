@@ -21,9 +21,15 @@ import seaborn as sns  # noqa: E402
 from slotbench.analysis.across import common_arm, ordered  # noqa: E402
 from slotbench.analysis.analyse import position_medians  # noqa: E402
 from slotbench.core import stats# noqa: E402
-from slotbench.core.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes  # noqa: E402
+from slotbench.core.cells import (  # noqa: E402
+    SERIAL_ARM,
+    arm_name,
+    cell_label,
+    cell_labels,
+    raw_hashes,
+)
 from slotbench.figures.captions import CAPTIONS, TITLES  # noqa: E402
-from slotbench.figures.server import plot_server_batch  # noqa: E402
+from slotbench.figures import server  # noqa: E402
 from slotbench.figures.thermal import draw_thermal, samples_of  # noqa: E402
 from slotbench.tables.consolidate import headline_cells  # noqa: E402
 
@@ -289,6 +295,48 @@ def plot_across(summary: pd.DataFrame, path: Path) -> pd.DataFrame:
         ax.set_xlabel(f"{label} at {arm}-way")
     save(fig, path)
     return rows
+
+
+def plot_server_batch(cells: pd.DataFrame, samples: pd.DataFrame | None, path) -> tuple:
+    """The figure (rows: targets, columns: arms); returns (the cells drawn, scrapes per cell)."""
+    samples = server.server_rows(samples)
+    targets = sorted(cells["target"].astype(str).unique()) if not cells.empty else []
+    arms = sorted(cells["arm"].astype(int).unique()) if not cells.empty else []
+    ncols, nrows = max(len(arms), 1), max(len(targets), 1)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(FACET_W * ncols, FACET_H * nrows),
+                             squeeze=False)
+    drawn, scrapes = [], {}
+    if not targets:
+        server.not_assessable(axes[0][0], "no cells")
+    for i, target in enumerate(targets):
+        tc = cells[cells["target"].astype(str) == target]
+        ts = samples[samples["target"].astype(str) == target]
+        chosen = server.typical_rep(tc, ts) if not ts.empty else None
+        for ax in axes[i][1:]:
+            ax.set_visible(chosen is not None)
+        if chosen is None:
+            server.not_assessable(axes[i][0], server.why_none(tc, ts))
+            axes[i][0].set_title(f"{target}: no server telemetry", fontsize=9)
+            continue
+        run, rep = chosen
+        rep_cells = tc[(tc["run"].astype(str) == run) & (tc["rep"] == rep)]
+        for ax, arm in zip(axes[i], arms):
+            cell = rep_cells[rep_cells["arm"] == arm]
+            ax.set_visible(not cell.empty)
+            if cell.empty:
+                continue
+            cell = next(cell.itertuples())
+            rows = server.cell_rows(ts, cell)
+            series = server.draw_cell(ax, cell, rows)
+            ax.set_title(f"{target} {run}/rep{rep}: {arm_name(arm)} (position {cell.position})",
+                         fontsize=8)
+            label = cell_label(target, run, rep, arm)
+            scrapes[label] = {"scrapes": int(rows["t_s"].nunique()),
+                              "batch_metric": series["batch_metric"],
+                              "queue_metric": series["queue_metric"]}
+        drawn.append(rep_cells)
+    save(fig, path)
+    return (pd.concat(drawn) if drawn else cells.iloc[0:0]), scrapes
 
 
 PLOTTERS = {

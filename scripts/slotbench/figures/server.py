@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from slotbench.core.cells import arm_name, cell_label
-from slotbench.measure import telemetry as tm
+from slotbench.core import prometheus as tm
 from slotbench.tables import telemetry as tables
 
 FIGURE_ID = "server_batch"
@@ -82,7 +82,7 @@ def server_rows(samples: pd.DataFrame | None) -> pd.DataFrame:
     return samples
 
 
-def _cell_rows(samples: pd.DataFrame, cell) -> pd.DataFrame:
+def cell_rows(samples: pd.DataFrame, cell) -> pd.DataFrame:
     sel = ((samples["target"].astype(str) == str(cell.target))
            & (samples["run"].astype(str) == str(cell.run)) & (samples["rep"] == cell.rep)
            & (samples["arm"] == cell.arm) & (samples["position"] == cell.position))
@@ -100,7 +100,7 @@ def typical_rep(cells: pd.DataFrame, samples: pd.DataFrame) -> tuple | None:
     candidates = []
     medians = cells[cells["arm"] > 1].groupby("arm")["agg_tps"].median()
     for (run, rep), rep_cells in cells.groupby(["run", "rep"], sort=True):
-        if not all(_has_batch(_cell_rows(samples, c)) for c in rep_cells.itertuples()):
+        if not all(_has_batch(cell_rows(samples, c)) for c in rep_cells.itertuples()):
             continue
         parallel = rep_cells[rep_cells["arm"] > 1]
         ratio = parallel["agg_tps"].to_numpy(float) / medians.reindex(
@@ -120,7 +120,7 @@ def not_assessable(ax, why: str) -> None:
     ax.set_yticks([])
 
 
-def _why_none(cells: pd.DataFrame, samples: pd.DataFrame) -> str:
+def why_none(cells: pd.DataFrame, samples: pd.DataFrame) -> str:
     """Why a target has no rep to draw, from its cells' telemetry notes where they say."""
     if samples.empty:
         notes = cells.get("telemetry_note", pd.Series(dtype=object)).dropna()
@@ -158,49 +158,3 @@ def draw_cell(ax, cell, rows: pd.DataFrame) -> dict:
         handles, labels = handles + more[0], labels + more[1]
     ax.legend(handles, labels, fontsize=6, loc="lower right")
     return series
-
-
-def plot_server_batch(cells: pd.DataFrame, samples: pd.DataFrame | None, path) -> tuple:
-    """The figure (rows: targets, columns: arms); returns (the cells drawn, scrapes per cell)."""
-    from slotbench.figures.plots import FACET_H, FACET_W, save  # here: plots imports this module
-
-    import matplotlib.pyplot as plt
-
-    samples = server_rows(samples)
-    targets = sorted(cells["target"].astype(str).unique()) if not cells.empty else []
-    arms = sorted(cells["arm"].astype(int).unique()) if not cells.empty else []
-    ncols, nrows = max(len(arms), 1), max(len(targets), 1)
-    fig, axes = plt.subplots(nrows, ncols, figsize=(FACET_W * ncols, FACET_H * nrows),
-                             squeeze=False)
-    drawn, scrapes = [], {}
-    if not targets:
-        not_assessable(axes[0][0], "no cells")
-    for i, target in enumerate(targets):
-        tc = cells[cells["target"].astype(str) == target]
-        ts = samples[samples["target"].astype(str) == target]
-        chosen = typical_rep(tc, ts) if not ts.empty else None
-        for ax in axes[i][1:]:
-            ax.set_visible(chosen is not None)
-        if chosen is None:
-            not_assessable(axes[i][0], _why_none(tc, ts))
-            axes[i][0].set_title(f"{target}: no server telemetry", fontsize=9)
-            continue
-        run, rep = chosen
-        rep_cells = tc[(tc["run"].astype(str) == run) & (tc["rep"] == rep)]
-        for ax, arm in zip(axes[i], arms):
-            cell = rep_cells[rep_cells["arm"] == arm]
-            ax.set_visible(not cell.empty)
-            if cell.empty:
-                continue
-            cell = next(cell.itertuples())
-            rows = _cell_rows(ts, cell)
-            series = draw_cell(ax, cell, rows)
-            ax.set_title(f"{target} {run}/rep{rep}: {arm_name(arm)} (position {cell.position})",
-                         fontsize=8)
-            label = cell_label(target, run, rep, arm)
-            scrapes[label] = {"scrapes": int(rows["t_s"].nunique()),
-                              "batch_metric": series["batch_metric"],
-                              "queue_metric": series["queue_metric"]}
-        drawn.append(rep_cells)
-    save(fig, path)
-    return (pd.concat(drawn) if drawn else cells.iloc[0:0]), scrapes

@@ -21,12 +21,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slotbench.measure.telemetry import Sample
+from slotbench.core.prometheus import NVML_ENERGY, RAPL_ENERGY, RAPL_MAX, Sample
 
 RAPL_ROOT = Path("/sys/class/powercap")
-RAPL_ENERGY = "slotbench_rapl_energy_joules_total"
-RAPL_MAX = "slotbench_rapl_max_energy_joules"
-NVML_ENERGY = "slotbench_nvml_energy_joules_total"
 
 
 class RaplSource:

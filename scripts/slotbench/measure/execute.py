@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
+from slotbench.core import defaults
 from slotbench.core.cells import arm_name
 from slotbench.measure.backends import BackendError
 from slotbench.measure.clients import Clients
@@ -207,7 +208,7 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
         raise _failure(ctx, None, None, None, exc, conn) from exc
     readable, unreadable = local_energy
     sources = telemetry_sources(conn.backend.base_url, telemetry or {}, readable, unreadable)
-    interval = float((telemetry or {}).get("interval_s", 0.25))
+    interval = float(defaults.value(telemetry, "telemetry.interval_s"))
     scraper = Scraper([s["name"] for s in sources if s["scraped"] and s["role"] != "local"]
                       + list(readable), interval)
     with sampler, host_sampler, clients, scraper, Progress(label) as progress:

@@ -28,8 +28,8 @@ def interval(row, name: str, digits: int = 2) -> str:
 
 
 def _note(rows: pd.DataFrame, column: str) -> str | None:
-    found = rows[column].dropna().astype(str) if column in rows else pd.Series(dtype=str)
-    return found.mode().iloc[0] if len(found) else None
+    """The first arm's ``column`` (the analysis gives each arm its cells' commonest)."""
+    return next((v for v in rows.get(column, ()) if isinstance(v, str) and v), None)
 
 
 def sentence(rows: pd.DataFrame) -> str:

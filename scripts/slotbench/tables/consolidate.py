@@ -130,18 +130,7 @@ CELLS_SCHEMA = pa.schema(
         pa.field("client_busy", pa.float64()), pa.field("client_busy_process", pa.int64()),
         pa.field("client_lag_p95_s", pa.float64()), pa.field("client_lag_process", pa.int64()),
         pa.field("control", pa.bool_()),
-        # the server's own evidence over the cell, from its /metrics and the exporters
-        # (slotbench.tables.telemetry.window; null: not assessable, and telemetry_note says why)
-        pa.field("server_batch", pa.float64()), pa.field("server_batch_metric", pa.string()),
-        pa.field("server_queue", pa.float64()), pa.field("server_queue_metric", pa.string()),
-        pa.field("server_kv_usage", pa.float64()), pa.field("server_preemptions", pa.float64()),
-        pa.field("server_prompt_tokens", pa.float64()),
-        pa.field("server_output_tokens", pa.float64()),
-        pa.field("energy_j", pa.float64()), pa.field("energy_source", pa.string()),
-        pa.field("telemetry_note", pa.string()),
-        # where the server held the model just before and just after the cell (Ollama's
-        # /api/ps, JSON; null elsewhere)
-        pa.field("placement", pa.string()),
+        *telemetry.CELL_FIELDS,  # the server's own evidence over the cell
     ]
 )
 
@@ -152,14 +141,11 @@ SAMPLE_KEY = [
     pa.field("source", pa.string()),
 ]
 
-THERMAL_SCHEMA = pa.schema(
-    [
-        *SAMPLE_KEY, pa.field("sensor", pa.string()),
-        pa.field("temp_c", pa.float64()), pa.field("freq_mhz", pa.float64()),
-        pa.field("throttled", pa.bool_()), pa.field("pressure", pa.string()),
-        pa.field("detail", pa.string()),
-    ]
-)
+THERMAL_SCHEMA = pa.schema([
+    *SAMPLE_KEY, pa.field("sensor", pa.string()), pa.field("temp_c", pa.float64()),
+    pa.field("freq_mhz", pa.float64()), pa.field("throttled", pa.bool_()),
+    pa.field("pressure", pa.string()), pa.field("detail", pa.string()),
+])
 
 HOST_SCHEMA = pa.schema(
     [
@@ -177,8 +163,6 @@ SERVER_FIELDS = [
     "eval_count", "eval_duration_ns", "prompt_eval_count", "prompt_eval_duration_ns",
     "load_duration_ns", "total_duration_ns", "finish_reason",
 ]
-
-
 READ_FIELDS = ("text_reads", "last_read_chunks", "most_read_chunks")
 
 
@@ -374,14 +358,10 @@ def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None
         for row in rows:
             by_cell.setdefault((row["arm"], row["position"]), []).append(row)
         opened = {(c["arm"], c["position"]): c.get("open") for c in raw["cells"]}
-        placed = {(c["arm"], c["position"]): c.get("placement") for c in raw["cells"]}
-        rep_samples = telemetry.sample_rows(raw)
+        rep_samples, evidence = telemetry.rep_evidence(raw)
         scraped += rep_samples
-        rep_frame = pd.DataFrame(rep_samples, columns=telemetry.SERVER_METRICS_SCHEMA.names)
         for (arm, position), grp in by_cell.items():
             metrics = cell_metrics(grp) | open_metrics(grp, opened.get((arm, position)))
-            evidence = telemetry.cell_evidence(raw, rep_frame, metrics["t_start_s"],
-                                               metrics["t_start_s"] + metrics["wall_s"])
             cell_rows.append(
                 {
                     "target": raw["target"], "run": raw["run"], "rep": raw["rep"],
@@ -394,9 +374,7 @@ def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None
                     "client_cpu_s": cpu.get((arm, position)),
                     **client.get((arm, position), CLIENT_NONE),
                     "control": any(r["control"] for r in grp),
-                    **evidence,
-                    "placement": (None if placed.get((arm, position)) is None else
-                                  json.dumps(placed[(arm, position)], sort_keys=True)),
+                    **evidence(arm, position, metrics["t_start_s"], metrics["wall_s"]),
                 }
             )
         for kind, into in samples.items():
@@ -469,9 +447,7 @@ def _concat(parts: list[pd.DataFrame], schema: pa.Schema) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 
 
-def consolidate(
-    raw_paths: list[str], recorded: dict[str, str] | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def consolidate(raw_paths: list[str], recorded: dict[str, str] | None = None) -> tuple:
     """The requests and cells tables of consolidate_all."""
     tables = consolidate_all(raw_paths, recorded)
     return tables["requests"], tables["cells"]

@@ -41,8 +41,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from slotbench.measure import energy
-from slotbench.measure import telemetry as tm
+from slotbench.core import prometheus as tm
 
 SERVER_METRICS_SCHEMA = pa.schema(
     [
@@ -63,9 +62,19 @@ TELEMETRY_COLUMNS = [
     "server_kv_usage", "server_preemptions", "server_prompt_tokens", "server_output_tokens",
     "energy_j", "energy_source", "telemetry_note",
 ]
+# their cells.parquet fields, and where the server held the model just before and just after
+# the cell (Ollama's /api/ps, JSON; null elsewhere); null: not assessable, see telemetry_note
+CELL_FIELDS = [
+    pa.field("server_batch", pa.float64()), pa.field("server_batch_metric", pa.string()),
+    pa.field("server_queue", pa.float64()), pa.field("server_queue_metric", pa.string()),
+    pa.field("server_kv_usage", pa.float64()), pa.field("server_preemptions", pa.float64()),
+    pa.field("server_prompt_tokens", pa.float64()),
+    pa.field("server_output_tokens", pa.float64()),
+    pa.field("energy_j", pa.float64()), pa.field("energy_source", pa.string()),
+    pa.field("telemetry_note", pa.string()), pa.field("placement", pa.string()),
+]
 
 NO_TELEMETRY = "no telemetry recorded (a rep measured before telemetry)"
-DEFAULT_INTERVAL_S = 0.25  # when a rep has no "during" scrapes to tell its interval by
 
 # per column, the metric of each server, in the order tried
 BATCH = ["vllm:num_requests_running", "sglang:num_running_reqs", "tgi_batch_current_size"]
@@ -81,7 +90,7 @@ DCGM_ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # mJ since the driver load
 DCGM_POWER = "DCGM_FI_DEV_POWER_USAGE"  # W
 # (metric, kind, joules per unit)
 ENERGY = [(DCGM_ENERGY, "counter", 1e-3), (DCGM_POWER, "power", 1.0),
-          (energy.NVML_ENERGY, "counter", 1.0), (energy.RAPL_ENERGY, "counter", 1.0)]
+          (tm.NVML_ENERGY, "counter", 1.0), (tm.RAPL_ENERGY, "counter", 1.0)]
 
 
 def sample_rows(raw: dict) -> list[dict]:
@@ -180,11 +189,14 @@ def window(samples: pd.DataFrame, t0: float, t1: float,
 
 
 def _interval(samples: pd.DataFrame) -> float:
-    """The median spacing of a rep's "during" scrapes (of each source)."""
-    during = samples[samples["phase"] == "during"]
-    gaps = [np.diff(np.unique(t)) for _, t in during.groupby("source")["t_s"]]
-    gaps = np.concatenate(gaps) if gaps else np.array([])
-    return float(np.median(gaps)) if len(gaps) else DEFAULT_INTERVAL_S
+    """The median spacing of a rep's "during" scrapes (of each source); without any, of all its
+    scrapes (a rep of cells shorter than the interval); 0 for a single scrape."""
+    for rows in (samples[samples["phase"] == "during"], samples):
+        gaps = [np.diff(np.unique(t)) for _, t in rows.groupby("source")["t_s"]]
+        gaps = np.concatenate(gaps) if gaps else np.array([])
+        if len(gaps):
+            return float(np.median(gaps))
+    return 0.0
 
 
 def _commonest(errors: pd.Series) -> str:
@@ -263,10 +275,10 @@ class _View:
         table = self._of(metric)
         if self.tb not in table.index or self.ta not in table.index:
             return None
-        ranges = self._of(energy.RAPL_MAX).median() if metric == energy.RAPL_ENERGY else {}
+        ranges = self._of(tm.RAPL_MAX).median() if metric == tm.RAPL_ENERGY else {}
         total = 0.0
         for labels in table.columns:
-            if metric == energy.RAPL_ENERGY and not json.loads(labels).get(
+            if metric == tm.RAPL_ENERGY and not json.loads(labels).get(
                     "zone", "").startswith("package"):
                 continue  # psys overlaps the packages
             series = table[labels].dropna()
@@ -322,3 +334,19 @@ def cell_evidence(raw: dict, samples: pd.DataFrame, t0: float, t1: float) -> dic
         out["telemetry_note"] = "; ".join(
             unscraped + ([note] if note and note != NO_TELEMETRY else []))
     return out
+
+
+def rep_evidence(raw: dict):
+    """A rep's server_metrics rows, and a function of a cell (arm, position, start on the
+    rep's clock, wall seconds) giving its CELL_FIELDS: cell_evidence over the cell, and where
+    the server held the model around it (the raw cell's placement, as JSON)."""
+    rows = sample_rows(raw)
+    frame = pd.DataFrame(rows, columns=SERVER_METRICS_SCHEMA.names)
+    placed = {(c["arm"], c["position"]): c.get("placement") for c in raw["cells"]}
+
+    def evidence(arm: int, position: int, t_start_s: float, wall_s: float) -> dict:
+        placement = placed.get((arm, position))
+        return cell_evidence(raw, frame, t_start_s, t_start_s + wall_s) | {
+            "placement": None if placement is None else json.dumps(placement, sort_keys=True)}
+
+    return rows, evidence
