@@ -114,11 +114,11 @@ def with_costs(ratios: pd.DataFrame, prices: dict) -> pd.DataFrame:
     """Each cell's energy per output token (joules: the cell's energy_j over its tokens_out)
     and, for a target with ``usd_per_hour`` in ``prices``, what a million output tokens cost
     at the cell's aggregate rate. Null where the energy or the price is not known."""
-    energy = ratios["energy_j"] if "energy_j" in ratios else pd.Series(float("nan"),
-                                                                       index=ratios.index)
+    unknown = pd.Series(float("nan"), index=ratios.index)
+    energy, tokens = (ratios.get(c, unknown).astype(float) for c in ("energy_j", "tokens_out"))
     price = ratios["target"].map(lambda t: prices.get(t)).astype(float)
     return ratios.assign(
-        j_per_token=energy.astype(float) / ratios["tokens_out"].astype(float),
+        j_per_token=energy / tokens,
         usd_per_mtok=price / 3600.0 / ratios["agg_tps"].astype(float) * 1e6,
     )
 
