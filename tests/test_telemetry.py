@@ -366,3 +366,32 @@ def test_the_windows_of_a_long_rep_are_quick():
         got = tt.window(rows, cell * 10 + 0.05, cell * 10 + 9.95)
         assert got["server_batch"] == pytest.approx(3)
     assert time.monotonic() - started < 3.0
+
+
+def test_a_rep_scrapes_from_a_process_of_its_own_and_a_dead_source_stays_missing():
+    """ScraperProcess, what a rep uses: the scrape just before the cell is taken before cell()
+    returns, the thread in the child scrapes during it, the scrape after when it ends; times
+    on the caller's clock; a source that dies is kept as missing with its reason."""
+    import time
+
+    from doubles.exporter import Exporter, dcgm
+
+    with Exporter(dcgm(gpus=2)) as gpu:
+        origin = time.monotonic()
+        with tm.ScraperProcess([gpu.url + "/metrics"], 0.1, origin=origin) as scraper:
+            with scraper.cell(2, 1):
+                entered = time.monotonic() - origin
+                time.sleep(0.5)
+            left = time.monotonic() - origin
+            first = scraper.records()
+            gpu.dead = True
+            with scraper.cell(4, 2):
+                time.sleep(0.25)
+    phases = [s["phase"] for s in first]
+    assert phases[0] == "before" and phases[-1] == "after" and phases.count("during") >= 3
+    assert first[0]["t_s"] <= entered and entered - 0.5 < first[-1]["t_s"] <= left
+    assert {(s["arm"], s["position"]) for s in first} == {(2, 1)}
+    assert all(s["error"] is None and len(s["samples"]) == 4 for s in first)  # 2 GPUs x 2
+    dead = scraper.records()[len(first):]
+    assert dead and all(s["samples"] is None and s["error"] == "HTTP 503" for s in dead)
+    assert scraper.child is None  # the child ended with the rep

@@ -20,7 +20,7 @@ from slotbench.measure.progress import Progress
 from slotbench.measure.rawfiles import RAW_SCHEMA
 from slotbench.measure.sampler import Sampler
 from slotbench.measure.targets import Connection
-from slotbench.measure.telemetry import Scraper, telemetry_sources
+from slotbench.measure.telemetry import ScraperProcess, telemetry_sources
 
 TIMES = ("t_sent_s", "t_first_s", "t_last_s", "t_done_s", "t_planned_s", "t_ready_s")
 
@@ -129,7 +129,7 @@ def _warm_up(conn: Connection, clients: Clients, rep_entry: dict, settings: dict
 
 def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict,
                   origin: float, ctx: dict, label: str, log, progress: Progress,
-                  scraper: Scraper) -> dict:
+                  scraper: ScraperProcess) -> dict:
     """One cell: its requests with ``arm`` in flight, what each client process spent, and the
     server's telemetry just before, during and just after it (kept by ``scraper``)."""
     arm, position = cell["arm"], cell["position"]
@@ -209,8 +209,9 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
     readable, unreadable = local_energy
     sources = telemetry_sources(conn.backend.base_url, telemetry or {}, readable, unreadable)
     interval = float(defaults.value(telemetry, "telemetry.interval_s"))
-    scraper = Scraper([s["name"] for s in sources if s["scraped"] and s["role"] != "local"]
-                      + list(readable), interval)
+    # in a process of its own: fetching and parsing never hold the client's GIL
+    scraper = ScraperProcess([s["name"] for s in sources if s["scraped"] and s["role"] != "local"],
+                             interval, local=[s.name for s in readable])
     with sampler, host_sampler, clients, scraper, Progress(label) as progress:
         warmup = _warm_up(conn, clients, rep_entry, settings, ctx, label, log)
         origin = time.monotonic()

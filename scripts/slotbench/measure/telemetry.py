@@ -191,3 +191,123 @@ def telemetry_sources(base_url: str, settings: dict, local=(), unavailable: dict
     energy += [{"name": name, "role": "local", "given": False, "scraped": False, "note": why}
                for name, why in (unavailable or {}).items()]
     return [server, *exporters, *energy]
+
+
+class ScraperProcess:
+    """A Scraper in a child process of its own (``python -m slotbench.measure.telemetry``), so
+    that fetching and parsing the scrapes never holds the client's GIL: parsing a large
+    exposition (a DCGM exporter's 200 samples: about 17 ms) in the client's process stalled
+    every stream at once (benchmarks/RESULTS.md, the telemetry scraper's cost). The same
+    interface as Scraper where a rep uses it: ``origin``, ``cell(arm, position)`` (returns once
+    the scrape just before the cell is taken), ``records()``. ``local`` names this machine's
+    energy sources (measure/energy.py) the child reads beside the URLs. A child that cannot
+    start or dies leaves missing scrapes with the reason, never a failed rep."""
+
+    def __init__(self, sources: list[str], interval_s: float, local: list[str] = (),
+                 origin: float = 0.0):
+        import os
+        import subprocess
+        import sys
+
+        from slotbench.core.code import ROOT
+
+        self.sources, self.local, self.origin = list(sources), list(local), origin
+        self.interval_s = interval_s
+        self.scrapes: list[dict] = []
+        self.child = None
+        if not self.sources and not self.local:
+            return
+        env = os.environ | {"PYTHONPATH": os.pathsep.join([str(ROOT),
+                                                           os.environ.get("PYTHONPATH", "")])}
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", "slotbench.measure.telemetry", str(ROOT)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
+        self._say({"sources": self.sources, "interval_s": interval_s, "local": self.local})
+
+    def _say(self, command: dict) -> dict | None:
+        """Send one command and read its answer; None when the child is gone."""
+        import json
+
+        if self.child is None:
+            return None
+        try:
+            self.child.stdin.write(json.dumps(command) + "\n")
+            line = self.child.stdout.readline()
+        except (OSError, ValueError):
+            line = ""
+        if not line:
+            self.child = None
+            return None
+        return json.loads(line)
+
+    def cell(self, arm: int, position: int):
+        from contextlib import contextmanager
+
+        @contextmanager
+        def scraping():
+            started = self._say({"cmd": "cell", "arm": arm, "position": position,
+                                 "origin": self.origin})
+            try:
+                yield self
+            finally:
+                ended = self._say({"cmd": "end"}) if started is not None else None
+                if ended is None:  # the child died: every source is missing, with why
+                    import time
+
+                    now = time.monotonic() - self.origin
+                    self.scrapes += [
+                        Scrape(now, name, None, "the scraper process ended", phase, arm,
+                               position).record()
+                        for name in self.sources + self.local for phase in ("before", "after")]
+                else:
+                    self.scrapes += ended["scrapes"]
+
+        return scraping()
+
+    def records(self) -> list[dict]:
+        return sorted(self.scrapes, key=lambda s: s["t_s"])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.child is not None:
+            try:
+                self.child.stdin.close()
+                self.child.wait(5)
+            except (OSError, ValueError, __import__("subprocess").TimeoutExpired):
+                self.child.kill()
+            self.child = None
+
+
+def _serve() -> None:
+    """The child of ScraperProcess: scrape each cell on command until stdin closes."""
+    import json
+    import signal
+    import sys
+    from contextlib import ExitStack
+    from itertools import chain
+
+    from slotbench.measure.energy import local_sources
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the rep decides; stdin closing ends us
+    spec = json.loads(sys.stdin.readline())
+    local = [s for s in local_sources()[0] if s.name in spec["local"]]
+    with Scraper(spec["sources"] + local, spec["interval_s"]) as scraper:
+        answer = {}
+        for line in chain([""], iter(sys.stdin.readline, "")):  # "": the start
+            command = json.loads(line) if line else {"cmd": "start"}
+            if command["cmd"] == "cell":
+                scraper.origin, taken = command["origin"], len(scraper.scrapes)
+                cell = ExitStack()
+                cell.enter_context(scraper.cell(command["arm"], command["position"]))
+                answer = {}
+            elif command["cmd"] == "end":
+                cell.close()  # the scrape just after the cell
+                answer = {"scrapes": [s.record() for s in scraper.scrapes[taken:]]}
+            sys.stdout.write(json.dumps(answer) + "\n")
+            sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    _serve()
