@@ -186,6 +186,13 @@ def timed_scraper(sources: list[str], interval_s: float):
     return Timed(sources, interval_s, origin=time.monotonic())
 
 
+def process_scraper(sources: list[str], interval_s: float):
+    """What a rep runs: slotbench's ScraperProcess, the scraper in a child process."""
+    from slotbench.measure.telemetry import ScraperProcess
+
+    return ScraperProcess(sources, interval_s, origin=time.monotonic())
+
+
 def run_level(clients, concurrency: int, n: int, num_predict: int, words: int,
               first_gid: int, processes: int) -> dict:
     """N requests with C in flight, as execute.py sends a cell: the rep plan's split over
@@ -382,6 +389,10 @@ def main(argv=None) -> int:
     ap.add_argument("--telemetry", type=float, metavar="SECONDS",
                     help="run each level without and with a telemetry scraper in this process "
                          "scraping every SECONDS, interleaved (default: no scraper)")
+    ap.add_argument("--scraper", choices=["process", "thread"], default="process",
+                    help="with --telemetry: the scraper in a child process, as a rep runs it "
+                         "(ScraperProcess), or on a thread of the client's process (Scraper); "
+                         "default process")
     ap.add_argument("--repeat", type=int, default=1,
                     help="runs of each level (with --telemetry: pairs, in ABBA order; default 1)")
     ap.add_argument("--exposition", nargs="+", choices=EXPOSITIONS, default=list(EXPOSITIONS),
@@ -466,7 +477,8 @@ def _levels(clients, args, levels, procs, name, truth, all_results, gid, sources
             for condition in order:
                 scraper = None
                 if condition == "with":
-                    scraper = timed_scraper(sources, args.telemetry)
+                    scraper = (timed_scraper(sources, args.telemetry) if args.scraper == "thread"
+                               else process_scraper(sources, args.telemetry))
                     with scraper, scraper.cell(c, rep):
                         level = run_level(clients, c, n, args.tokens, args.prompt_words, gid,
                                           procs[c])
@@ -485,8 +497,9 @@ def _levels(clients, args, levels, procs, name, truth, all_results, gid, sources
                 elif args.repeat > 1:
                     key = f"{name} #{rep + 1}"
                 all_results.setdefault(c, {})[key] = res
-                extra = ("" if scraper is None else
-                         f", {res['scrapes_during']} scrapes of {res['scrape_ms_mean']:.2f} ms")
+                extra = ("" if scraper is None else f", {res['scrapes_during']} scrapes"
+                         + ("" if res["scrape_ms_mean"] is None
+                            else f" of {res['scrape_ms_mean']:.2f} ms"))
                 print(f"[{key} C={c}] ok {res['ok']}/{res['requests']} TTFT err p50 "
                       f"{(res['ttft_err_p50'] or 0) * 1e3:.3f} ms, {res['processes']} "
                       f"process(es), CPU {res['cpu_us_per_token'] or 0:.1f} µs/token{extra}",
@@ -497,6 +510,13 @@ def _scrape_stats(scraper) -> dict:
     """What the scraper did during the level (its rounds: one scrape of every source)."""
     if scraper is None:
         return {"scrapes_during": 0, "scrape_rounds": 0, "scrape_errors": 0,
+                "scrape_ms_mean": None, "scrape_cpu_ms_mean": None, "scrape_cpu_s": 0.0}
+    if not hasattr(scraper, "rounds"):  # a ScraperProcess: its records, no timing per round
+        recs = scraper.records()
+        return {"scrapes_during": sum(r["phase"] == "during" for r in recs), "scrape_rounds": 0,
+                "scrape_errors": sum(1 for r in recs if r["error"]),
+                "samples_per_round": sum(len(r["samples"] or []) for r in recs
+                                         if r["phase"] == "before"),
                 "scrape_ms_mean": None, "scrape_cpu_ms_mean": None, "scrape_cpu_s": 0.0}
     rounds = scraper.rounds
     during = [s for s in scraper.scrapes if s.phase == "during"]
@@ -548,9 +568,11 @@ def comparison(concurrency: int, rows: dict[str, dict]) -> str:
                        f"{'/'.join(str(r['scrapes_during']) for r in withs)} "
                        f"({withs[0].get('samples_per_round')} samples a round; errors "
                        f"{sum(r['scrape_errors'] for r in withs)}) | – | – |")
-            out.append(f"| {name} | scrape round mean ms (wall / CPU) | – | "
-                       + "; ".join(f"{r['scrape_ms_mean']:.2f} / {r['scrape_cpu_ms_mean']:.2f}"
-                                   for r in withs) + " | – | – |")
+            if all(r["scrape_ms_mean"] is not None for r in withs):  # a thread: timed
+                out.append(f"| {name} | scrape round mean ms (wall / CPU) | – | "
+                           + "; ".join(f"{r['scrape_ms_mean']:.2f} / "
+                                       f"{r['scrape_cpu_ms_mean']:.2f}" for r in withs)
+                           + " | – | – |")
     return "\n".join(out) + "\n"
 
 
