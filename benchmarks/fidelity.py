@@ -33,8 +33,9 @@ Joined by request id (the prompt starts "Request 000123"), per level and format:
 
 With ``--telemetry SECONDS`` each level runs with and without a telemetry scraper, interleaved
 (ABBA: without, with, then with, without, ...; ``--repeat`` pairs), to show what scraping costs
-the client. "With" runs slotbench's own Scraper (slotbench.measure.telemetry) in this process,
-the one whose thread runs the load generator (as a rep with one client process does), inside
+the client. "With" runs slotbench's own scraper as a rep does (--scraper process, the default:
+ScraperProcess, a child process), or (--scraper thread) its Scraper in this process, the one
+whose thread runs the load generator (as a rep with one client process once did), inside
 ``scraper.cell(...)`` for the whole level, every SECONDS, against scripted Prometheus exporters
 (tests/doubles/exporter.py) served by another process: llama-server's own exposition
 (tests/data/llamacpp-metrics.txt, 15 series) and a dcgm-exporter with its default fields for 8
