@@ -39,21 +39,34 @@ class Scrape:
                     [s.metric, dict(s.labels), s.value] for s in self.samples]}
 
 
-def scrape(session, url: str, timeout_s: float) -> tuple[list[Sample] | None, str | None]:
-    """GET ``url`` and parse it; (None, why) on any failure: a scrape never raises."""
+def fetch(session, url: str, timeout_s: float) -> tuple[str | None, str | None]:
+    """GET ``url``: (its text, None), or (None, why) on any failure; never raises."""
     import requests
 
     try:
         response = session.get(url, timeout=timeout_s)
         if response.status_code != 200:
             return None, f"HTTP {response.status_code}"
-        return parse(response.text), None
+        return response.text, None
     except requests.Timeout:
         return None, f"no answer within {timeout_s:g} s"
     except requests.RequestException as exc:
         return None, f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
+def parsed(text: str | None, error: str | None) -> tuple[list[Sample] | None, str | None]:
+    """What fetch gave, parsed: (samples, None), or (None, why)."""
+    if text is None:
+        return None, error
+    try:
+        return parse(text), None
     except ValueError as exc:  # the parser's: not the Prometheus text format
         return None, f"not Prometheus text: {str(exc)[:200]}"
+
+
+def scrape(session, url: str, timeout_s: float) -> tuple[list[Sample] | None, str | None]:
+    """GET ``url`` and parse it; (None, why) on any failure: a scrape never raises."""
+    return parsed(*fetch(session, url, timeout_s))
 
 
 def source_name(source) -> str:
@@ -80,7 +93,8 @@ class Scraper:
     that stalls delays nothing by more than that. A source is a URL (a str, scraped over HTTP)
     or a local source with a ``name`` and a ``read()`` giving samples (measure/energy.py)."""
 
-    def __init__(self, sources: list, interval_s: float, clock=None, origin: float = 0.0):
+    def __init__(self, sources: list, interval_s: float, clock=None, origin: float = 0.0,
+                 parse_after: bool = False):
         import threading
         import time
 
@@ -89,6 +103,9 @@ class Scraper:
         self.sources, self.interval_s = list(sources), interval_s
         self.clock, self.origin = clock or time.monotonic, origin
         self.scrapes: list[Scrape] = []
+        # parse_after: a cell's texts are kept as fetched and parsed when it ends (records()),
+        # so that during the cell a scrape is one GET and nothing more
+        self.parse_after, self._texts = parse_after, {}
         self._session = requests.Session()
         self._stop = threading.Event()
         self._active = threading.Event()
@@ -102,11 +119,17 @@ class Scraper:
         taken = []
         for source in self.sources:
             t = self.clock() - self.origin
-            if isinstance(source, str):
-                samples, error = scrape(self._session, source, max(self.interval_s, 0.05))
-            else:
+            text = None
+            if not isinstance(source, str):
                 samples, error = read_local(source)
+            elif self.parse_after:
+                text, error = fetch(self._session, source, max(self.interval_s, 0.05))
+                samples = None
+            else:
+                samples, error = scrape(self._session, source, max(self.interval_s, 0.05))
             taken.append(Scrape(t, source_name(source), samples, error, phase, arm, position))
+            if text is not None:
+                self._texts[id(taken[-1])] = text
         with self._lock:
             self.scrapes.extend(taken)
         return taken
@@ -132,9 +155,19 @@ class Scraper:
 
         return scraping()
 
-    def records(self) -> list[dict]:
+    def records(self, scrapes: list[Scrape] | None = None) -> list[dict]:
+        """The raw file's records of ``scrapes`` (default: all), texts kept by parse_after
+        parsed now."""
         with self._lock:
-            return [s.record() for s in sorted(self.scrapes, key=lambda s: s.t_s)]
+            chosen = list(self.scrapes if scrapes is None else scrapes)
+            texts = {id(s): self._texts.pop(id(s)) for s in chosen if id(s) in self._texts}
+        out = []
+        for s in sorted(chosen, key=lambda s: s.t_s):
+            if id(s) in texts:
+                samples, error = parsed(texts[id(s)], None)
+                s = Scrape(s.t_s, s.source, samples, error, s.phase, s.arm, s.position)
+            out.append(s.record())
+        return out
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -193,11 +226,17 @@ def telemetry_sources(base_url: str, settings: dict, local=(), unavailable: dict
     return [server, *exporters, *energy]
 
 
+# how much lower than the rep's the scraper process's priority is (os.nice): on a machine whose
+# cores the server and the client keep busy, it waits for them, never they for it
+NICE = 10
+
+
 class ScraperProcess:
     """A Scraper in a child process of its own (``python -m slotbench.measure.telemetry``), so
     that fetching and parsing the scrapes never holds the client's GIL: parsing a large
     exposition (a DCGM exporter's 200 samples: about 17 ms) in the client's process stalled
-    every stream at once (benchmarks/RESULTS.md, the telemetry scraper's cost). The same
+    every stream at once (benchmarks/RESULTS.md, the telemetry scraper's cost). The child runs
+    at a lower priority (NICE) and parses a cell's texts only when the cell has ended. The same
     interface as Scraper where a rep uses it: ``origin``, ``cell(arm, position)`` (returns once
     the scrape just before the cell is taken), ``records()``. ``local`` names this machine's
     energy sources (measure/energy.py) the child reads beside the URLs. A child that cannot
@@ -283,6 +322,7 @@ class ScraperProcess:
 def _serve() -> None:
     """The child of ScraperProcess: scrape each cell on command until stdin closes."""
     import json
+    import os
     import signal
     import sys
     from contextlib import ExitStack
@@ -291,9 +331,10 @@ def _serve() -> None:
     from slotbench.measure.energy import local_sources
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the rep decides; stdin closing ends us
+    os.nice(NICE)  # background work: the client and the server come first
     spec = json.loads(sys.stdin.readline())
     local = [s for s in local_sources()[0] if s.name in spec["local"]]
-    with Scraper(spec["sources"] + local, spec["interval_s"]) as scraper:
+    with Scraper(spec["sources"] + local, spec["interval_s"], parse_after=True) as scraper:
         answer = {}
         for line in chain([""], iter(sys.stdin.readline, "")):  # "": the start
             command = json.loads(line) if line else {"cmd": "start"}
@@ -304,7 +345,7 @@ def _serve() -> None:
                 answer = {}
             elif command["cmd"] == "end":
                 cell.close()  # the scrape just after the cell
-                answer = {"scrapes": [s.record() for s in scraper.scrapes[taken:]]}
+                answer = {"scrapes": scraper.records(scraper.scrapes[taken:])}
             sys.stdout.write(json.dumps(answer) + "\n")
             sys.stdout.flush()
 
