@@ -187,11 +187,12 @@ def timed_scraper(sources: list[str], interval_s: float):
     return Timed(sources, interval_s, origin=time.monotonic())
 
 
-def process_scraper(sources: list[str], interval_s: float):
-    """What a rep runs: slotbench's ScraperProcess, the scraper in a child process."""
+def process_scraper(sources: list[str], interval_s: float, client_cpus=None):
+    """What a rep runs: slotbench's ScraperProcess, the scraper in a child process, off the
+    client's CPUs where it has some."""
     from slotbench.measure.telemetry import ScraperProcess
 
-    return ScraperProcess(sources, interval_s, origin=time.monotonic())
+    return ScraperProcess(sources, interval_s, origin=time.monotonic(), client_cpus=client_cpus)
 
 
 def run_level(clients, concurrency: int, n: int, num_predict: int, words: int,
@@ -479,7 +480,8 @@ def _levels(clients, args, levels, procs, name, truth, all_results, gid, sources
                 scraper = None
                 if condition == "with":
                     scraper = (timed_scraper(sources, args.telemetry) if args.scraper == "thread"
-                               else process_scraper(sources, args.telemetry))
+                               else process_scraper(sources, args.telemetry,
+                                                    args.client_cpus))
                     with scraper, scraper.cell(c, rep):
                         level = run_level(clients, c, n, args.tokens, args.prompt_words, gid,
                                           procs[c])

@@ -211,7 +211,8 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
     interval = float(defaults.value(telemetry, "telemetry.interval_s"))
     # in a process of its own: fetching and parsing never hold the client's GIL
     scraper = ScraperProcess([s["name"] for s in sources if s["scraped"] and s["role"] != "local"],
-                             interval, local=[s.name for s in readable])
+                             interval, local=[s.name for s in readable],
+                             client_cpus=(client or {}).get("cpus"))
     with sampler, host_sampler, clients, scraper, Progress(label) as progress:
         warmup = _warm_up(conn, clients, rep_entry, settings, ctx, label, log)
         origin = time.monotonic()

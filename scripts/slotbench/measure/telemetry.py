@@ -236,14 +236,15 @@ class ScraperProcess:
     that fetching and parsing the scrapes never holds the client's GIL: parsing a large
     exposition (a DCGM exporter's 200 samples: about 17 ms) in the client's process stalled
     every stream at once (benchmarks/RESULTS.md, the telemetry scraper's cost). The child runs
-    at a lower priority (NICE) and parses a cell's texts only when the cell has ended. The same
+    at a lower priority (NICE), off the client's CPUs when it has some (``client_cpus``) and
+    others are left, and parses a cell's texts only when the cell has ended. The same
     interface as Scraper where a rep uses it: ``origin``, ``cell(arm, position)`` (returns once
     the scrape just before the cell is taken), ``records()``. ``local`` names this machine's
     energy sources (measure/energy.py) the child reads beside the URLs. A child that cannot
     start or dies leaves missing scrapes with the reason, never a failed rep."""
 
     def __init__(self, sources: list[str], interval_s: float, local: list[str] = (),
-                 origin: float = 0.0):
+                 origin: float = 0.0, client_cpus: list[int] | None = None):
         import os
         import subprocess
         import sys
@@ -261,7 +262,8 @@ class ScraperProcess:
         self.child = subprocess.Popen(
             [sys.executable, "-m", "slotbench.measure.telemetry", str(ROOT)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True, bufsize=1)
-        self._say({"sources": self.sources, "interval_s": interval_s, "local": self.local})
+        self._say({"sources": self.sources, "interval_s": interval_s, "local": self.local,
+                   "client_cpus": list(client_cpus or [])})
 
     def _say(self, command: dict) -> dict | None:
         """Send one command and read its answer; None when the child is gone."""
@@ -333,6 +335,9 @@ def _serve() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the rep decides; stdin closing ends us
     os.nice(NICE)  # background work: the client and the server come first
     spec = json.loads(sys.stdin.readline())
+    others = set(os.sched_getaffinity(0)) - set(spec["client_cpus"])
+    if spec["client_cpus"] and others:  # the client's CPUs are the client's
+        os.sched_setaffinity(0, others)
     local = [s for s in local_sources()[0] if s.name in spec["local"]]
     with Scraper(spec["sources"] + local, spec["interval_s"], parse_after=True) as scraper:
         answer = {}
