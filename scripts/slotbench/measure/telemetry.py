@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from slotbench.core.code import ROOT
 from slotbench.core.prometheus import Sample
 
 def parse(text: str) -> list[Sample]:
@@ -248,8 +249,6 @@ class ScraperProcess:
         import os
         import subprocess
         import sys
-
-        from slotbench.core.code import ROOT
 
         self.sources, self.local, self.origin = list(sources), list(local), origin
         self.interval_s = interval_s
