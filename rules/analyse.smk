@@ -21,5 +21,7 @@ rule analyse:
         ci=CFG["analysis"]["ci"],
         seed=CFG["seed"],
         slo=CFG["slo"],
+        # each target's usd_per_hour: the cost per million output tokens
+        prices=sbconfig.prices(CFG),
     script:
         "../scripts/analyse.py"

@@ -9,6 +9,7 @@ rule checks:
         control=result("control.parquet"),
         thermal=result("thermal.parquet"),
         host=result("host.parquet"),
+        server_metrics=result("server_metrics.parquet"),
         servers=result("servers.json"),
         summary=result("analysis/summary.csv"),
         fingerprints=fingerprint_files,

@@ -13,6 +13,7 @@ rule consolidate_block:
         cells=f"{JOBS.block_prefix}.cells.parquet",
         thermal=f"{JOBS.block_prefix}.thermal.parquet",
         host=f"{JOBS.block_prefix}.host.parquet",
+        server_metrics=f"{JOBS.block_prefix}.server_metrics.parquet",
         meta=f"{JOBS.block_prefix}.json",
         inventory=f"{JOBS.block_prefix}.inventory.json",
     log:
@@ -35,7 +36,7 @@ rule consolidate:
         blocks=block_files("json"),
         tables=[
             block_files(f"{kind}.parquet")
-            for kind in ("requests", "cells", "thermal", "host")
+            for kind in ("requests", "cells", "thermal", "host", "server_metrics")
         ],
         inventories=block_files("inventory.json"),
     output:
@@ -45,6 +46,8 @@ rule consolidate:
         control=result("control.parquet"),
         thermal=result("thermal.parquet"),
         host=result("host.parquet"),
+        # every scrape of the server's /metrics and the exporters (docs/telemetry.md)
+        server_metrics=result("server_metrics.parquet"),
         inventory=result("inventory.json"),
     log:
         result("logs/consolidate.log"),

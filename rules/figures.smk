@@ -6,6 +6,7 @@ FIGURES = [
     "timeline",
     "capacity",
     "across",
+    "server_batch",
 ]
 # The open loop's figures (slotbench/figures/openloop.py): placeholders, not shown, without rate arms.
 OPEN_FIGURES = [
@@ -17,7 +18,8 @@ OPEN_FIGURES = [
 
 rule figures:
     """Operator vs per-user throughput, TTFT, batching vs pipelining, positions, the timeline
-    annotated with the machine's thermal state, the capacity curve, and the targets side by
+    annotated with the machine's thermal state, the capacity curve, the server's batch and
+    queue over each cell of a typical rep (from its scrapes), and the targets side by
     side (shown in the report with two targets or more); with rate arms, the open loop's
     latency against load, achieved against offered rate and both loops on the effective
     concurrency axis, overloaded arms marked from the overload check's verdict (with rate arms
@@ -29,6 +31,7 @@ rule figures:
         cells=result("cells.parquet"),
         ratios=result("analysis/ratios.parquet"),
         thermal=result("thermal.parquet"),
+        server_metrics=result("server_metrics.parquet"),
         capacity=result("analysis/capacity.json"),
         summary=result("analysis/summary.csv"),
         openloop=result("analysis/openloop.json"),

@@ -5,7 +5,7 @@ the capacity in requests/s (slotbench.analysis.openloop)."""
 import pandas as pd
 
 from slotbench.analysis import capacity, openloop
-from slotbench.analysis.analyse import headline_ratios, summarise
+from slotbench.analysis.analyse import headline_ratios, summarise, with_costs
 from slotbench.core.entry import fail, progress_log
 from slotbench.measure.rawfiles import json_bytes
 
@@ -13,7 +13,8 @@ from slotbench.measure.rawfiles import json_bytes
 def main(sm) -> None:
     with progress_log(sm.log[0]) as log:
         try:
-            ratios = headline_ratios(pd.read_parquet(sm.input.cells))
+            ratios = with_costs(headline_ratios(pd.read_parquet(sm.input.cells)),
+                                dict(sm.params.prices))
         except ValueError as exc:
             fail(f"analyse: {exc}", log)
         summary = summarise(ratios, int(sm.params.n_boot), float(sm.params.ci), int(sm.params.seed))

@@ -13,6 +13,7 @@ from slotbench.tables.consolidate import (
     REQUESTS_SCHEMA,
     THERMAL_SCHEMA,
     merge_blocks,
+    telemetry,
     split_control,
     write_table,
 )
@@ -33,13 +34,16 @@ def main(sm) -> None:
         write_table(control, CELLS_SCHEMA, sm.output.control, "control cells")
         write_table(thermal, THERMAL_SCHEMA, sm.output.thermal, "thermal")
         write_table(host, HOST_SCHEMA, sm.output.host, "host")
+        scraped = tables["server_metrics"]
+        write_table(scraped, telemetry.SERVER_METRICS_SCHEMA, sm.output.server_metrics,
+                    "server_metrics")
         n_raw = merge_ledgers(sm.output.inventory, list(sm.input.inventories), sm.params.token)
         with open(sm.output.servers, "w", encoding="utf-8") as fh:
             json.dump(tables["servers"], fh, indent=1, sort_keys=True)
         print(
             f"consolidate: {len(prefixes)} blocks of {n_raw} raw files, {len(cells)} cells "
             f"({len(control)} control), {len(requests)} requests, {len(thermal)} thermal "
-            f"readings, {len(host)} host samples",
+            f"readings, {len(host)} host samples, {len(scraped)} telemetry samples",
             file=log,
         )
 

@@ -30,6 +30,8 @@ def main(sm) -> None:
             thermal=pd.read_parquet(sm.input.thermal),
             capacity=json.loads(Path(sm.input.capacity).read_text()),
             summary=pd.read_csv(sm.input.summary),
+            server_metrics=(pd.read_parquet(sm.input.server_metrics)
+                            if hasattr(sm.input, "server_metrics") else None),
         )
         if open_paths:
             sources |= openloop.make_open(

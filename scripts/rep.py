@@ -6,6 +6,7 @@ from pathlib import Path
 from slotbench.core.entry import fail, progress_log
 from slotbench.core.experiments import split
 from slotbench.measure.backends import BackendError
+from slotbench.measure.energy import local_sources
 from slotbench.measure.execute import RepError, run_rep
 from slotbench.measure.fingerprint import pipeline_version
 from slotbench.measure.hostload import host_source
@@ -14,12 +15,15 @@ from slotbench.measure.rawfiles import check_free_space, read_json, restore_unsa
 from slotbench.measure.servers.base import ServerError
 from slotbench.measure.targets import connect
 from slotbench.measure.thermal import available_sources
+from slotbench.workflow import config as sbconfig
 from slotbench.workflow import measuring
 
 
 def main(sm) -> None:
     target, run, rep = sm.wildcards.target, sm.wildcards.run, int(sm.wildcards.rep)
     settings = dict(sm.params.settings)
+    # where telemetry is scraped: from the config, not params, so it re-measures nothing
+    telemetry = sbconfig.telemetry_settings(sbconfig.resolve(dict(sm.config)), target)
     plan = read_json(sm.input.plan)
     raw_dir = Path(sm.output.raw).parent
     kept = len(list(raw_dir.glob("rep*.json"))) if raw_dir.is_dir() else 0
@@ -60,7 +64,8 @@ def main(sm) -> None:
                                       client_processes=client["processes"])
                 raw = run_rep(conn, plan, entry, settings, pipeline_version(), log=log,
                               thermal_sources=available_sources(),
-                              host=host_source(conn), client=client)
+                              host=host_source(conn), client=client,
+                              telemetry=telemetry, local_energy=local_sources())
         except (RepError, ServerError, BackendError, RuntimeError) as exc:
             fail(str(exc) if isinstance(exc, RepError) else
                  f"target {target}, run {run}, rep {rep}: {exc}", log, cause=exc)

@@ -534,3 +534,65 @@ def test_counts_and_trends_per_cell_match_one_group_at_a_time():
     rhos = [stats.rank_corr(g["x"], g["y"]) for _, g in frame.groupby("g", sort=True)]
     rhos = [r for r in rhos if r == r]
     assert stats.median_rank_corr(df["t_sent_s"], df["value"], labels) == float(np.median(rhos))
+
+
+# --- Ollama: per cell, the model partly on the CPU, a reload, and the parallelism -------------
+
+
+def _ps(size=4_000, vram=4_000, ctx=4096, expires="2030-01-01T00:00:00Z", name="m:latest"):
+    return {"name": name, "model": name, "size": size, "size_vram": vram,
+            "context_length": ctx, "expires_at": expires}
+
+
+def ollama_tables(placements: dict, loads: dict, streams=(1, 2, 2)):
+    """One Ollama target, one rep of arms 1, 2, 4: each cell's placement (arm -> (before,
+    after)), its requests' load_duration_ns (arm -> list) and gen_streams_max per arm."""
+    cells, requests = [], []
+    for position, (arm, peak) in enumerate(zip((1, 2, 4), streams)):
+        before, after = placements.get(arm, ([_ps()], [_ps(expires="2030-01-01T00:05:00Z")]))
+        cells.append({"target": "o", "run": "run1", "rep": 1, "arm": arm, "position": position,
+                      "gen_streams": peak * 0.9, "gen_streams_max": peak,
+                      "placement": json.dumps({"before": before, "after": after})})
+        for i, ns in enumerate(loads.get(arm, [5_000_000] * arm)):
+            requests.append({"target": "o", "run": "run1", "rep": 1, "arm": arm, "i": i,
+                             "load_duration_ns": ns})
+    fp = {"target": "o", "run": "run1", "server": {"backend": "ollama", "ps": [_ps()]},
+          "model": {"name": "m"}, "config": {"target": {"model": "m"}}}
+    return tables_of(pd.DataFrame(cells), pd.DataFrame(requests), fingerprints=[fp])
+
+
+def test_ollama_names_no_cell_when_the_model_stayed_on_the_gpu_and_says_what_ran_at_once():
+    from slotbench.checks import ollama
+
+    (v,), _ = ollama.check(ollama_tables({}, {}), SETTINGS)
+    assert v.assessable and not v.fired and v.evidence["cells"] == []
+    # expires_at moving forward is every request's keep-alive, not a reload
+    assert [r["gen_streams_max"] for r in v.evidence["parallelism"]] == [1, 2, 2]
+    assert v.evidence["parallelism"][2]["serialised"]
+    assert "OLLAMA_NUM_PARALLEL itself is not visible over HTTP" in v.sentence
+    assert "4 in flight: 2 at most" in v.sentence
+
+
+def test_ollama_names_the_cell_partly_on_the_cpu_and_the_cells_that_reloaded():
+    from slotbench.checks import ollama
+
+    placements = {
+        2: ([_ps()], [_ps(vram=3_000)]),  # partly on the CPU after the cell
+        4: ([], [_ps()]),  # loaded during the cell
+    }
+    loads = {1: [5_000_000, ollama.RELOAD_NS + 1]}  # one request paid a load
+    (v,), _ = ollama.check(ollama_tables(placements, loads), SETTINGS)
+    assert v.fired and v.verdict == "yes"
+    by_cell = {f["cell"]: f for f in v.evidence["cells"]}
+    assert by_cell["o/run1/rep1/arm2"]["split"] == ["m:latest 25% on the CPU after the cell"]
+    assert by_cell["o/run1/rep1/arm4"]["reload"] == [
+        "m:latest not loaded before the cell, loaded after it"]
+    assert "1 request(s) with load_duration over 100 ms" in by_cell["o/run1/rep1/arm1"]["reload"][0]
+    # its VRAM share changed during the cell: Ollama placed it again, a reload
+    assert by_cell["o/run1/rep1/arm2"]["reload"] == ["m:latest's size_vram changed during the cell"]
+    assert "1 cell(s) partly on the CPU" in v.summary and "3 cell(s) with a reload" in v.summary
+    assert "o/run1/rep1/arm2" in v.sentence and "RELOAD_NS" in v.sentence
+    # a context change between before and after is a reload too
+    changed = {2: ([_ps()], [_ps(ctx=8192)])}
+    (v,), _ = ollama.check(ollama_tables(changed, {}), SETTINGS)
+    assert v.evidence["cells"][0]["reload"] == ["m:latest's context_length changed during the cell"]

@@ -11,7 +11,7 @@ import pytest
 from e2e_helpers import results_dir
 from slotbench.analysis import compare
 from slotbench.core import experiments
-from slotbench.core.fmt import fmt_signed_pct
+from slotbench.core.fmt import fmt_signed_pct, missing
 from slotbench.report import compare as compare_doc
 
 FP = {"client_host.cpu_model": "AMD EPYC", "client_host.cores": 2, "model.sha256": "abc",
@@ -507,3 +507,53 @@ def test_two_results_with_no_target_in_common_are_one_line_and_exit_1(monkeypatc
         "compare: smoke and mine have no target in common (smoke: embedded; mine: "
         "llamacpp-127-0-0-1-8080)")
     assert not (tmp_path / "out").exists()
+
+
+# --- energy per token and cost per million tokens: rates like any other ----------------------
+
+
+def test_energy_per_token_is_judged_like_a_rate_and_a_side_without_a_price_is_not_assessable():
+    a, b = ratios(seed=1), ratios(seed=2)
+    rng = np.random.default_rng(3)
+    for frame, joules in ((a, 2.0), (b, 2.6)):  # B draws 30% more energy per output token
+        frame["tokens_out"] = 800.0
+        frame["energy_j"] = 800.0 * joules * rng.lognormal(0, 0.02, len(frame))
+    sa = compare.Side("A", a, {"t": {"status": "allowed"}}, {"t": FP}, prices={"t": 1.2})
+    sb = compare.Side("B", b, {"t": {"status": "allowed"}}, {"t": FP}, prices={"t": None})
+    result = compare.compare(sa, sb, n_boot=500)
+    found = {(r["arm"], r["metric"]): r for r in result["targets"]["t"]["rows"]}
+    for arm in (1, 4):
+        energy = found[(arm, "j_per_token")]
+        assert energy["verdict"] == compare.SLOWER, energy  # lower is better: B is worse
+        assert energy["diff_lo"] > 0 and energy["b"] / energy["a"] == pytest.approx(1.3, rel=0.05)
+        assert "time_gap_s" in energy  # it carries the time confound like any absolute rate
+        cost = found[(arm, "usd_per_mtok")]
+        assert cost["verdict"] == compare.NOT_ASSESSABLE and "no usd_per_hour on B" in cost["why"]
+        assert not missing(cost["a"]) and missing(cost["b"]) and missing(cost["diff"])
+    # the document says why, never a verdict
+    md = "\n".join(str(b) for b in compare_doc.document(result))
+    assert "not assessable (no usd_per_hour on B)" in md
+
+
+def test_without_energy_or_price_on_either_side_there_is_no_cost_row():
+    result = compare.compare(side("A", ratios(seed=1)), side("B", ratios(seed=2)), n_boot=200)
+    assert not {r["metric"] for r in result["targets"]["t"]["rows"]} & set(compare.COSTS)
+
+
+def test_a_lower_is_better_rate_inside_the_serial_arms_move_is_confounded_with_time():
+    row = {"metric": "j_per_token", "a": 2.0, "diff_lo": 0.1, "diff_hi": 0.3}  # +5% to +15%
+    drift = {"change_lo": -0.2, "change_hi": -0.04}  # the machine slowed 4% to 20%
+    assert compare.within_serial(row, drift)
+    assert not compare.within_serial(row | {"metric": "agg_tps"}, drift)
+
+
+def test_the_price_is_read_from_each_sides_resolved_config(tmp_path):
+    frame = ratios(seed=1).assign(tokens_out=800.0, energy_j=1600.0)
+    folder = _results_dir(tmp_path / "a", frame, "x")
+    (folder / "config.resolved.yaml").write_text(
+        "experiment: a\ntargets:\n- name: t\n  usd_per_hour: 3.6\n")
+    loaded = compare.load_side(folder)
+    assert loaded.prices == {"t": 3.6}
+    costs = compare.with_costs(loaded.ratios, loaded.prices)
+    assert costs["usd_per_mtok"].to_numpy() == pytest.approx(1e6 / 1000 / costs["agg_tps"])
+    assert costs["j_per_token"].to_numpy() == pytest.approx(2.0)

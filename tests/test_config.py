@@ -1,5 +1,6 @@
 """The config is validated, with defaults filled, before anything is sent."""
 
+import copy
 import re
 
 import pytest
@@ -288,3 +289,27 @@ def test_a_default_is_read_from_the_schema_by_its_key():
     assert defaults.value(None, "analysis.ci") == defaults.value({}, "analysis.ci") == 0.95
     with pytest.raises(KeyError):
         default("slo.user_tps_min")  # unset: no default to read
+
+
+def test_telemetry_settings_measure_nothing_again():
+    """Where telemetry is scraped and what a token costs are evidence about a rep, not part of
+    what it measures: adding them changes none of the rep's params (the measured target, the
+    measurement settings, what every raw file records as its experiment), so Snakemake reruns
+    no rep; the rep reads them from the config."""
+    from slotbench.workflow import config as sbconfig
+
+    plain = {"targets": [{"name": "ext", "backend": "openai", "url": "http://127.0.0.1:9/v1",
+                          "model": "m"}]}
+    told = copy.deepcopy(plain)
+    told["targets"][0] |= {"metrics_url": "http://127.0.0.1:9/metrics",
+                           "exporters": ["http://127.0.0.1:9400/metrics"], "usd_per_hour": 2.5}
+    told["telemetry"] = {"interval_s": 0.1}
+    a, b = resolve(plain), resolve(told)
+    assert sbconfig.target_by_name(a, "ext") == sbconfig.target_by_name(b, "ext")
+    assert sbconfig.measurement_settings(a) == sbconfig.measurement_settings(b)
+    assert sbconfig.experiment(a, "ext") == sbconfig.experiment(b, "ext")
+    assert sbconfig.telemetry_settings(b, "ext") == {
+        "interval_s": 0.1, "metrics_url": "http://127.0.0.1:9/metrics",
+        "exporters": ["http://127.0.0.1:9400/metrics"]}
+    assert sbconfig.telemetry_settings(a, "ext")["metrics_url"] is None
+    assert sbconfig.prices(b) == {"ext": 2.5} and sbconfig.prices(a) == {"ext": None}

@@ -81,6 +81,33 @@ def test_smoke_numbers_are_sane(smoke):
     assert cells.groupby("arm")["position"].nunique().eq(3).all()
 
 
+def test_the_servers_own_metrics_say_how_many_sequences_it_decoded_per_step(smoke):
+    """The embedded server, with no telemetry setting, is scraped through its real /metrics:
+    one sequence per decode step at serial-1, more than 1.5 at parallel-4 (the report says so
+    per arm), and its generated-token counter over each cell equals what the client received:
+    the warm-up before it is never counted in a cell."""
+    work, _, _ = smoke
+    folder = results_dir(work)
+    summary = pd.read_csv(folder / "analysis/summary.csv").set_index("arm")
+    assert summary.loc[1, "server_batch"] == pytest.approx(1.0, abs=0.05), summary
+    assert summary.loc[4, "server_batch"] > 1.5, summary
+    cells = pd.read_parquet(folder / "cells.parquet")
+    assert (cells["server_batch_metric"] == "llamacpp:n_busy_slots_per_decode").all()
+    assert (cells["server_output_tokens"] == cells["tokens_out"]).all(), cells[
+        ["arm", "position", "server_output_tokens", "tokens_out"]]
+    requests = pd.read_parquet(folder / "requests.parquet")
+    assert requests["id_slot"].notna().all() and requests["id_slot"].nunique() > 1
+    scraped = pd.read_parquet(folder / "server_metrics.parquet")
+    assert set(scraped["phase"]) == {"before", "during", "after"}  # never the warm-up
+    assert scraped["position"].notna().all() and scraped["error"].isna().all()
+    md = (folder / "report.md").read_text()
+    line = next(x for x in md.splitlines() if x.startswith("| parallel-4 | ") and "[" in x
+                and "no usd_per_hour" in x)
+    assert float(line.split("|")[2].split()[0]) > 1.5, line
+    (numbers,) = json.loads((folder / "checks/server_numbers.json").read_text())
+    assert "equalled the client's count" in numbers["summary"], numbers["summary"]
+
+
 def test_report_shows_headline_verdict_deviance_and_fingerprint(smoke):
     work, _, _ = smoke
     md = (results_dir(work) / "report.md").read_text()

@@ -141,3 +141,16 @@ def test_three_reps_a_side_are_too_few_to_decide_never_no_detectable_change(arch
     assert row["reps_to_decide"] == stats.reps_to_decide(len(rec["rows"]), 0.05) == 6
     assert row["diff_lo"] <= row["diff"] <= row["diff_hi"] and row["b"] < row["a"], row
     assert sbcompare.NO_CHANGE not in {r["verdict"] for r in rec["rows"]}, rec["rows"]
+
+
+def test_a_one_slot_server_is_caught_serialising_by_its_own_metrics(archives):
+    """The one-slot llama-server at arms 1, 2, 4: its /metrics say it decoded one sequence per
+    step while the client held 2 and 4 in flight, and the check built on them fires, naming
+    the arm; the four-slot server of the same config batched."""
+    a, _, one_slot = archives
+    (slotted,) = json.loads((one_slot.parents[1] / "checks/batching.json").read_text())
+    assert slotted["fired"] and slotted["assessable"], slotted
+    assert "decoded 1.00 sequence per step at parallel-4" in slotted["sentence"], slotted
+    assert "serialised what the client sent in parallel" in slotted["sentence"]
+    (four,) = json.loads((a.parents[1] / "checks/batching.json").read_text())
+    assert four["assessable"] and not four["fired"], four

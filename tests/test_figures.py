@@ -102,6 +102,10 @@ def test_make_all_writes_pngs_and_sources(tmp_path, targets):
     assert across["shown"] == (len(targets) >= 2)
     assert {c.rsplit("/", 1)[1] for c in across["cells"]} == {"arm1", "arm4"}
     assert {c.split("/")[0] for c in across["cells"]} == set(targets)
+    # the server's batch over one rep: without telemetry, no cells behind it
+    server = sources.pop("server_batch")
+    assert server["cells"] == [] and server["scrapes"] == {}
+    png_size(tmp_path / server["file"])
     expected_cells = sorted(
         {
             cell_label(t, r, rep, a)
@@ -199,7 +203,8 @@ def test_entry_point(tmp_path):
     assert set(sources) == set(figures.FIGURE_IDS)
     for fid in figures.FIGURE_IDS:
         png_size(figdir / f"{fid}.png")
-        assert np.isin(["ollama/run2/rep2/arm4"], sources[fid]["cells"]).all()
+        if fid != "server_batch":  # one rep per target, and only with telemetry
+            assert np.isin(["ollama/run2/rep2/arm4"], sources[fid]["cells"]).all()
 
 
 # --- the timeline's thermal annotation ----------------------------------------------------------
@@ -321,3 +326,82 @@ def test_a_caption_reads_as_plain_text_in_restructuredtext():
     odd = "a *b* `c` d_ e|f g_h"
     assert docutils.publish_doctree(captions.rst_text(odd)).astext() == odd
 
+
+
+# --- the server's batch and queue over each cell -------------------------------------------------
+
+from slotbench.figures import server as figures_server  # noqa: E402
+
+
+def server_scrapes(cells, kind="llamacpp", batch_of=lambda arm: arm, step_s=0.5) -> pd.DataFrame:
+    """Scrapes of every cell from 0.2 s before it to 0.2 s after, every ``step_s``: llama.cpp's
+    lifetime counters (10 decode steps a second, ``batch_of(arm)`` busy slots each) and its
+    deferred-requests gauge, or vLLM's running and waiting gauges."""
+    rows, decodes, busy = [], {}, {}
+    for c in cells.sort_values(["target", "run", "rep", "t_start_s"]).itertuples():
+        key = (c.target, c.run, c.rep)
+        d, b = decodes.get(key, 100.0), busy.get(key, 150.0)
+        start, end = c.t_start_s, c.t_start_s + c.wall_s
+        times = np.arange(start - 0.2, end + 0.2 + step_s, step_s)
+        last = times[0]
+        for t in times:
+            running = t > start and t < end
+            d += 10 * (t - last) if running else 0.0
+            b += 10 * (t - last) * batch_of(c.arm) if running else 0.0
+            last = t
+            phase = "before" if t < start else "after" if t > end else "during"
+            head = {"target": c.target, "run": c.run, "rep": c.rep, "arm": c.arm,
+                    "position": c.position, "phase": phase, "t_s": float(t),
+                    "source": "server", "role": "server", "labels": "{}", "error": None}
+            if kind == "llamacpp":
+                samples = [("llamacpp:n_decode_total", d), ("llamacpp:n_busy_slots_per_decode",
+                                                            b / d),
+                           ("llamacpp:requests_deferred", max(c.arm - batch_of(c.arm), 0))]
+            else:
+                samples = [("vllm:num_requests_running", batch_of(c.arm) if running else 0),
+                           ("vllm:num_requests_waiting", 0.0)]
+            rows += [head | {"metric": m, "value": float(v)} for m, v in samples]
+        decodes[key], busy[key] = d, b
+    return pd.DataFrame(rows)
+
+
+def test_llamacpp_batch_between_scrapes_is_the_busy_slot_totals_difference_over_the_steps():
+    rows = pd.DataFrame({
+        "t_s": [0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0],
+        "metric": ["llamacpp:n_decode_total", "llamacpp:n_busy_slots_per_decode"] * 4,
+        # 100 steps of 1 slot, then 10 steps of 4, then none, then 10 of 2
+        "value": [100.0, 1.0, 110.0, 140 / 110, 110.0, 140 / 110, 120.0, 160 / 120],
+        "error": None})
+    per = figures_server.interval_batch(rows)
+    assert per["t_s"].tolist() == [1.0, 2.0, 3.0]
+    assert per["batch"].iloc[0] == pytest.approx(4.0)
+    assert np.isnan(per["batch"].iloc[1])  # no decode step between the scrapes: no point
+    assert per["batch"].iloc[2] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("kind", ["llamacpp", "vllm"])
+def test_the_server_batch_figure_draws_the_typical_rep_and_names_its_cells(tmp_path, kind):
+    cells = synthetic_cells(("embedded",), runs=("run1",), reps=3)
+    samples = server_scrapes(cells, kind, batch_of=lambda arm: min(arm, 2))
+    sources = figures.make_all(cells, synthetic_ratios(cells), tmp_path,
+                               server_metrics=samples)
+    src = sources["server_batch"]
+    png_size(tmp_path / "server_batch.png")
+    # rep 1's wiggle is 0: its rates are the medians, so it is the typical rep
+    assert src["cells"] == [cell_label("embedded", "run1", 1, a) for a in ARMS]
+    assert set(src["scrapes"]) == set(src["cells"])
+    assert all(s["scrapes"] > 2 for s in src["scrapes"].values())
+    series = figures_server.cell_series(
+        samples[(samples["rep"] == 1) & (samples["arm"] == 4)])
+    assert series["batch"].dropna().max() == pytest.approx(2.0)  # batching stopped at 2
+
+
+def test_without_server_telemetry_the_figure_says_not_assessable_and_never_fails(tmp_path):
+    cells = synthetic_cells(("embedded",), runs=("run1",), reps=2)
+    empty = pd.DataFrame(columns=["target", "run", "rep", "arm", "position", "phase", "t_s",
+                                  "source", "role", "metric", "labels", "value", "error"])
+    for samples in (None, empty):
+        sources = figures.make_all(cells, synthetic_ratios(cells), tmp_path,
+                                   server_metrics=samples)
+        assert sources["server_batch"]["cells"] == [] and sources["server_batch"]["scrapes"] == {}
+        png_size(tmp_path / "server_batch.png")

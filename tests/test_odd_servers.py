@@ -11,12 +11,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
+from doubles.exporter import Exporter, dcgm
 from doubles.fault_server import FaultServer
 from e2e_helpers import DEFAULT_EXPERIMENT, copy_repo, results_dir
 
@@ -44,18 +47,43 @@ CASES = {"counts": ("counts", None), "nagle": (None, "nagle"), "end": (None, "en
          "nodelay": (None, None)}
 
 
+# The nodelay case's server has no /metrics (it answers 404, as llama-server without --metrics
+# does) and an exporter beside it (a GPU's energy, DCGM's names) dies after this many scrapes,
+# in the middle of a cell: the reps complete and what is missing is "not assessable".
+EXPORTER_DIES_AFTER = 6
+
+
+def _dying_exporter():
+    exporter = Exporter(dcgm(energy_mj=lambda t: 150_000 * t))
+
+    def die():
+        while exporter.hits < EXPORTER_DIES_AFTER:
+            time.sleep(0.01)
+        exporter.dead = True
+
+    threading.Thread(target=die, daemon=True).start()
+    return exporter
+
+
 def _run(root: Path, name: str) -> dict:
     fault, buffering = CASES[name]
     work = copy_repo(root / name, git=False)
-    with FaultServer(slots=4, token_s=0.005, measured_predict=16) as server:
+    with FaultServer(slots=4, token_s=0.005, measured_predict=16) as server, \
+            _dying_exporter() as exporter:
         server.buffering = buffering
         server.arm(fault, skip=0)
-        (work / "odd.yaml").write_text(CONFIG.format(url=server.url))
+        config = CONFIG.format(url=server.url)
+        if name == "nodelay":
+            config = config.replace(f"    url: {server.url}\n", f"    url: {server.url}\n"
+                                    f"    exporters: [{exporter.url}/metrics]\n")
+            config += "telemetry:\n  interval_s: 0.05\n"
+        (work / "odd.yaml").write_text(config)
         proc = subprocess.run(
             [sys.executable, "-m", "snakemake", "--cores", "1", "--configfile", "odd.yaml"],
             cwd=work, capture_output=True, text=True, timeout=300,
         )
-    return {"work": work, "returncode": proc.returncode, "output": proc.stdout + proc.stderr}
+    return {"work": work, "returncode": proc.returncode, "output": proc.stdout + proc.stderr,
+            "exporter": exporter.url + "/metrics"}
 
 
 @pytest.fixture(scope="module")
@@ -130,3 +158,26 @@ def test_the_same_server_with_tcp_nodelay_is_neither_buffered_nor_serialised(run
     # one read per token: the text arrived as it was made
     assert (requests["most_read_chunks"] <= 2).all(), requests[
         ["chunks", "text_reads", "most_read_chunks"]]
+
+
+def test_a_server_without_metrics_and_an_exporter_that_dies_leave_the_reps_whole(runs):
+    """No /metrics on the server, an exporter dead from its seventh scrape, mid-cell: every rep
+    completes, the dead scrapes are kept as missing with their reason, and the report says the
+    server's batch per step and the energy per token are not assessable, never zero."""
+    result = runs["nodelay"]
+    md = report(result)
+    folder = results_dir(result["work"], DEFAULT_EXPERIMENT)
+    cells = pd.read_parquet(folder / "cells.parquet")
+    assert len(cells) == 4 and cells["server_batch"].isna().all()
+    assert cells["telemetry_note"].str.contains("no Prometheus endpoint at http://",
+                                                regex=False).all(), cells["telemetry_note"]
+    assert cells["telemetry_note"].str.contains("/metrics (HTTP 404)", regex=False).all()
+    scraped = pd.read_parquet(folder / "server_metrics.parquet")
+    assert set(scraped["source"]) == {result["exporter"]}
+    dead = scraped[scraped["error"].notna()]
+    assert len(dead) and (dead["error"] == "HTTP 503").all() and dead["metric"].isna().all()
+    assert scraped["metric"].notna().sum() > 0  # it answered before it died
+    # the cells the dead exporter left without an end to their window have no energy
+    assert cells["energy_j"].isna().any()
+    section = md.split("### The server's own evidence")[1].split("\n#")[0]
+    assert "not assessable" in section and "HTTP 404" in section, section

@@ -198,7 +198,7 @@ def test_entry_point_writes_openloop_json(tmp_path):
     smk = SimpleNamespace(
         input=SimpleNamespace(cells=str(tmp_path / "cells.parquet"),
                               requests=str(tmp_path / "requests.parquet")),
-        params=SimpleNamespace(n_boot=100, ci=0.95, seed=0,
+        params=SimpleNamespace(n_boot=100, ci=0.95, seed=0, prices={},
                                slo=resolve({"slo": SLO})["slo"]),
         log=[str(tmp_path / "analyse.log")], output=SimpleNamespace(**out),
     )

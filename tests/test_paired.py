@@ -216,3 +216,22 @@ def test_the_report_section_shows_the_verdicts_the_drift_and_traces_every_cell(t
     assert len(table.rows) == 9
     sources = next(b for b in blocks if isinstance(b, Sources))
     assert len(sources.cells) == 2 * 2 * 10  # both targets, both arms, every pair
+
+
+def test_energy_per_token_is_a_paired_row_and_a_target_without_a_price_is_not_assessable():
+    ratios, cells, planned = drifting_run(pairs=10, drift_per_side=-0.03)
+    b = ratios["target"] == TARGETS[1]
+    # energy per token does not follow the machine's speed; B draws 20% more per token
+    ratios["j_per_token"] = np.where(b, 2.4, 2.0) * np.random.default_rng(5).lognormal(
+        0, 0.01, len(ratios))
+    ratios["usd_per_mtok"] = np.where(b, np.nan, 1e6 / 3600 / ratios["agg_tps"])
+    found = rows(analyse(ratios, cells, planned))
+    for arm in (1, 4):
+        energy = found[(arm, "j_per_token")]
+        assert energy["verdict"] == compare.SLOWER, energy  # lower is better: B is worse
+        assert energy["ratio"] == pytest.approx(1.2, rel=0.02)
+        cost = found[(arm, "usd_per_mtok")]
+        assert cost["verdict"] == compare.NOT_ASSESSABLE, cost
+        assert "no usd_per_hour on B" in cost["why"] and cost["pairs"] == 0
+    assert "not assessable (no usd_per_hour on B)" in report_paired.verdict_text(
+        found[(4, "usd_per_mtok")])

@@ -488,3 +488,33 @@ def test_markdown_of_a_default_sized_run_stays_small():
     ids = re.findall(r"provenance id `([^`]+)`", md)
     assert ids and set(ids) <= set(record["entries"])
     assert all(cellsets.expand(record)["entries"][i]["cells"] for i in ids)
+
+
+def test_the_servers_evidence_and_a_tokens_cost_sit_beside_the_users_rate():
+    """The report's telemetry table gives each arm's batch per step, queue, joules and dollars
+    per output token with intervals, beside the per-user rate; what the server did not expose
+    reads "not assessable", never 0."""
+    from slotbench.analysis import analyse
+
+    requests = syn.make_requests()
+    cells = syn.make_cells(requests)
+    cells = cells.assign(server_batch=cells["arm"].astype(float), server_queue=0.0,
+                         energy_j=cells["tokens_out"] * 0.25,
+                         energy_source="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION from http://gpu/m")
+    summary = analyse.summarise(analyse.with_costs(analyse.cell_ratios(cells), {syn.TARGET: 2.5}),
+                                200, 0.95, 1)
+    md, _, _, _ = syn.rendered(requests, cells=cells, summary=summary)
+    part = syn.section(md, syn.TARGET)
+    assert "### The server's own evidence and a token's cost" in part
+    four = next(line for line in part.splitlines() if line.startswith("| parallel-4 | 4.00"))
+    assert "| 0.250 [0.250, 0.250] |" in four, four
+    cost = float(four.split("|")[5].split()[0])
+    agg = float(summary.set_index("arm").loc[4, "agg_tps"])
+    assert cost == pytest.approx(2.5 / 3600 / agg * 1e6, rel=0.05), (four, agg)
+    assert "Energy from DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION" in part
+    unpriced = analyse.summarise(analyse.cell_ratios(cells.assign(server_queue=float("nan"))),
+                                 200, 0.95, 1)
+    md, _, _, _ = syn.rendered(requests, cells=cells, summary=unpriced)
+    four = next(line for line in syn.section(md, syn.TARGET).splitlines()
+                if line.startswith("| parallel-4 | 4.00"))
+    assert "not assessable (no usd_per_hour)" in four and "| not assessable |" in four, four

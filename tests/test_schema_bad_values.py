@@ -139,6 +139,13 @@ NAMED = {
     "num_predict 1000000000": place("num_predict", 10**9),
     "num_predict '1e9', as YAML 1.1 reads it": place("num_predict", "1e9"),
     "temperature 1e6": place("temperature", 1e6),
+    "metrics_url with port abc": (BASE | {"targets": [
+        EXTERNAL | {"metrics_url": "http://127.0.0.1:abc/metrics"}, MANAGED]},
+        "targets[0].metrics_url"),
+    "an exporter without a host": (BASE | {"targets": [
+        EXTERNAL | {"exporters": ["http://127.0.0.1:9400/metrics", "http://"]}, MANAGED]},
+        "targets[0].exporters[1]"),
+    "metrics_url on a managed target": place("targets[].metrics_url", "http://127.0.0.1:9/m"),
 }
 DERIVED = {f"{key} = {value!r}": (key, value)
            for key, branches in typed_keys(load_schema()).items()

@@ -38,8 +38,16 @@ SUMMARY_COLUMNS = [
     # of the arm's cells it queued
     "streams", "queued_cells",
     "speedup_includes_one", "decomposition", "ci", "n_requests", "n_client_timed",
+    # the server's own evidence (slotbench.tables.telemetry) and what a token cost: medians
+    # over the arm's cells with intervals from the same resamples; null: not assessable
+    "server_batch", "server_batch_lo", "server_batch_hi",
+    "server_queue", "server_queue_lo", "server_queue_hi",
+    "j_per_token", "j_per_token_lo", "j_per_token_hi", "energy_source",
+    "usd_per_mtok", "usd_per_mtok_lo", "usd_per_mtok_hi", "telemetry_note",
     "cells", "raw_sha256",
 ]
+# The server's evidence and a token's cost, summarised like the ratios where a cell has them.
+EVIDENCE = ["server_batch", "server_queue", "j_per_token", "usd_per_mtok"]
 
 
 def _serial_cells(cells: pd.DataFrame) -> pd.DataFrame:
@@ -102,6 +110,19 @@ def cell_ratios(cells: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns=["agg_tps_serial", "user_tps_serial", "ttft_s_serial"])
 
 
+def with_costs(ratios: pd.DataFrame, prices: dict) -> pd.DataFrame:
+    """Each cell's energy per output token (joules: the cell's energy_j over its tokens_out)
+    and, for a target with ``usd_per_hour`` in ``prices``, what a million output tokens cost
+    at the cell's aggregate rate. Null where the energy or the price is not known."""
+    unknown = pd.Series(float("nan"), index=ratios.index)
+    energy, tokens = (ratios.get(c, unknown).astype(float) for c in ("energy_j", "tokens_out"))
+    price = ratios["target"].map(lambda t: prices.get(t)).astype(float)
+    return ratios.assign(
+        j_per_token=energy / tokens,
+        usd_per_mtok=price / 3600.0 / ratios["agg_tps"].astype(float) * 1e6,
+    )
+
+
 def concurrency(cells: pd.DataFrame) -> pd.Series:
     """Each cell's concurrency: a closed-loop arm's N, a rate arm's effective concurrency (the
     time-weighted number of its requests in flight, slotbench.tables.openloop)."""
@@ -162,6 +183,14 @@ def summarise(ratios: pd.DataFrame, n_boot: int, ci: float, seed: int) -> pd.Dat
             row[metric], row[f"{metric}_lo"], row[f"{metric}_hi"] = stats.median_ci(
                 values, resamples, ci
             )
+        for metric in EVIDENCE:
+            values = (grp[metric] if metric in grp else pd.Series(dtype=float)).to_numpy(
+                dtype=float)
+            row[metric], row[f"{metric}_lo"], row[f"{metric}_hi"] = (
+                stats.median_ci(values, resamples, ci) if len(values) and (
+                    pd.notna(values).any()) else (float("nan"),) * 3)
+        row["energy_source"] = _one_or_none(grp, "energy_source")
+        row["telemetry_note"] = _one_or_none(grp, "telemetry_note")
         # a rate arm's concurrency is its cells' median effective concurrency
         level = int(arm) if int(arm) > 0 else stats.median(concurrency(grp))
         for suffix in ("", "_lo", "_hi"):
@@ -173,6 +202,13 @@ def summarise(ratios: pd.DataFrame, n_boot: int, ci: float, seed: int) -> pd.Dat
         rows.append(row)
     rows.sort(key=lambda r: (r["target"], arm_order(r["arm"])))
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+
+
+def _one_or_none(grp: pd.DataFrame, column: str) -> str | None:
+    """The arm's cells' most frequent value of ``column`` (the telemetry's source or note)."""
+    if column not in grp or grp[column].isna().all():
+        return None
+    return str(grp[column].dropna().astype(str).mode().iloc[0])
 
 
 POSITION_COLUMNS = ["target", "arm", "position", "median_agg_tps", "n_cells", "cells"]

@@ -43,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
 from slotbench.core import experiments, stats
 from slotbench.core.experiments import prefix_in
@@ -58,8 +59,18 @@ METRICS = {
     "ttft_ratio": ("TTFT ratio", False), "efficiency": ("efficiency", True),
     "gen_gain": ("gen_gain", True), "agg_tps": ("aggregate tok/s", True),
     "user_tps": ("per-user tok/s", True),
+    "j_per_token": ("J per output token", False),
+    "usd_per_mtok": ("USD per million output tokens", False),
 }
+# What a side's output tokens cost: energy (the cells' energy_j / tokens_out) and money (the
+# target's usd_per_hour in that side's resolved config, at the cell's aggregate rate). Rates like
+# the tok/s, measured at another time, so they take the same time confound.
+COSTS = ("j_per_token", "usd_per_mtok")
 ABSOLUTE = ("agg_tps", "user_tps")
+# every per-arm rate (the serial arm has them too, and each takes the time confound)
+RATES = (*ABSOLUTE, *COSTS)
+# a row whose numbers one side lacks (no energy source, no price): never a verdict
+NOT_ASSESSABLE = "not assessable"
 # Fingerprint fields that define the measurement: a difference refuses unless declared.
 GUARDED = ("client_host.cpu_model", "client_host.cores", "server_host.same_as_client",
            "model.sha256", "config.measurement.num_predict", "prompt_tokens")
@@ -94,9 +105,31 @@ class Side:
     decision: dict
     fingerprint: dict = field(default_factory=dict)  # target -> flat field -> value
     busy: dict = field(default_factory=dict)  # target -> the host check's summary, if it fired
+    prices: dict | None = None  # target -> usd_per_hour from its resolved config; None: no config
 
 
 RATIOS, HEADLINE, HOST = "analysis/ratios.parquet", "checks/headline.json", "checks/host.json"
+CONFIG = experiments.RESOLVED_CONFIG
+
+
+def with_costs(ratios: pd.DataFrame, prices: dict | None) -> pd.DataFrame:
+    """A side's cells with ``COSTS``: joules per output token from the cells' energy_j and
+    tokens_out (null without an energy source), and USD per million output tokens from the
+    target's usd_per_hour in ``prices`` (the side's resolved config) at the cell's aggregate
+    rate; without a resolved config (``prices`` None) only the energy, whatever the cells carry."""
+    out = ratios.copy()
+    nan = pd.Series(np.nan, index=out.index, dtype=float)
+    energy = out["energy_j"].astype(float) if "energy_j" in out else nan
+    tokens = out["tokens_out"].astype(float) if "tokens_out" in out else nan
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out["j_per_token"] = (energy / tokens).where(tokens > 0)
+        if prices is None:
+            out["usd_per_mtok"] = nan
+        else:
+            price = out["target"].astype(str).map(lambda t: prices.get(t)).astype(float)
+            agg = out["agg_tps"].astype(float) if "agg_tps" in out else nan
+            out["usd_per_mtok"] = (price / 3600.0 / agg * 1e6).where(agg > 0)
+    return out
 
 
 def _files(path: Path) -> dict[str, bytes]:
@@ -106,7 +139,7 @@ def _files(path: Path) -> dict[str, bytes]:
         prefix = prefix_in(data)
         return {k[len(prefix):]: v for k, v in data.items() if k.startswith(prefix)}
     folder = experiments.folder_of(path)
-    wanted = [RATIOS, HEADLINE, HOST]
+    wanted = [RATIOS, HEADLINE, HOST, CONFIG]
     wanted += [str(p.relative_to(folder)) for p in folder.glob("fingerprint/*/*.json")]
     wanted += [str(p.relative_to(folder)) for p in folder.glob("plan/*/*.json")]
     return {rel: (folder / rel).read_bytes() for rel in wanted if (folder / rel).is_file()}
@@ -131,8 +164,12 @@ def load_side(what: str | Path) -> Side:
                 "prompt_tokens")
     busy = {str(r["target"]): r["summary"].split(":")[0]
             for r in json.loads(data.get(HOST, b"[]")) if r.get("fired")}
+    prices = None
+    if CONFIG in data:
+        cfg = yaml.safe_load(data[CONFIG]) or {}
+        prices = {str(t.get("name")): t.get("usd_per_hour") for t in cfg.get("targets") or []}
     return Side(str(what), pd.read_parquet(io.BytesIO(data[RATIOS])),
-                json.loads(data[HEADLINE]), fingerprint, busy)
+                json.loads(data[HEADLINE]), fingerprint, busy, prices)
 
 
 def differences(a: dict, b: dict, declared: tuple = ()) -> tuple[list[str], list[str]]:
@@ -214,6 +251,8 @@ def within_serial(row: dict, drift: dict) -> bool:
     if "change_lo" not in drift or not row["a"]:
         return False
     lo, hi = row["diff_lo"] / row["a"], row["diff_hi"] / row["a"]
+    if not METRICS[row["metric"]][1]:  # lower is better: a slower machine raises it
+        lo, hi = -hi, -lo
     return lo <= drift["change_hi"] and drift["change_lo"] <= hi
 
 
@@ -247,11 +286,22 @@ def metric_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float,
     """One row per (arm, metric) that both sides' cells have: A, B, B − A [interval], B / A,
     the rank-sum p-value, whether Holm over the rows detected a change and the verdict ("too
     few reps to decide" where the test never could), with the cells of both sides."""
-    rows = []
+    rows, unassessable = [], []
+    # a cost neither side has anywhere (no energy source, no price on either) is no row at all
+    costs = [m for m in COSTS if _finite(ra, m) or _finite(rb, m)]
     for arm in sorted(set(ra["arm"].astype(int)) & set(rb["arm"].astype(int))):
         ca, cb = ra[ra["arm"] == arm], rb[rb["arm"] == arm]
         for metric, (label, higher) in METRICS.items():
-            if (arm == SERIAL_ARM and metric not in ABSOLUTE) or metric not in ca:
+            if arm == SERIAL_ARM and metric not in RATES:
+                continue
+            if metric in COSTS:
+                if metric not in costs:
+                    continue
+                lacking = [s for s, c in (("A", ca), ("B", cb)) if not _finite(c, metric)]
+                if lacking:  # a row like any other, but nothing to judge
+                    unassessable.append(_not_assessable(arm, metric, label, ca, cb, lacking))
+                    continue
+            elif metric not in ca:
                 continue
             va, vb = ca[metric].to_numpy(float), cb[metric].to_numpy(float)
             diff, lo, hi = stats.median_diff_ci(va, vb, n_boot, ci, seed)
@@ -274,7 +324,24 @@ def metric_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float,
         if row["verdict"] and not can:
             row["verdict"] = TOO_FEW
             row["reps_to_decide"] = stats.reps_to_decide(len(rows), 1 - ci)
-    return rows
+    rank = {m: i for i, m in enumerate(METRICS)}  # rows by arm, then METRICS' order
+    return sorted(rows + unassessable, key=lambda r: (r["arm"], rank[r["metric"]]))
+
+
+def _finite(cells: pd.DataFrame, metric: str) -> bool:
+    return metric in cells and bool(np.isfinite(cells[metric].to_numpy(float)).any())
+
+
+def _not_assessable(arm, metric, label, ca, cb, lacking) -> dict:
+    """A cost row one side has no numbers for: its medians where known, no test, no verdict."""
+    def med(c):
+        return stats.median(c[metric].to_numpy(float)) if _finite(c, metric) else np.nan
+    why = "no energy source" if metric == "j_per_token" else "no usd_per_hour"
+    return {"arm": arm, "metric": metric, "label": label, "a": med(ca), "b": med(cb),
+            "diff": np.nan, "diff_lo": np.nan, "diff_hi": np.nan, "ratio": np.nan,
+            "p": np.nan, "cells_a": cell_labels(ca), "cells_b": cell_labels(cb),
+            "raw_a": raw_hashes(ca), "raw_b": raw_hashes(cb), "detected": False,
+            "verdict": NOT_ASSESSABLE, "why": f"{why} on {' and '.join(lacking)}"}
 
 
 def time_verdicts(rows: list[dict], drift: dict, confound: dict, busy: list[str]) -> None:
@@ -284,10 +351,10 @@ def time_verdicts(rows: list[dict], drift: dict, confound: dict, busy: list[str]
     serial arm's own move (``within_serial``), whatever fingerprint difference might explain
     the move too. The ratios, taken within each rep, keep their verdicts."""
     for row in rows:
-        if row["metric"] not in ABSOLUTE:
+        if row["metric"] not in RATES:
             continue
         row.update(confound | {"may_explain": list(confound["may_explain"])})
-        if not row["verdict"]:
+        if not row["verdict"] or row["verdict"] == NOT_ASSESSABLE:
             continue
         if busy:
             row["verdict"] = BUSY
@@ -312,7 +379,8 @@ def compare(a: Side, b: Side, n_boot: int | None = None, ci: float | None = None
     out = {"a": a.name, "b": b.name, "ci": ci, "declared": list(declared), "targets": {}}
     targets = sorted(set(a.ratios["target"].astype(str)) & set(b.ratios["target"].astype(str)))
     for target in targets:
-        ra, rb = (s.ratios[s.ratios["target"].astype(str) == target] for s in (a, b))
+        ra, rb = (with_costs(s.ratios[s.ratios["target"].astype(str) == target], s.prices)
+                  for s in (a, b))
         fa, fb = (current_names(s.fingerprint.get(target, {})) for s in (a, b))
         guarded, named = differences(fa, fb, declared)
         refusal = []

@@ -22,7 +22,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from slotbench.analysis.compare import ABSOLUTE, METRICS, metric_rows, verdict
+from slotbench.analysis.compare import (COSTS, METRICS, NOT_ASSESSABLE, RATES, metric_rows,
+                                        verdict)
 from slotbench.core import stats
 from slotbench.core.cells import SERIAL_ARM, cell_labels
 
@@ -37,13 +38,22 @@ def pair_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float, seed: 
     """One row per (arm, metric) both targets have: the per-pair ratios B / A, their median and
     interval, the signed-rank p-value, Holm's detection over the rows and the verdict, with the
     pairs' cells and raw files."""
-    rows = []
+    rows, unassessable = [], []
     for arm in sorted(set(ra["arm"].astype(int)) & set(rb["arm"].astype(int))):
         ca, cb = ra[ra["arm"] == arm], rb[rb["arm"] == arm]
         both = ca.merge(cb, on=PAIR_KEYS, suffixes=("_a", "_b"))
         both = both.sort_values(PAIR_KEYS)
         for metric, (label, higher) in METRICS.items():
-            if (arm == SERIAL_ARM and metric not in ABSOLUTE) or f"{metric}_a" not in both:
+            if arm == SERIAL_ARM and metric not in RATES:
+                continue
+            if metric in COSTS:
+                if not (_finite(ra, metric) or _finite(rb, metric)):
+                    continue  # neither target has it anywhere: no row at all
+                lacking = [s for s, c in (("A", ca), ("B", cb)) if not _finite(c, metric)]
+                if lacking:
+                    unassessable.append(_not_assessable(arm, metric, label, lacking))
+                    continue
+            elif f"{metric}_a" not in both:
                 continue
             a, b = both[f"{metric}_a"].to_numpy(float), both[f"{metric}_b"].to_numpy(float)
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -81,7 +91,23 @@ def pair_rows(ra: pd.DataFrame, rb: pd.DataFrame, n_boot: int, ci: float, seed: 
         if row["verdict"] and not can:
             row["verdict"] = TOO_FEW_PAIRS
             row["pairs_to_decide"] = stats.pairs_to_decide(len(rows), 1 - ci)
-    return rows
+    rank = {m: i for i, m in enumerate(METRICS)}
+    return sorted(rows + unassessable, key=lambda r: (r["arm"], rank[r["metric"]]))
+
+
+def _finite(cells: pd.DataFrame, metric: str) -> bool:
+    return metric in cells and bool(np.isfinite(cells[metric].to_numpy(float)).any())
+
+
+def _not_assessable(arm: int, metric: str, label: str, lacking: list[str]) -> dict:
+    """A cost row one target has no numbers for (no energy source, no usd_per_hour): no pairs
+    compared, no verdict."""
+    why = "no energy source" if metric == "j_per_token" else "no usd_per_hour"
+    return {"arm": arm, "metric": metric, "label": label, "pairs": 0, "a": np.nan, "b": np.nan,
+            "ratio": np.nan, "ratio_lo": np.nan, "ratio_hi": np.nan, "pair_ratios": [],
+            "p": np.nan, "cells_a": [], "cells_b": [], "raw_a": [], "raw_b": [],
+            "detected": False, "verdict": NOT_ASSESSABLE,
+            "why": f"{why} on {' and '.join(lacking)}"}
 
 
 def drift_line(cells: pd.DataFrame, target: str) -> dict:

@@ -80,6 +80,10 @@ class Tables:
     # every cell, those whose server numbers failed the cross-check included (``cells`` holds
     # only the cells behind the headline, consolidate.headline_cells); None when not given
     all_cells: pd.DataFrame | None = None
+    # the server's own metric samples over each rep (target, run, rep, arm, position, phase,
+    # t_s, source, role, metric, labels, value, error): empty where the server had no
+    # /metrics or the results were measured before they were scraped
+    server_metrics: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     @property
     def targets(self) -> list[str]:
@@ -131,7 +135,8 @@ def setting(settings: dict, key: str):
 
 def load_tables(inputs: dict) -> Tables:
     """Tables from the pipeline's files: cells, requests, control, thermal (Parquet), summary
-    (CSV), servers (JSON) and fingerprints (a list of JSON paths)."""
+    (CSV), servers (JSON), fingerprints (a list of JSON paths) and, where given and present,
+    the server's metric samples (server_metrics, Parquet)."""
     cells = pd.read_parquet(inputs["cells"])
     return Tables(
         cells=headline_cells(cells),
@@ -143,7 +148,15 @@ def load_tables(inputs: dict) -> Tables:
         fingerprints=[json.loads(Path(p).read_text()) for p in inputs.get("fingerprints", [])],
         servers=json.loads(Path(inputs["servers"]).read_text()) if "servers" in inputs else [],
         host=pd.read_parquet(inputs["host"]) if "host" in inputs else None,
+        server_metrics=read_optional(inputs.get("server_metrics")),
     )
+
+
+def read_optional(path) -> pd.DataFrame:
+    """A Parquet table that older results do not have: empty where no path or no file."""
+    if not path or not Path(str(path)).is_file():
+        return pd.DataFrame()
+    return pd.read_parquet(path)
 
 
 def judged(

@@ -27,6 +27,49 @@ TOLERANCES = (" (the cross-check's tolerances: "
                          TIME_SLACK_S=cc.TIME_SLACK_S, MIN_SPAN_RATIO=cc.MIN_SPAN_RATIO) + ")")
 
 
+# The server's generated-token counter over a cell (its /metrics, scraped just before and just
+# after) against the tokens the client received: apart by more than this share (and at least
+# one token), someone else used the server during the cell, or its counter cannot be trusted.
+COUNTER_TOLERANCE = 0.01
+
+
+def counter_disagreements(cells) -> tuple[int, list[str], str | None]:
+    """(cells whose counter could be read, the labels of those that disagree with the client,
+    an example) from the cells' server_output_tokens and tokens_out."""
+    if "server_output_tokens" not in cells:
+        return 0, [], None
+    read = cells[cells["server_output_tokens"].notna() & cells["tokens_out"].notna()]
+    if read.empty:
+        return 0, [], None
+    server, client = read["server_output_tokens"].astype(float), read["tokens_out"].astype(float)
+    off = (server - client).abs() > (client * COUNTER_TOLERANCE).clip(lower=1.0)
+    bad = read[off.to_numpy()]
+    if bad.empty:
+        return len(read), [], None
+    first = bad.iloc[0]
+    example = (f"{label_series(bad.iloc[:1]).iloc[0]}: the server counted "
+               f"{int(first['server_output_tokens'])} generated tokens, the client received "
+               f"{int(first['tokens_out'])}")
+    return len(read), sorted(label_series(bad), key=label_key), example
+
+
+def counter_clause(cells) -> tuple[str, list[str], str | None]:
+    """The verdict's words on the token counters, the disagreeing cells, and the warning."""
+    n, bad, example = counter_disagreements(cells)
+    if not n:
+        return ("the server's token counters were not assessable (no /metrics read over any "
+                "cell)"), [], None
+    if not bad:
+        return (f"its generated-token counter over each of {count(n, 'cell')} equalled the "
+                "client's count"), [], None
+    warning = (f"Warning: the server's generated-token counter disagreed with what the client "
+               f"received in {count(len(bad), 'cell')} of {n} ({example}; "
+               + constant(COUNTER_TOLERANCE=COUNTER_TOLERANCE) + "): another client may have "
+               "used the server during them, or its counter cannot be trusted.")
+    return (f"its generated-token counter disagreed with the client in "
+            f"{count(len(bad), 'cell')} of {n} ({example})"), bad, warning
+
+
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     req = tables.requests
     flagged = req[req["suspect_reason"].notna()] if "suspect_reason" in req else req.iloc[0:0]
@@ -37,8 +80,16 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         rows = table[table["target"] == target]
         n_req = int((req["target"] == target).sum())
         cells = sorted(set(rows["cell"]), key=label_key)
+        clause, off_cells, off_warning = counter_clause(
+            tables.cells[tables.cells["target"].astype(str) == target])
         if rows.empty:
-            summary = f"every server count and timing agreed with the client ({n_req} requests)"
+            summary = (f"every server count and timing agreed with the client ({n_req} "
+                       f"requests); {clause}")
+            if off_warning:
+                verdicts.append(judged(
+                    TRAP, TITLE, target, True, summary, off_warning.removeprefix("Warning: "),
+                    effect="warn", evidence={"warnings": [off_warning]}, cells=off_cells))
+                continue
             verdicts.append(
                 judged(TRAP, TITLE, target, False, summary,
                        f"Server numbers: {summary}{TOLERANCES}.")

@@ -19,6 +19,7 @@ TITLES = {
     "timeline": "Operator throughput over the course of the runs",
     "capacity": "Capacity curve: aggregate and per-user rate against concurrency",
     "across": "Targets side by side at the widest arm they share",
+    "server_batch": "The server's batch per decode step and queue over each cell of a typical rep",
 }
 
 CAPTIONS = {
@@ -66,6 +67,20 @@ CAPTIONS = {
         "targets table (speedup, highest first): median speedup, per-user change and TTFT ratio "
         "with their bootstrap intervals over the reps. Intervals that do not overlap are the "
         "differences the table names."
+    ),
+    "server_batch": (
+        "One row per target, one panel per arm, for the target's typical rep: of the reps whose "
+        "every cell has server scrapes with a batch series, the one whose parallel arms' "
+        "aggregate tok/s lie closest to the arms' medians. x is seconds since the cell's start "
+        "(the dotted line is its end); the blue steps are the batch the server decoded per step "
+        "between consecutive scrapes (llama.cpp: the difference of its busy-slot total, "
+        "n_busy_slots_per_decode × n_decode_total, over the decode steps between the two "
+        "scrapes; vLLM, SGLang, TGI: the running-requests gauge), the dashed line the requests "
+        "in flight, the red steps (right axis) the server's queue gauge. Batching formed where "
+        "the blue steps reach the dashed line; a queue that stays up while the batch stays low "
+        "means the server held requests back. A target whose scrapes have no batch series (a "
+        "rep measured before telemetry, a server without /metrics) is one panel that says "
+        "\"not assessable\" and why. The scrapes come from the drawn cells' raw files."
     ),
 }
 OPEN_TITLES = {

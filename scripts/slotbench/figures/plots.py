@@ -21,8 +21,15 @@ import seaborn as sns  # noqa: E402
 from slotbench.analysis.across import common_arm, ordered  # noqa: E402
 from slotbench.analysis.analyse import position_medians  # noqa: E402
 from slotbench.core import stats# noqa: E402
-from slotbench.core.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes  # noqa: E402
+from slotbench.core.cells import (  # noqa: E402
+    SERIAL_ARM,
+    arm_name,
+    cell_label,
+    cell_labels,
+    raw_hashes,
+)
 from slotbench.figures.captions import CAPTIONS, TITLES  # noqa: E402
+from slotbench.figures import server  # noqa: E402
 from slotbench.figures.thermal import draw_thermal, samples_of  # noqa: E402
 from slotbench.tables.consolidate import headline_cells  # noqa: E402
 
@@ -33,7 +40,7 @@ MAX_COLS = 3
 PNG_METADATA = {"Software": None}
 
 FIGURE_IDS = ("throughput", "ttft", "decomposition", "positions", "timeline", "capacity",
-              "across")
+              "across", "server_batch")
 
 MULTI_TARGET = {"across"}  # shown in the report with two targets or more; always written
 
@@ -290,6 +297,48 @@ def plot_across(summary: pd.DataFrame, path: Path) -> pd.DataFrame:
     return rows
 
 
+def plot_server_batch(cells: pd.DataFrame, samples: pd.DataFrame | None, path) -> tuple:
+    """The figure (rows: targets, columns: arms); returns (the cells drawn, scrapes per cell)."""
+    samples = server.server_rows(samples)
+    targets = sorted(cells["target"].astype(str).unique()) if not cells.empty else []
+    arms = sorted(cells["arm"].astype(int).unique()) if not cells.empty else []
+    ncols, nrows = max(len(arms), 1), max(len(targets), 1)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(FACET_W * ncols, FACET_H * nrows),
+                             squeeze=False)
+    drawn, scrapes = [], {}
+    if not targets:
+        server.not_assessable(axes[0][0], "no cells")
+    for i, target in enumerate(targets):
+        tc = cells[cells["target"].astype(str) == target]
+        ts = samples[samples["target"].astype(str) == target]
+        chosen = server.typical_rep(tc, ts) if not ts.empty else None
+        for ax in axes[i][1:]:
+            ax.set_visible(chosen is not None)
+        if chosen is None:
+            server.not_assessable(axes[i][0], server.why_none(tc, ts))
+            axes[i][0].set_title(f"{target}: no server telemetry", fontsize=9)
+            continue
+        run, rep = chosen
+        rep_cells = tc[(tc["run"].astype(str) == run) & (tc["rep"] == rep)]
+        for ax, arm in zip(axes[i], arms):
+            cell = rep_cells[rep_cells["arm"] == arm]
+            ax.set_visible(not cell.empty)
+            if cell.empty:
+                continue
+            cell = next(cell.itertuples())
+            rows = server.cell_rows(ts, cell)
+            series = server.draw_cell(ax, cell, rows)
+            ax.set_title(f"{target} {run}/rep{rep}: {arm_name(arm)} (position {cell.position})",
+                         fontsize=8)
+            label = cell_label(target, run, rep, arm)
+            scrapes[label] = {"scrapes": int(rows["t_s"].nunique()),
+                              "batch_metric": series["batch_metric"],
+                              "queue_metric": series["queue_metric"]}
+        drawn.append(rep_cells)
+    save(fig, path)
+    return (pd.concat(drawn) if drawn else cells.iloc[0:0]), scrapes
+
+
 PLOTTERS = {
     "throughput": (plot_throughput, "cells"),
     "ttft": (plot_ttft, "cells"),
@@ -298,6 +347,7 @@ PLOTTERS = {
     "timeline": (plot_timeline, "cells"),
     "capacity": (plot_capacity, "ratios"),
     "across": (plot_across, "summary"),
+    "server_batch": (plot_server_batch, "cells"),
 }
 
 
@@ -309,6 +359,7 @@ def make_all(
     thermal: pd.DataFrame | None = None,
     capacity: dict | None = None,
     summary: pd.DataFrame | None = None,
+    server_metrics: pd.DataFrame | None = None,
 ) -> dict[str, dict]:
     """Write every figure as PNG into outdir and return fig_id -> provenance. Of ``cells``, only
     the cells behind the headline are drawn (consolidate.headline_cells).
@@ -316,6 +367,8 @@ def make_all(
     `files` optionally overrides a figure's basename (default "<fig_id>.png"). The decomposition
     figure's sources include the serial cells (its ratios' denominators). `thermal` (samples from
     the same raw files) annotates the timeline; without samples it says "no thermal source".
+    `server_metrics` (server_metrics.parquet, the same raw files) draws the server's batch and
+    queue over each cell of one rep per target; without it that figure says "not assessable".
     """
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
@@ -340,6 +393,8 @@ def make_all(
             arms = {SERIAL_ARM, *drawn["arm"].astype(int)} if len(drawn) else set()
             frame = ratios[ratios["target"].astype(str).isin(set(drawn["target"].astype(str)))
                            & ratios["arm"].astype(int).isin(arms)]
+        elif fig_id == "server_batch":  # its cells: the rep drawn of each target
+            frame, scrapes = plot(frame, server_metrics, outdir / basename)
         else:
             plot(frame, outdir / basename)
         sources[fig_id] = {
@@ -349,6 +404,8 @@ def make_all(
             "cells": cell_labels(frame),
             "raw_sha256": raw_hashes(frame),
         }
+        if fig_id == "server_batch":  # the scrapes behind each cell, from its raw file
+            sources[fig_id]["scrapes"] = scrapes
         if fig_id in MULTI_TARGET:
             sources[fig_id]["shown"] = bool(frame["target"].nunique() >= 2)
     return sources

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 import time
 
+from slotbench.core import defaults
 from slotbench.core.cells import arm_name
 from slotbench.measure.backends import BackendError
 from slotbench.measure.clients import Clients
@@ -19,6 +20,7 @@ from slotbench.measure.progress import Progress
 from slotbench.measure.rawfiles import RAW_SCHEMA
 from slotbench.measure.sampler import Sampler
 from slotbench.measure.targets import Connection
+from slotbench.measure.telemetry import ScraperProcess, telemetry_sources
 
 TIMES = ("t_sent_s", "t_first_s", "t_last_s", "t_done_s", "t_planned_s", "t_ready_s")
 
@@ -126,21 +128,26 @@ def _warm_up(conn: Connection, clients: Clients, rep_entry: dict, settings: dict
 
 
 def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict,
-                  origin: float, ctx: dict, label: str, log, progress: Progress) -> dict:
-    """One cell: its requests with ``arm`` in flight, and what each client process spent."""
+                  origin: float, ctx: dict, label: str, log, progress: Progress,
+                  scraper: ScraperProcess) -> dict:
+    """One cell: its requests with ``arm`` in flight, what each client process spent, and the
+    server's telemetry just before, during and just after it (kept by ``scraper``)."""
     arm, position = cell["arm"], cell["position"]
     kind = ("control arm (shared prompt)" if cell.get("control")
             else f"arm {arm_name(arm) if arm < 0 else arm}")
+    placement = {"before": conn.backend.placement()}
     progress.start_cell(f"position {position}: {kind}", len(cell["requests"]))
     try:
-        results, stats = _send_all(clients, cell["requests"], cell.get("shares"),
-                                   len(cell["requests"]) if arm < 0 else arm,
-                                   settings["num_predict"], settings["temperature"],
-                                   cell=cell, watch=progress.watch)
+        with scraper.cell(arm, position):
+            results, stats = _send_all(clients, cell["requests"], cell.get("shares"),
+                                       len(cell["requests"]) if arm < 0 else arm,
+                                       settings["num_predict"], settings["temperature"],
+                                       cell=cell, watch=progress.watch)
     except CellFailed as failed:
         raise _failure(ctx, arm, position, failed.index, failed.error, conn) from None
     finally:
         progress.end_cell()
+    placement["after"] = conn.backend.placement()
     requests = []
     for r, rec in zip(cell["requests"], results, strict=True):
         rec = rec | {k: None if rec[k] is None else rec[k] - origin for k in TIMES if k in rec}
@@ -159,11 +166,13 @@ def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict
     return {"arm": arm, "position": position, "control": bool(cell.get("control")),
             "t_start_s": t_start, "t_end_s": t_end, "client_cpu_s": client_cpu_s,
             "client": {"processes": stats}, "requests": requests,
-            **({"open": cell["open"]} if cell.get("open") else {})}
+            **({"open": cell["open"]} if cell.get("open") else {}),
+            **({"placement": placement} if placement["before"] is not None else {})}
 
 
 def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code: dict,
-            log=sys.stderr, thermal_sources=(), host=None, client: dict | None = None) -> dict:
+            log=sys.stderr, thermal_sources=(), host=None, client: dict | None = None,
+            telemetry: dict | None = None, local_energy=((), {})) -> dict:
     """Measure one rep and return its raw record (the caller writes it atomically).
 
     Background samplers record the machine's thermal state and, with a ``host`` source, what the
@@ -172,7 +181,11 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
     ``cooldown_s`` lets the machine settle before the rep starts. ``client``
     (resolved ``client`` settings: processes, cpus) says how many client processes send the
     requests; the rep plan's shares split each cell over them. On a terminal, a progress line
-    shows each cell as it runs (slotbench.measure.progress); never in ``log``.
+    shows each cell as it runs (slotbench.measure.progress); never in ``log``. ``telemetry``
+    (workflow.config.telemetry_settings) says which Prometheus endpoints are scraped around and
+    during each cell, and how often; ``local_energy`` (readable sources, {name: why not}) adds
+    this machine's energy counters (slotbench.measure.energy.local_sources). The warm-up is
+    never scraped.
     """
     ctx = {"target": plan["target"], "run": plan["run"], "rep": rep_entry["rep"]}
     label = f"{ctx['target']} {ctx['run']} rep {ctx['rep']}"
@@ -193,11 +206,20 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
                           conn.backend.timeout_s, processes, client.get("cpus"))
     except Exception as exc:  # noqa: BLE001 - a client process that cannot start fails the rep
         raise _failure(ctx, None, None, None, exc, conn) from exc
-    with sampler, host_sampler, clients, Progress(label) as progress:
+    readable, unreadable = local_energy
+    sources = telemetry_sources(conn.backend.base_url, telemetry or {}, readable, unreadable)
+    interval = float(defaults.value(telemetry, "telemetry.interval_s"))
+    # in a process of its own: fetching and parsing never hold the client's GIL
+    scraper = ScraperProcess([s["name"] for s in sources if s["scraped"] and s["role"] != "local"],
+                             interval, local=[s.name for s in readable],
+                             client_cpus=(client or {}).get("cpus"))
+    with sampler, host_sampler, clients, scraper, Progress(label) as progress:
         warmup = _warm_up(conn, clients, rep_entry, settings, ctx, label, log)
         origin = time.monotonic()
         origin_unix = time.time()
-        cells = [_measure_cell(conn, clients, cell, settings, origin, ctx, label, log, progress)
+        scraper.origin = origin
+        cells = [_measure_cell(conn, clients, cell, settings, origin, ctx, label, log, progress,
+                               scraper)
                  for cell in rep_entry["cells"]]
         loop = cells[0]["client"]["processes"][0].get("loop") if cells else None
     conn.rep_measured()
@@ -216,6 +238,8 @@ def run_rep(conn: Connection, plan: dict, rep_entry: dict, settings: dict, code:
         "code": code,
         "server": conn.describe(),
         "thermal": {"sources": [s.name for s in thermal_sources], "rows": sampler.rows()},
+        "telemetry": {"interval_s": interval, "sources": sources,
+                      "scrapes": scraper.records()},
         "host": {"sources": [host.name] if host else [], "rows": host_sampler.rows()},
         "client": {"processes": processes, "cpus": client.get("cpus"), "loop": loop,
                    "gc": "frozen and disabled during each cell"},

@@ -98,6 +98,12 @@ def capacity_id(target) -> str:
     return _join("capacity", target)
 
 
+def telemetry_id(target) -> str:
+    """The server's evidence and a token's cost of a target (per arm: batch per decode step,
+    queue, joules and dollars per output token)."""
+    return _join("telemetry", target)
+
+
 def openloop_id(target, arm=None, what=None) -> str:
     """The open loop's table of a target, one rate arm's row of it (``openloop/<target>/arm-500``)
     or ``what`` of it, e.g. its capacity in requests/s (``openloop/<target>/capacity``)."""

@@ -79,6 +79,8 @@ def _time_text(row: dict) -> str:
 
 
 def _verdict_text(row: dict) -> str:
+    if row["verdict"] == analysis.NOT_ASSESSABLE:  # a side lacks the numbers: nothing to time
+        return f"{row['verdict']} ({row['why']})" if row.get("why") else row["verdict"]
     if row["verdict"] == TOO_FEW:
         text = f"{TOO_FEW} (about {row['reps_to_decide']} reps a side would)"
     else:

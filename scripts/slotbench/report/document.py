@@ -25,6 +25,7 @@ from slotbench.report.openloop import general_figures
 from slotbench.report.paired import blocks as paired_blocks
 from slotbench.report.render_html import render_html
 from slotbench.report.render_md import render_markdown
+from slotbench.report.telemetry import blocks as telemetry_blocks
 from slotbench.report.sections import (
     config_blocks,
     figure_blocks,
@@ -143,6 +144,7 @@ def target_blocks(data: ReportData, target: str, index: prov.CellIndex) -> list:
     blocks += headline_blocks(target, rows, decision, serialised, index, data.ci)
     slo = data.capacity.get("slo") or {}
     blocks += capacity_blocks(data.capacity.get("targets", {}).get(target), slo, ctx)
+    blocks += telemetry_blocks(rows, ctx)
     versions = [v["sentence"] for v in verdicts if v["trap"] == "versions" and not v["fired"]]
     measured = [timing_source_line(rows), pinned_line(target, fps), model_line(fps), *versions]
     blocks.append(Bullets([m for m in measured if m]))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from slotbench.analysis.compare import ABSOLUTE, TOO_FEW
+from slotbench.analysis.compare import ABSOLUTE, NOT_ASSESSABLE, TOO_FEW
 from slotbench.analysis.paired import TOO_FEW_PAIRS
 from slotbench.core.cells import SERIAL_ARM, arm_name
 from slotbench.core.fmt import DASH, fmt_num, missing
@@ -24,6 +24,8 @@ def _num(x, metric: str) -> str:
 def verdict_text(row: dict) -> str:
     """The paired verdict as printed: too few pairs says how many would resolve a change the
     size of the one measured."""
+    if row["verdict"] == NOT_ASSESSABLE and row.get("why"):
+        return f"{row['verdict']} ({row['why']})"
     if row["verdict"] == TOO_FEW_PAIRS:
         change = "" if missing(row["ratio"]) else f" of {abs(row['ratio'] - 1):.0%}"
         return f"too few pairs: about {row['pairs_to_decide']} would resolve a change{change}"

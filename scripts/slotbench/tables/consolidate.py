@@ -27,11 +27,13 @@ from slotbench.measure.rawfiles import (
 )
 from slotbench.tables.crosscheck import crosscheck, exclusions
 from slotbench.tables.delivery import generation_window
+from slotbench.tables import telemetry
 from slotbench.tables.openloop import open_metrics
 
 # 3: the client process columns of cells and requests; 4: how each request's text arrived
-# (text_reads, last_read_chunks, most_read_chunks) and why a cell is out of the headline (excluded)
-SCHEMA_VERSION = "4"
+# (text_reads, last_read_chunks, most_read_chunks) and why a cell is out of the headline (excluded);
+# 5: the server's telemetry (server_metrics, the cells' server_* and energy columns, id_slot)
+SCHEMA_VERSION = "5"
 
 KEYS = [
     pa.field("target", pa.string(), nullable=False),
@@ -68,6 +70,7 @@ REQUESTS_SCHEMA = pa.schema(
         pa.field("predicted_ms", pa.float64()),
         pa.field("cache_n", pa.int64()),
         pa.field("stop_type", pa.string()),
+        pa.field("id_slot", pa.int64()),  # the server slot that served it (llama-server)
         # Ollama final-chunk fields, nanoseconds as sent (null when Ollama omitted a zero)
         pa.field("eval_count", pa.int64()),
         pa.field("eval_duration_ns", pa.int64()),
@@ -127,6 +130,7 @@ CELLS_SCHEMA = pa.schema(
         pa.field("client_busy", pa.float64()), pa.field("client_busy_process", pa.int64()),
         pa.field("client_lag_p95_s", pa.float64()), pa.field("client_lag_process", pa.int64()),
         pa.field("control", pa.bool_()),
+        *telemetry.CELL_FIELDS,  # the server's own evidence over the cell
     ]
 )
 
@@ -137,14 +141,11 @@ SAMPLE_KEY = [
     pa.field("source", pa.string()),
 ]
 
-THERMAL_SCHEMA = pa.schema(
-    [
-        *SAMPLE_KEY, pa.field("sensor", pa.string()),
-        pa.field("temp_c", pa.float64()), pa.field("freq_mhz", pa.float64()),
-        pa.field("throttled", pa.bool_()), pa.field("pressure", pa.string()),
-        pa.field("detail", pa.string()),
-    ]
-)
+THERMAL_SCHEMA = pa.schema([
+    *SAMPLE_KEY, pa.field("sensor", pa.string()), pa.field("temp_c", pa.float64()),
+    pa.field("freq_mhz", pa.float64()), pa.field("throttled", pa.bool_()),
+    pa.field("pressure", pa.string()), pa.field("detail", pa.string()),
+])
 
 HOST_SCHEMA = pa.schema(
     [
@@ -158,12 +159,10 @@ HOST_SCHEMA = pa.schema(
 )
 
 SERVER_FIELDS = [
-    "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "stop_type",
+    "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "stop_type", "id_slot",
     "eval_count", "eval_duration_ns", "prompt_eval_count", "prompt_eval_duration_ns",
     "load_duration_ns", "total_duration_ns", "finish_reason",
 ]
-
-
 READ_FIELDS = ("text_reads", "last_read_chunks", "most_read_chunks")
 
 
@@ -344,6 +343,7 @@ def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None
     written (see verify_raw_files), else the file is hashed now."""
     req_rows, cell_rows, experiments, states = [], [], {}, []
     samples: dict[str, list] = {"thermal": [], "host": []}
+    scraped: list[dict] = []
     for path in raw_paths:
         raw = read_json(path)
         _check(raw, path)
@@ -358,6 +358,8 @@ def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None
         for row in rows:
             by_cell.setdefault((row["arm"], row["position"]), []).append(row)
         opened = {(c["arm"], c["position"]): c.get("open") for c in raw["cells"]}
+        rep_samples, evidence = telemetry.rep_evidence(raw)
+        scraped += rep_samples
         for (arm, position), grp in by_cell.items():
             metrics = cell_metrics(grp) | open_metrics(grp, opened.get((arm, position)))
             cell_rows.append(
@@ -372,6 +374,7 @@ def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None
                     "client_cpu_s": cpu.get((arm, position)),
                     **client.get((arm, position), CLIENT_NONE),
                     "control": any(r["control"] for r in grp),
+                    **evidence(arm, position, metrics["t_start_s"], metrics["wall_s"]),
                 }
             )
         for kind, into in samples.items():
@@ -384,6 +387,7 @@ def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None
         "cells": cells.assign(excluded=exclusions(cells)),
         "thermal": pd.DataFrame(samples["thermal"], columns=THERMAL_SCHEMA.names),
         "host": pd.DataFrame(samples["host"], columns=HOST_SCHEMA.names),
+        "server_metrics": pd.DataFrame(scraped, columns=telemetry.SERVER_METRICS_SCHEMA.names),
         "servers": states,
         "experiments": experiments,
     })
@@ -398,6 +402,8 @@ def _ordered(tables: dict) -> dict:
         "cells": tables["cells"].sort_values(order, ignore_index=True),
         "thermal": tables["thermal"].sort_values(SAMPLE_ORDER, ignore_index=True),
         "host": tables["host"].sort_values(SAMPLE_ORDER, ignore_index=True),
+        "server_metrics": tables["server_metrics"].sort_values(
+            SAMPLE_ORDER + ["source", "metric"], ignore_index=True, kind="stable"),
         "servers": sorted(tables["servers"], key=lambda s: (s["target"], s["run"], s["rep"])),
     }
 
@@ -405,7 +411,7 @@ def _ordered(tables: dict) -> dict:
 # A block: the tables of some reps of one target and run, as consolidate_all made them, in
 # files named <prefix>.<kind>; the merge pools the blocks into the pipeline's tables.
 BLOCK_TABLES = {"requests": REQUESTS_SCHEMA, "cells": CELLS_SCHEMA, "thermal": THERMAL_SCHEMA,
-                "host": HOST_SCHEMA}
+                "host": HOST_SCHEMA, "server_metrics": telemetry.SERVER_METRICS_SCHEMA}
 
 
 def write_block(tables: dict, prefix: str) -> None:
@@ -441,9 +447,7 @@ def _concat(parts: list[pd.DataFrame], schema: pa.Schema) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 
 
-def consolidate(
-    raw_paths: list[str], recorded: dict[str, str] | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def consolidate(raw_paths: list[str], recorded: dict[str, str] | None = None) -> tuple:
     """The requests and cells tables of consolidate_all."""
     tables = consolidate_all(raw_paths, recorded)
     return tables["requests"], tables["cells"]

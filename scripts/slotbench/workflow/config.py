@@ -308,6 +308,16 @@ def _target_problems(targets: list[dict]) -> list[str]:
             )
         elif "url" in target and urls.problem(f"targets[{i}].url", target["url"]):
             problems.append(urls.problem(f"targets[{i}].url", target["url"]))
+        if target["managed"] and "metrics_url" in target:
+            problems.append(
+                f"config key `targets[{i}].metrics_url`: target {target['name']!r} is managed, "
+                "and the pipeline scrapes the /metrics of the server it starts; drop metrics_url"
+            )
+        scraped = [(f"targets[{i}].metrics_url", target["metrics_url"])] if (
+            "metrics_url" in target) else []
+        scraped += [(f"targets[{i}].exporters[{j}]", url)
+                    for j, url in enumerate(target.get("exporters") or [])]
+        problems += [p for key, url in scraped if (p := urls.problem(key, url))]
     for i, target in enumerate(targets):
         problems += _backend_problems(i, target)
     return problems
@@ -404,11 +414,35 @@ def rep_ids(cfg: dict) -> list[int]:
     return list(range(1, cfg["reps"] + 1))
 
 
+# A target's keys that say where its telemetry is scraped and what it costs: evidence about the
+# measurement, not part of it, so adding an exporter or a price measures nothing again.
+TELEMETRY_KEYS = ("metrics_url", "exporters", "usd_per_hour")
+
+
 def target_by_name(cfg: dict, name: str) -> dict:
+    """The target as measured: its config without TELEMETRY_KEYS (see telemetry_settings)."""
     for target in cfg["targets"]:
         if target["name"] == name:
-            return target
+            return {k: v for k, v in target.items() if k not in TELEMETRY_KEYS}
     raise ConfigError(f"no target named {name!r} in config")
+
+
+def telemetry_settings(cfg: dict, name: str) -> dict:
+    """Where a rep of target ``name`` scrapes telemetry and how often: its ``metrics_url`` (None:
+    the server's root /metrics is tried), its ``exporters`` and ``telemetry.interval_s``.
+    Read by the rep from the workflow's config, never a rule's params, so a change to it
+    re-measures nothing; each raw file records what was scraped."""
+    target = next((t for t in cfg["targets"] if t["name"] == name), None)
+    if target is None:
+        raise ConfigError(f"no target named {name!r} in config")
+    return {"interval_s": float(cfg["telemetry"]["interval_s"]),
+            "metrics_url": target.get("metrics_url"),
+            "exporters": list(target.get("exporters") or [])}
+
+
+def prices(cfg: dict) -> dict:
+    """Each target's ``usd_per_hour`` (None where not given): the analysis's cost per token."""
+    return {t["name"]: t.get("usd_per_hour") for t in cfg["targets"]}
 
 
 def experiment(cfg: dict, target: str) -> dict:

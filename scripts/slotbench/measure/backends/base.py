@@ -256,6 +256,11 @@ class Backend:
         Called before the warm-up generations; a no-op where the server has nothing to load.
         """
 
+    def placement(self) -> list | dict | None:
+        """Where the server holds the model, asked just before and just after each cell (Ollama's
+        /api/ps); None where the server has no such endpoint."""
+        return None
+
     def describe(self) -> dict:
         """Server facts for the fingerprint and for every raw rep file (version, slots, …)."""
         raise NotImplementedError

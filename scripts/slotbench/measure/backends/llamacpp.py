@@ -284,3 +284,6 @@ class LlamaCppBackend(Backend):
         rec.server |= {k: finite(timings.get(k), k, rec) for k in TIMINGS}
         rec.server |= {"cache_n": finite(timings.get("cache_n", 0), "cache_n", rec),
                        "stop_type": stop_type}
+        slot = final.get("id_slot")  # which of the server's slots served it
+        if isinstance(slot, int) and not isinstance(slot, bool):
+            rec.server["id_slot"] = slot

@@ -265,6 +265,9 @@ class OllamaBackend(Backend):
                            if k in keep or k.endswith(".context_length")},
         }
 
+    def placement(self) -> list | dict:
+        return self._ps()
+
     def _ps(self) -> list | dict:
         try:
             models = self._get("/api/ps").get("models") or []

@@ -81,6 +81,7 @@ def server_command(binary: Path, model: Path, port: int, settings: dict) -> list
         "--ctx-size", str(settings["ctx_size"]),
         "--threads", str(settings["threads"]),
         "--no-webui",
+        "--metrics",  # its Prometheus endpoint: the server's own evidence (measure/telemetry.py)
     ]
 
 
