@@ -27,6 +27,7 @@ import yaml
 from e2e_helpers import (
     SMOKE, copy_work, file_states, jobs_run, llama_servers_under, results_dir, snakemake,
 )
+from slotbench.checks import batching, rounds
 from slotbench.core.code import CACHE_FILE
 from slotbench.measure.rawfiles import write_json_atomic, write_sha256_atomic
 from slotbench.workflow import archive
@@ -457,5 +458,26 @@ def test_an_archive_made_by_an_older_slotbench_re_renders_to_byte_identical_tabl
     assert cells["server_batch"].isna().all() and cells["energy_j"].isna().all()
     assert cells["telemetry_note"].str.contains("before").all(), cells["telemetry_note"]
     assert "not assessable" in (out_dir / "results/report.md").read_text()
-    assert archive.markdown_tables((out_dir / "results/report.md").read_text()) == \
-        archive.markdown_tables(data["results/report.md"].decode())
+    # the report's tables: every archived row, unchanged and in order; this version adds rows
+    # only for the checks it has that the older one had not
+    old_md = archive.markdown_tables(data["results/report.md"].decode())
+    new_md = archive.markdown_tables((out_dir / "results/report.md").read_text())
+    assert len(new_md) == len(old_md)
+    for old_table, new_table in zip(old_md, new_md):
+        if old_table != new_table:
+            added = archive.added_rows(old_table, new_table)
+            assert added and set(added.split("; ")) <= {rounds.TITLE, batching.TITLE}, added
+
+
+def test_a_newer_report_table_may_add_rows_but_never_change_or_drop_one():
+    """A check this version has and the archive's had not adds a row to the traps table; every
+    archived row must still be there, unchanged and in order, or the table differs."""
+    old = "| check | fired |\n| --- | --- |\n| Cache | no |\n| Burst | no |"
+    added = "| check | fired |\n| --- | --- |\n| Cache | no |\n| Rounds | not assessable |\n| Burst | no |"
+    assert archive.added_rows(old, added) == "Rounds"
+    assert archive.added_rows(old, old) is None  # nothing added is not "adds"
+    assert archive.added_rows(old, added.replace("| Burst | no |", "| Burst | yes |")) is None
+    assert archive.added_rows(old, added.replace("| Cache | no |\n", "")) is None
+    swapped = "| check | fired |\n| --- | --- |\n| Burst | no |\n| Cache | no |\n| Rounds | no |"
+    assert archive.added_rows(old, swapped) is None
+    assert archive.added_rows(old, added.replace("| check |", "| trap |")) is None

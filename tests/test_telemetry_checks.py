@@ -304,12 +304,12 @@ def test_the_servers_token_counter_is_cross_checked_with_the_clients_count():
                           "server_output_tokens": [128.0, 200.0, 128.0]})
     n, bad, example = sn.counter_disagreements(cells)
     assert n == 3 and len(bad) == 1 and "counted 200" in example and "received 128" in example
-    clause, _, warning = sn.counter_clause(cells)
-    assert "disagreed" in clause and warning.startswith("Warning:")
+    clause, _, warning, read = sn.counter_clause(cells)
+    assert "disagreed" in clause and warning.startswith("Warning:") and read
     agree = cells.assign(server_output_tokens=128.0)
     assert sn.counter_clause(agree)[0].endswith("equalled the client's count")
     unread = cells.assign(server_output_tokens=float("nan"))
-    assert "not assessable" in sn.counter_clause(unread)[0]
+    assert "not assessable" in sn.counter_clause(unread)[0] and not sn.counter_clause(unread)[3]
     assert "not assessable" in sn.counter_clause(cells.drop(columns="server_output_tokens"))[0]
 
 

@@ -53,21 +53,22 @@ def counter_disagreements(cells) -> tuple[int, list[str], str | None]:
     return len(read), sorted(label_series(bad), key=label_key), example
 
 
-def counter_clause(cells) -> tuple[str, list[str], str | None]:
-    """The verdict's words on the token counters, the disagreeing cells, and the warning."""
+def counter_clause(cells) -> tuple[str, list[str], str | None, bool]:
+    """The verdict's words on the token counters, the disagreeing cells, the warning, and
+    whether any counter was read at all."""
     n, bad, example = counter_disagreements(cells)
     if not n:
         return ("the server's token counters were not assessable (no /metrics read over any "
-                "cell)"), [], None
+                "cell)"), [], None, False
     if not bad:
         return (f"its generated-token counter over each of {count(n, 'cell')} equalled the "
-                "client's count"), [], None
+                "client's count"), [], None, True
     warning = (f"Warning: the server's generated-token counter disagreed with what the client "
                f"received in {count(len(bad), 'cell')} of {n} ({example}; "
                + constant(COUNTER_TOLERANCE=COUNTER_TOLERANCE) + "): another client may have "
                "used the server during them, or its counter cannot be trusted.")
     return (f"its generated-token counter disagreed with the client in "
-            f"{count(len(bad), 'cell')} of {n} ({example})"), bad, warning
+            f"{count(len(bad), 'cell')} of {n} ({example})"), bad, warning, True
 
 
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
@@ -80,20 +81,21 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
         rows = table[table["target"] == target]
         n_req = int((req["target"] == target).sum())
         cells = sorted(set(rows["cell"]), key=label_key)
-        clause, off_cells, off_warning = counter_clause(
+        clause, off_cells, off_warning, read = counter_clause(
             tables.cells[tables.cells["target"].astype(str) == target])
         if rows.empty:
-            summary = (f"every server count and timing agreed with the client ({n_req} "
-                       f"requests); {clause}")
+            summary = f"every server count and timing agreed with the client ({n_req} requests)"
+            # the counters' clause joins the summary where they were read; where none was, the
+            # detail says so (and the summary reads as it did before servers were scraped)
+            detail = f"Server numbers: {summary}; {clause}{TOLERANCES}."
+            if read:
+                summary = f"{summary}; {clause}"
             if off_warning:
                 verdicts.append(judged(
                     TRAP, TITLE, target, True, summary, off_warning.removeprefix("Warning: "),
                     effect="warn", evidence={"warnings": [off_warning]}, cells=off_cells))
                 continue
-            verdicts.append(
-                judged(TRAP, TITLE, target, False, summary,
-                       f"Server numbers: {summary}{TOLERANCES}.")
-            )
+            verdicts.append(judged(TRAP, TITLE, target, False, summary, detail))
             continue
         first = rows.iloc[0]
         example = f"e.g. {first['cell']} request {int(first['request'])}: {first['suspect_reason']}"

@@ -382,6 +382,19 @@ def added_columns(archived: str, new: str) -> str | None:
     return ", ".join(c for c in new_rows[0] if c not in old_rows[0])
 
 
+def added_rows(archived: str, new: str) -> str | None:
+    """The rows a newer slotbench adds to a report's markdown table (a check that did not exist
+    then), when every archived line is still there, unchanged and in order."""
+    old_lines, new_lines = archived.splitlines(), new.splitlines()
+    if len(new_lines) <= len(old_lines) or old_lines[:2] != new_lines[:2]:
+        return None
+    rest = iter(new_lines)
+    if not all(any(line == n for n in rest) for line in old_lines):  # a subsequence, in order
+        return None
+    added = [line for line in new_lines if line not in old_lines]
+    return "; ".join(line.strip("|").split("|")[0].strip() for line in added)
+
+
 def compare_tables(archived: dict[str, bytes], dest: Path) -> list[tuple[str, bool, str]]:
     """(what, identical, detail) for every table the archive holds and the re-render rewrote."""
     rows = []
@@ -411,6 +424,8 @@ def compare_tables(archived: dict[str, bytes], dest: Path) -> list[tuple[str, bo
                 rows.append((what, False, f"only in the {where}"))
             elif old[i] == new[i]:
                 rows.append((what, True, f"{old[i].count(chr(10)) + 1} lines"))
+            elif (added := added_rows(old[i], new[i])) is not None:
+                rows.append((what, True, f"every archived row; this version adds {added}"))
             else:
                 rows.append((what, False, _first_difference(old[i], new[i])))
     return rows
@@ -454,7 +469,8 @@ def render(archive: str | Path, out: str | Path, stream=sys.stdout) -> int:
         return 1
     more = sum("this version adds" in detail for _, _, detail in rows)
     print(f"re-render: all {len(rows)} tables are byte-identical to the archive" + (
-        f" ({more} in every archived column, beside what this version adds)" * bool(more)),
+        f" ({more} in every archived column and row, beside what this version adds)"
+        * bool(more)),
         file=stream)
     return 0
 
