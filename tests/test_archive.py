@@ -30,7 +30,7 @@ from e2e_helpers import (
 from slotbench.checks import batching, rounds
 from slotbench.core.code import CACHE_FILE
 from slotbench.measure.rawfiles import write_json_atomic, write_sha256_atomic
-from slotbench.workflow import archive
+from slotbench.workflow import archive, rerender
 from slotbench.workflow.config import canonical, resolve
 
 SERVER_RULES = {"fingerprint", "plan", "rep"}
@@ -175,7 +175,7 @@ def test_resolved_config_round_trips():
 
 def test_markdown_tables_are_found():
     text = "intro\n\n| a | b |\n| --- | --- |\n| 1 | 2 |\n\ntext\n| c |\n| --- |\n"
-    assert archive.markdown_tables(text) == [
+    assert rerender.markdown_tables(text) == [
         "| a | b |\n| --- | --- |\n| 1 | 2 |",
         "| c |\n| --- |",
     ]
@@ -190,7 +190,7 @@ def test_table_comparison_names_what_differs(tmp_path):
     (tmp_path / f"{R}/analysis/summary.csv").write_bytes(b"arm,x\n1,3\n")
     (tmp_path / f"{R}/report.md").write_bytes(b"# other words\n\n| a |\n| --- |\n| 1 |\n")
     rows = {what: (same, detail) for what, same, detail in
-            archive.compare_tables(archived, tmp_path)}
+            rerender.compare_tables(archived, tmp_path)}
     assert rows[f"{R}/analysis/summary.csv"] == (
         False, "line 2: archived '1,2', re-rendered '1,3'")
     assert rows[f"{R}/checks/deviance.csv"] == (False, "not re-rendered")
@@ -400,8 +400,8 @@ def test_archive_verifies_and_re_renders_offline_byte_identical(smoke, cache, tm
     for rel in [f"{SMOKE_R}/{rel}" for rel in ["analysis/summary.csv", "checks/deviance.csv",
                                                "checks/positions.csv", "checks/serialisation.csv"]]:
         assert (out_dir / rel).read_bytes() == data[rel], rel
-    assert archive.markdown_tables((results_dir(out_dir) / "report.md").read_text()) == \
-        archive.markdown_tables(data[f"{SMOKE_R}/report.md"].decode())
+    assert rerender.markdown_tables((results_dir(out_dir) / "report.md").read_text()) == \
+        rerender.markdown_tables(data[f"{SMOKE_R}/report.md"].decode())
     assert (results_dir(out_dir) / "report.html").stat().st_size > 0
 
 
@@ -417,7 +417,7 @@ def same_table(archived: bytes, path: Path) -> bool:
     if new == archived:
         return True
     if path.suffix == ".csv":
-        return archive.added_columns(archived.decode(), new.decode()) is not None
+        return rerender.added_columns(archived.decode(), new.decode()) is not None
     if path.suffix != ".parquet":
         return False
     old_frame, new_frame = pd.read_parquet(io.BytesIO(archived)), pd.read_parquet(path)
@@ -460,12 +460,12 @@ def test_an_archive_made_by_an_older_slotbench_re_renders_to_byte_identical_tabl
     assert "not assessable" in (out_dir / "results/report.md").read_text()
     # the report's tables: every archived row, unchanged and in order; this version adds rows
     # only for the checks it has that the older one had not
-    old_md = archive.markdown_tables(data["results/report.md"].decode())
-    new_md = archive.markdown_tables((out_dir / "results/report.md").read_text())
+    old_md = rerender.markdown_tables(data["results/report.md"].decode())
+    new_md = rerender.markdown_tables((out_dir / "results/report.md").read_text())
     assert len(new_md) == len(old_md)
     for old_table, new_table in zip(old_md, new_md):
         if old_table != new_table:
-            added = archive.added_rows(old_table, new_table)
+            added = rerender.added_rows(old_table, new_table)
             assert added and set(added.split("; ")) <= {rounds.TITLE, batching.TITLE}, added
 
 
@@ -474,10 +474,10 @@ def test_a_newer_report_table_may_add_rows_but_never_change_or_drop_one():
     archived row must still be there, unchanged and in order, or the table differs."""
     old = "| check | fired |\n| --- | --- |\n| Cache | no |\n| Burst | no |"
     added = "| check | fired |\n| --- | --- |\n| Cache | no |\n| Rounds | not assessable |\n| Burst | no |"
-    assert archive.added_rows(old, added) == "Rounds"
-    assert archive.added_rows(old, old) is None  # nothing added is not "adds"
-    assert archive.added_rows(old, added.replace("| Burst | no |", "| Burst | yes |")) is None
-    assert archive.added_rows(old, added.replace("| Cache | no |\n", "")) is None
+    assert rerender.added_rows(old, added) == "Rounds"
+    assert rerender.added_rows(old, old) is None  # nothing added is not "adds"
+    assert rerender.added_rows(old, added.replace("| Burst | no |", "| Burst | yes |")) is None
+    assert rerender.added_rows(old, added.replace("| Cache | no |\n", "")) is None
     swapped = "| check | fired |\n| --- | --- |\n| Burst | no |\n| Cache | no |\n| Rounds | no |"
-    assert archive.added_rows(old, swapped) is None
-    assert archive.added_rows(old, added.replace("| check |", "| trap |")) is None
+    assert rerender.added_rows(old, swapped) is None
+    assert rerender.added_rows(old, added.replace("| check |", "| trap |")) is None

@@ -59,7 +59,7 @@ from slotbench.measure.plan import arrival_offsets, make_rep_plan, run_plan
 from slotbench.tables.consolidate import cell_metrics
 from slotbench.workflow import config as sbconfig
 from slotbench.workflow import resources
-from slotbench.workflow.archive import markdown_tables
+from slotbench.workflow.rerender import markdown_tables
 
 FORMATS = {  # name -> target fields (benchmarks/fidelity.py's)
     "llamacpp": {"backend": "llamacpp"},
