@@ -285,7 +285,7 @@ def test_verdicts_are_plain_json_of_one_shape_for_every_target():
 @pytest.mark.slow  # a whole synthetic run through the rule script
 def test_entry_point_writes_every_verdict_table_and_the_headline_decision(tmp_path):
     from slotbench.analysis.analyse import cell_ratios, summarise
-    from slotbench.tables.consolidate import THERMAL_SCHEMA
+    from slotbench.tables.samples import THERMAL_SCHEMA
 
     paths = {name: tmp_path / f"in_{name}.parquet" for name in
              ["cells", "requests", "control", "thermal"]}
