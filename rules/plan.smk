@@ -15,6 +15,8 @@ rule plan:
         # design: paired: the sides of a pair share their arm order and arrivals (a param only
         # then: a run's plan without it is as it was, so nothing measured reruns)
         **({"paired": True} if PAIRED else {}),
+        # a workload other than the article's (a param only then, as paired)
+        **sbconfig.workload_params(CFG),
         target=target_cfg,
         arms=CFG["arms"],
         requests_per_cell=CFG["requests_per_cell"],

@@ -10,6 +10,8 @@ from slotbench.measure.plan import run_plan
 from slotbench.measure.rawfiles import write_json_atomic
 from slotbench.measure.servers.base import ServerError
 from slotbench.measure.targets import connect
+from slotbench.measure.workload import WorkloadError, describe, load_trace
+from slotbench.measure.workload import context_problem as workload_context_problem
 from slotbench.workflow import measuring
 
 
@@ -28,14 +30,28 @@ def main(sm) -> None:
                     p.prompt["template"], p.prompt["nonce_digits"],
                     count_tokens=conn.backend.tokenizer(), nonces=p.prompt["nonces"],
                     control_arm=p.control_arm, paired=getattr(p, "paired", False),
+                    workload=getattr(p, "workload", None),
                 )
-        except (ServerError, BackendError) as exc:
+                workload = getattr(p, "workload", None)
+                if workload:  # the largest request must fit a slot: refused before any is sent
+                    problem = workload_context_problem(workload, conn.backend.slot_context(),
+                                                       load_trace(workload))
+                    if problem:
+                        fail(f"target {target}, run {run}, plan: {problem}", log)
+        except (ServerError, BackendError, WorkloadError) as exc:
             fail(f"target {target}, run {run}, plan: {exc}", log, cause=exc)
         write_json_atomic(sm.output[0], plan)
         length = plan["prompt_tokens"]
-        print(f"[{target} {run}] plan: every prompt is "
-              f"{'not counted' if length is None else f'{length} tokens'}; each rep derives its "
-              "own order, nonces and prompts from (seed, target, run, rep)", file=log)
+        if plan.get("workload"):
+            print(f"[{target} {run}] plan: workload {describe(plan['workload'])}; prompts built "
+                  + ("to their exact lengths with the server's tokenizer"
+                     if plan["vocabulary"] is not None else "to estimated lengths (the server "
+                     "has no tokenizer endpoint)")
+                  + "; each rep draws its requests from (seed, target, run, rep)", file=log)
+        else:
+            print(f"[{target} {run}] plan: every prompt is "
+                  f"{'not counted' if length is None else f'{length} tokens'}; each rep derives "
+                  "its own order, nonces and prompts from (seed, target, run, rep)", file=log)
 
 
 main(snakemake)  # noqa: F821 - provided by Snakemake

@@ -15,6 +15,7 @@ from slotbench.measure.rawfiles import check_free_space, read_json, restore_unsa
 from slotbench.measure.servers.base import ServerError
 from slotbench.measure.targets import connect
 from slotbench.measure.thermal import available_sources
+from slotbench.measure.workload import load_trace
 from slotbench.workflow import config as sbconfig
 from slotbench.workflow import measuring
 
@@ -56,12 +57,16 @@ def main(sm) -> None:
                   connect(sm.params.target, sm.log.server, settings["request_timeout_s"],
                           run=run, results=results) as conn):
                 client = dict(sm.params.client)
+                trace = load_trace(plan["workload"]) if plan.get("workload") else None
                 problem = context_problem(plan, settings["num_predict"],
-                                          conn.backend.slot_context())
+                                          conn.backend.slot_context(), trace)
                 if problem:
                     fail(f"target {target}, run {run}, rep {rep}: {problem}", log)
+                # a workload's output lengths: pinned where the backend can, else ceilings
+                pin = bool(plan.get("workload")) and conn.backend.pin_outputs()
                 entry = make_rep_plan(plan, rep, conn.backend.tokenizer(),
-                                      client_processes=client["processes"])
+                                      client_processes=client["processes"], pin=pin,
+                                      trace=trace)
                 raw = run_rep(conn, plan, entry, settings, pipeline_version(), log=log,
                               thermal_sources=available_sources(),
                               host=host_source(conn), client=client,

@@ -55,7 +55,7 @@ def test_tables_carry_explicit_schema_and_version(tmp_path):
     out = tmp_path / "cells.parquet"
     write_table(cells, CELLS_SCHEMA, out, "cells")
     schema = pq.read_schema(out)
-    assert schema.metadata[b"slotbench.schema_version"] == SCHEMA_VERSION.encode() == b"5"
+    assert schema.metadata[b"slotbench.schema_version"] == SCHEMA_VERSION.encode() == b"6"
     assert schema.field("rep").type == CELLS_SCHEMA.field("rep").type
     assert read_table(out)["agg_tps"].tolist() == cells["agg_tps"].tolist()
 

@@ -64,6 +64,10 @@ NOT_CONFIG = {
         "Ollama or external server): not a threads default",
     ("slotbench/workflow/config.py", "max_in_flight", "a"):
         "an uncapped rate arm adds no width to the widest arm; not a cap",
+    ("slotbench/measure/sampler.py", "kind", "__init__"):
+        "which sampler (thermal or host) a Sampler is, not a workload's kind",
+    ("slotbench/workflow/archive.py", "format", "FORMAT"):
+        "the archive file's format name, not a trace's format",
     ("slotbench/measure/sampler.py", "request_timeout_s", "stop"):
         "how long stopping waits for the sampler's thread, not a request's timeout",
 }

@@ -22,6 +22,8 @@ from slotbench.measure.sampler import Sampler
 from slotbench.measure.targets import Connection
 from slotbench.measure.telemetry import ScraperProcess, telemetry_sources
 
+# what a workload's rep plan says each request asks for, kept beside what it got
+PLANNED = ("input_tokens", "output_tokens", "pinned")
 TIMES = ("t_sent_s", "t_first_s", "t_last_s", "t_done_s", "t_planned_s", "t_ready_s")
 
 
@@ -151,7 +153,9 @@ def _measure_cell(conn: Connection, clients: Clients, cell: dict, settings: dict
     requests = []
     for r, rec in zip(cell["requests"], results, strict=True):
         rec = rec | {k: None if rec[k] is None else rec[k] - origin for k in TIMES if k in rec}
-        requests.append({"request": r["request"], "nonce": r["nonce"], "seed": r["seed"], **rec})
+        planned = {k: r[k] for k in PLANNED if k in r}  # a workload's request shape
+        requests.append({"request": r["request"], "nonce": r["nonce"], "seed": r["seed"],
+                         **({"planned": planned} if planned else {}), **rec})
     for st in stats:
         st["started"] -= origin
     client_cpu_s = sum(st["cpu_s"] for st in stats)

@@ -153,7 +153,8 @@ async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
                    num_predict: int, temperature: float, start_at: float | None = None,
                    measure: bool = True, arrivals: list[float] | None = None,
                    max_in_flight: int | None = None, watch=None) -> tuple[list, dict]:
-    """Send ``requests`` (dicts with prompt, seed, maybe allow_cache) with ``streams`` in
+    """Send ``requests`` (dicts with prompt, seed, maybe allow_cache, and a workload's
+    output_tokens, each request's own in place of ``num_predict``) with ``streams`` in
     flight from this loop; returns the RequestRecords (aligned with ``requests``, parsed) and
     this process's stats. On the first failure every other stream is ended and
     ``CellFailed`` names the request. ``start_at`` (time.monotonic()) is the start barrier the
@@ -172,8 +173,8 @@ async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
     line reads it from a thread of its own, so the loop does nothing more for it."""
     _starve_hook()
     sender = _Sender(backend, client, [
-        backend.prepare(r["prompt"], num_predict, temperature, r["seed"],
-                        bool(r.get("allow_cache"))) for r in requests])
+        backend.prepare(r["prompt"], r.get("output_tokens") or num_predict, temperature,
+                        r["seed"], bool(r.get("allow_cache"))) for r in requests])
     if watch is not None:
         watch(sender.results)
     lags: list[float] = []

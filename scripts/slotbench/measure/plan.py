@@ -22,6 +22,8 @@ from collections import Counter
 from typing import Callable
 
 from slotbench.core.cells import arm_id, is_rate_arm
+from slotbench.measure.workload import build_prompt, is_article, shapes, vocabulary
+from slotbench.measure.workload import context_problem as workload_context_problem
 
 PLAN_SCHEMA = "slotbench.plan/2"
 CALIBRATION_PROMPTS = 30
@@ -101,15 +103,22 @@ def run_plan(
     nonces: bool,
     control_arm: bool,
     paired: bool = False,
+    workload: dict | None = None,
 ) -> dict:
     """What every rep of a run shares. Nothing here depends on how many reps there are.
     ``nonces`` and ``control_arm`` are the config's prompt.nonces and control_arm.
 
     ``paired`` (design: paired): the arm order and the open loop's arrivals of rep k come from
     (seed, run, k) without the target, so the sides of a pair run their arms in one order and
-    drift within a rep touches them alike; nonces and prompts stay the target's own."""
+    drift within a rep touches them alike; nonces and prompts stay the target's own.
+
+    ``workload`` (a kind other than article: slotbench.measure.workload) replaces the template's
+    calibration with the words the server's tokenizer reads as one token each, from which every
+    rep builds prompts of its requests' planned lengths; an article plan is as it always was."""
     run_seed = derive_seed(seed, target, run)
     prompt_tokens = None
+    if not is_article(workload):
+        count_tokens, vocab = None, vocabulary(count_tokens)
     if count_tokens is not None:
         rng = random.Random(derive_seed(run_seed, "calibration"))
         stream = nonce_stream(0, nonce_digits, rng)
@@ -128,6 +137,10 @@ def run_plan(
         "shared": shared, "control_arm": control_arm,
         # only in the paired design, so that a run's plan stays as it was without it
         **({"order_seed": derive_seed(seed, run, "pair-arms")} if paired else {}),
+        # only for a workload other than the article's, so that an article plan stays as it was
+        **({} if is_article(workload) else
+           {"workload": workload, "vocabulary": vocab,
+            "tokenizer": "server" if vocab is not None else None}),
     }
 
 
@@ -204,11 +217,14 @@ def split_streams(streams: int, request_ids: list[int], processes: int) -> list[
              "requests": request_ids[j::used]} for j in range(used)]
 
 
-def context_problem(plan: dict, num_predict: int, context: tuple[int, str] | None) -> str | None:
+def context_problem(plan: dict, num_predict: int, context: tuple[int, str] | None,
+                    trace=None) -> str | None:
     """Why a request of this plan cannot fit one slot of its server, or None: its prompt's
     tokens plus ``num_predict`` beyond the slot's context would be cut short by the server (or
     refused mid-rep), so the rep refuses before anything is sent. ``context`` is (tokens, where
     that number comes from), None where the server does not say (nothing can be checked)."""
+    if plan.get("workload"):  # each request's own lengths (a trace workload's from ``trace``)
+        return workload_context_problem(plan["workload"], context, trace)
     if context is None:
         return None
     tokens, source = context
@@ -227,6 +243,8 @@ def make_rep_plan(
     count_tokens: Callable[[str], int] | None = None,
     *,
     client_processes: int,
+    pin: bool = False,
+    trace=None,
 ) -> dict:
     """Rep ``rep``'s order, warm-up and cells, from (seed, target, run, rep) alone, its cells
     shared out over ``client_processes`` (config.client_settings' processes).
@@ -235,6 +253,11 @@ def make_rep_plan(
     cache it: what a naive benchmark does, kept only so the cache-hit check can be shown to
     fire. ``control_arm`` appends a control cell at the largest concurrency whose requests share
     one prompt and may use the cache (MLPerf TEST04's idea); it is never part of the headline.
+
+    A plan with a workload (slotbench.measure.workload) draws the rep's request shapes once
+    (with ``trace``, a trace workload's Trace) and gives every cell the same shapes in the same
+    order, each request a fresh nonce and a prompt of its planned length; ``pin`` says the
+    backend pins each output to its planned length (else the length is a ceiling).
     """
     specs, per_cell = {arm_id(a): a for a in plan["arms"]}, plan["requests_per_cell"]
     # the arms' order and arrivals: the run's own, or the pair's (a plan older than pairs has
@@ -245,9 +268,13 @@ def make_rep_plan(
     widest = max(a for a in specs if not is_rate_arm(a))
     n_warm = widest
     n_measured = sum(cell_requests(per_cell, spec) for spec in specs.values())
-    pairs = _prompts(plan, rep, n_warm + n_measured + (1 if plan["control_arm"] else 0), rng,
-                     count_tokens)
-    items = [{"nonce": n, "prompt": p, "seed": rng.randrange(2**31)} for n, p in pairs]
+    if plan.get("workload"):
+        items = _workload_items(plan, rep, rng, count_tokens, pin, trace,
+                                [cell_requests(per_cell, specs[a]) for a in order], n_warm)
+    else:
+        pairs = _prompts(plan, rep, n_warm + n_measured + (1 if plan["control_arm"] else 0),
+                         rng, count_tokens)
+        items = [{"nonce": n, "prompt": p, "seed": rng.randrange(2**31)} for n, p in pairs]
     warmup, measured = items[:n_warm], iter(items[n_warm : n_warm + n_measured])
     cells = []
     for position, arm in enumerate(order):
@@ -285,6 +312,32 @@ def make_rep_plan(
         "warmup_shares": _shares(len(warm), warm, client_processes),
         "cells": cells,
     }
+
+
+def _workload_items(plan: dict, rep: int, rng: random.Random, count_tokens, pin: bool, trace,
+                    per_cell: list[int], n_warm: int) -> list[dict]:
+    """A workload rep's warm-up items, then each cell's in the rep's order: the rep's shapes,
+    drawn once, the same in every cell; a fresh nonce and prompt for every request."""
+    workload = plan["workload"]
+    drawn = shapes(workload, random.Random(derive_seed(plan["run_seed"], "shapes", rep)),
+                   max(per_cell), trace)
+    stream = nonce_stream(rep, plan["nonce_digits"], rng)
+    vocab = plan.get("vocabulary")
+
+    def item(shape: dict, measured: bool) -> dict:
+        nonce = next(stream)
+        prompt, _ = build_prompt(nonce, shape["input_tokens"], vocab, rng,
+                                 count_tokens if vocab is not None else None)
+        out = {"nonce": nonce, "prompt": prompt, "seed": rng.randrange(2**31)}
+        if measured:
+            out |= {"input_tokens": shape["input_tokens"],
+                    "output_tokens": shape["output_tokens"], "pinned": pin}
+        return out
+
+    items = [item(drawn[i % len(drawn)], False) for i in range(n_warm)]
+    for n in per_cell:
+        items += [item(drawn[i], True) for i in range(n)]
+    return items
 
 
 def _shares(streams: int, requests: list[dict], processes: int) -> list[dict]:

@@ -29,11 +29,14 @@ from slotbench.tables.crosscheck import crosscheck, exclusions
 from slotbench.tables.delivery import generation_window
 from slotbench.tables import telemetry
 from slotbench.tables.openloop import open_metrics
+from slotbench.tables.samples import HOST_SCHEMA, SAMPLE_ORDER, THERMAL_SCHEMA, samples_of
 
 # 3: the client process columns of cells and requests; 4: how each request's text arrived
 # (text_reads, last_read_chunks, most_read_chunks) and why a cell is out of the headline (excluded);
-# 5: the server's telemetry (server_metrics, the cells' server_* and energy columns, id_slot)
-SCHEMA_VERSION = "5"
+# 5: the server's telemetry (server_metrics, the cells' server_* and energy columns, id_slot);
+# 6: a workload's planned lengths of each request (planned_input_tokens, planned_output_tokens,
+# pinned)
+SCHEMA_VERSION = "6"
 
 KEYS = [
     pa.field("target", pa.string(), nullable=False),
@@ -50,6 +53,12 @@ REQUESTS_SCHEMA = pa.schema(
         pa.field("nonce", pa.string()),
         pa.field("prompt_tokens", pa.int64()),
         pa.field("output_tokens", pa.int64()),
+        # a workload's request (slotbench.measure.workload): the prompt and output lengths its
+        # plan asked for, and whether the output was pinned to its length (else a ceiling);
+        # null for the article's requests, whose prompts share their run's length
+        pa.field("planned_input_tokens", pa.int64()),
+        pa.field("planned_output_tokens", pa.int64()),
+        pa.field("pinned", pa.bool_()),
         # the client's clock, seconds from the rep's start: sent, first token, last token, done
         pa.field("t_sent_s", pa.float64()), pa.field("t_first_s", pa.float64()),
         pa.field("t_last_s", pa.float64()), pa.field("t_done_s", pa.float64()),
@@ -134,30 +143,6 @@ CELLS_SCHEMA = pa.schema(
     ]
 )
 
-# A sampler's row: which rep, when (seconds into the rep and wall clock), from which source.
-SAMPLE_KEY = [
-    pa.field("target", pa.string()), pa.field("run", pa.string()), pa.field("rep", pa.int64()),
-    pa.field("t_s", pa.float64()), pa.field("t_unix", pa.float64()),
-    pa.field("source", pa.string()),
-]
-
-THERMAL_SCHEMA = pa.schema([
-    *SAMPLE_KEY, pa.field("sensor", pa.string()), pa.field("temp_c", pa.float64()),
-    pa.field("freq_mhz", pa.float64()), pa.field("throttled", pa.bool_()),
-    pa.field("pressure", pa.string()), pa.field("detail", pa.string()),
-])
-
-HOST_SCHEMA = pa.schema(
-    [
-        *SAMPLE_KEY, pa.field("cpus", pa.int64()),
-        pa.field("busy_cores", pa.float64()), pa.field("steal_cores", pa.float64()),
-        pa.field("iowait_cores", pa.float64()), pa.field("load1", pa.float64()),
-        pa.field("server_cores", pa.float64()), pa.field("harness_cores", pa.float64()),
-        pa.field("other_cores", pa.float64()), pa.field("top", pa.string()),
-        pa.field("detail", pa.string()),
-    ]
-)
-
 SERVER_FIELDS = [
     "prompt_n", "prompt_ms", "predicted_n", "predicted_ms", "cache_n", "stop_type", "id_slot",
     "eval_count", "eval_duration_ns", "prompt_eval_count", "prompt_eval_duration_ns",
@@ -176,12 +161,16 @@ def request_rows(raw: dict, raw_file: str) -> list[dict]:
     for cell in raw["cells"]:
         for req in cell["requests"]:
             server = req.get("server") or {}
+            planned = req.get("planned") or {}
             rows.append(
                 {
                     "target": raw["target"], "run": raw["run"], "rep": raw["rep"],
                     "arm": cell["arm"], "position": cell["position"], "request": req["request"],
                     "nonce": req.get("nonce"), "prompt_tokens": req.get("prompt_tokens"),
-                    "output_tokens": req.get("output_tokens"), "t_sent_s": req.get("t_sent_s"),
+                    "output_tokens": req.get("output_tokens"),
+                    "planned_input_tokens": planned.get("input_tokens"),
+                    "planned_output_tokens": planned.get("output_tokens"),
+                    "pinned": planned.get("pinned"), "t_sent_s": req.get("t_sent_s"),
                     "t_first_s": req.get("t_first_s"), "t_last_s": req.get("t_last_s"),
                     "t_done_s": req.get("t_done_s"), "chunks": req.get("chunks"),
                     **{k: req.get(k) for k in READ_FIELDS},
@@ -190,7 +179,8 @@ def request_rows(raw: dict, raw_file: str) -> list[dict]:
                     **{k: server.get(k) for k in SERVER_FIELDS},
                     "timing_source": req.get("timing_source", "server"),
                     "control": bool(cell.get("control", False)),
-                    "suspect_reason": crosscheck(req, num_predict),
+                    "suspect_reason": crosscheck(req, planned.get("output_tokens")
+                                                 or num_predict),
                     "client_process": req.get("client_process"), "raw_file": raw_file,
                 }
             )
@@ -378,7 +368,7 @@ def consolidate_all(raw_paths: list[str], recorded: dict[str, str] | None = None
                 }
             )
         for kind, into in samples.items():
-            into.extend(_samples_of(raw, kind))
+            into.extend(samples_of(raw, kind))
         states.append(_state_of(raw, path))
     check_same_experiment(experiments)
     cells = pd.DataFrame(cell_rows, columns=CELLS_SCHEMA.names)
@@ -464,15 +454,6 @@ def split_control(cells: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Measured cells and control cells apart: the control arm never enters the headline."""
     control = cells["control"].fillna(False).astype(bool)
     return cells[~control].reset_index(drop=True), cells[control].reset_index(drop=True)
-
-
-def _samples_of(raw: dict, kind: str) -> list[dict]:
-    return [{**row, "target": raw["target"], "run": raw["run"], "rep": raw["rep"],
-             "t_s": row["t_unix"] - raw["origin_unix"]}
-            for row in (raw.get(kind) or {}).get("rows", [])]
-
-
-SAMPLE_ORDER = ["target", "run", "rep", "t_s"]
 
 
 def _state_of(raw: dict, path) -> dict:

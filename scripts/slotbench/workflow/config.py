@@ -31,6 +31,9 @@ from slotbench.core.defaults import (  # noqa: F401
     load_schema,
 )
 from slotbench.measure.plan import auto_processes, max_reps  # the nonce holds the rep number
+from slotbench.measure.workload import is_article
+from slotbench.measure.workload import pruned as pruned_workload
+from slotbench.measure.workload import problems as workload_problems
 from slotbench.workflow import matrix
 
 REPO_CONFIG = REPO / "config" / "config.yaml"
@@ -234,6 +237,7 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
             f"targets[{i}] = {name}" for i, name in enumerate(expanded_from)))
     if problems:
         raise ConfigError(invalid(problems))
+    cfg["workload"] = pruned_workload(cfg["workload"])  # only its kind's keys
     if cfg["archive"]["name"] is None:  # derived: the experiment's name
         cfg["archive"]["name"] = cfg["experiment"]
     cfg["arms"] = sorted((canonical(a) if isinstance(a, dict) else a for a in cfg["arms"]),
@@ -272,6 +276,14 @@ def _semantic_problems(cfg: dict) -> list[str]:
             "(results/<experiment>/" + cfg["experiment"] + "); choose another name"
         )
     problems += _target_problems(cfg["targets"])
+    problems += workload_problems(cfg["workload"])
+    if not is_article(cfg["workload"]):
+        if cfg["control_arm"]:
+            problems.append("config key `control_arm`: applies to the article workload only "
+                            f"in this version, not {cfg['workload']['kind']}")
+        if not cfg["prompt"]["nonces"]:
+            problems.append("config key `prompt.nonces`: a workload other than the article's "
+                            "always gives every request its own nonce; drop nonces: false")
     problems += _arm_problems(cfg["arms"], cfg["requests_per_cell"])
     if cfg["design"] == "paired" and len(cfg["targets"]) < 2:
         problems.append(
@@ -451,7 +463,14 @@ def experiment(cfg: dict, target: str) -> dict:
     records it; consolidation refuses to pool reps measured under different ones."""
     return {"target": target_by_name(cfg, target), "measurement": measurement_settings(cfg),
             "seed": cfg["seed"], "prompt": canonical(cfg["prompt"]),
-            "control_arm": cfg["control_arm"]}
+            "control_arm": cfg["control_arm"], **workload_params(cfg)}
+
+
+def workload_params(cfg: dict) -> dict:
+    """{"workload": the config's workload}, or {} for the article's: an article experiment's
+    plans, raw files and rule params stay as they were before workloads existed."""
+    workload = cfg.get("workload") or {}
+    return {} if is_article(workload) else {"workload": canonical(workload)}
 
 
 def check_settings(cfg: dict) -> dict:

@@ -245,6 +245,12 @@ class Backend:
         """
         return None
 
+    def pin_outputs(self) -> bool:
+        """Make every later request produce exactly the tokens it asks for (its end-of-sequence
+        token ignored), where the server can; whether it can. A workload's planned output length
+        is pinned where this is True, else only a ceiling."""
+        return False
+
     def slot_context(self) -> tuple[int, str] | None:
         """The tokens one request may hold (prompt and output together), and where that number
         comes from; None where the server does not say."""

@@ -178,6 +178,10 @@ class LlamaCppBackend(Backend):
         entries = listed.get("data") if isinstance(listed, dict) else None
         return [m.get("id") for m in entries or [] if isinstance(m, dict)]
 
+    def pin_outputs(self) -> bool:
+        self.ignore_eos = True  # llama-server biases the end-of-generation tokens to -inf
+        return True
+
     def slot_context(self) -> tuple[int, str] | None:
         props = self._get("/props")
         gen = props.get("default_generation_settings", {}) if isinstance(props, dict) else {}

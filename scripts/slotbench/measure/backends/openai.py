@@ -251,6 +251,11 @@ class OpenAIBackend(Backend):
 
     # --- generation ---------------------------------------------------------------------
 
+    def pin_outputs(self) -> bool:
+        """Only where the target says its server honours ignore_eos (vLLM, SGLang, llama-server
+        do; OpenAI's own API does not), so a bare OpenAI API's lengths stay ceilings."""
+        return self.ignore_eos
+
     def payload(self, prompt: str, num_predict: int, temperature: float, seed: int) -> dict:
         body = {
             "max_tokens": num_predict,

@@ -1,0 +1,214 @@
+"""Workloads: a rep draws its request shapes once and every arm sends the same shapes, each
+request with a fresh nonce and a prompt built to its planned length; the article's plans are
+exactly what they were before workloads existed."""
+
+import hashlib
+import json
+import random
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from slotbench.measure import workload as wl
+from slotbench.measure.plan import context_problem, make_rep_plan, run_plan
+from slotbench.workflow import config as sbconfig
+
+REPO = Path(__file__).resolve().parents[1]
+SYNTHETIC = {"kind": "synthetic", "input_tokens": {"dist": "fixed", "value": 40},
+             "output_tokens": {"dist": "uniform", "min": 8, "max": 64}}
+
+
+def words_tokenizer(text: str) -> int:
+    """A stand-in for a server's tokenizer: a BOS, one token per word, one per digit of a nonce,
+    and two for a few words (so the vocabulary and the adjustment have work to do)."""
+    n = 1
+    for word in text.split():
+        if word.rstrip(":").isdigit():
+            n += len(word.rstrip(":")) + (1 if word.endswith(":") else 0)
+        else:
+            n += 2 if word in {"university", "american", "national"} else 1
+    return n
+
+
+def _plan(workload=SYNTHETIC, count=words_tokenizer, **kw):
+    args = dict(target="t", run="run1", arms=[1, 2, 4], requests_per_cell=4, seed=5,
+                template="Request {nonce}. Summarise.", nonce_digits=6, count_tokens=count,
+                nonces=True, control_arm=False, workload=workload)
+    return run_plan(**(args | kw))
+
+
+def _rep(plan, rep=1, count=words_tokenizer, pin=True):
+    return make_rep_plan(plan, rep, count, client_processes=1, pin=pin)
+
+
+def test_every_arm_of_a_rep_sends_the_same_shapes_in_the_same_order_with_fresh_nonces():
+    rep = _rep(_plan())
+    shapes = [[(r["input_tokens"], r["output_tokens"]) for r in c["requests"]]
+              for c in rep["cells"]]
+    assert len(shapes) == 3 and shapes[0] == shapes[1] == shapes[2]
+    assert len(set(o for _, o in shapes[0])) > 1, "uniform output lengths were all one value"
+    nonces = [r["nonce"] for c in rep["cells"] for r in c["requests"]]
+    nonces += [w["nonce"] for w in rep["warmup"]]
+    assert len(set(nonces)) == len(nonces)
+    prompts = [r["prompt"] for c in rep["cells"] for r in c["requests"]]
+    assert len(set(prompts)) == len(prompts), "two requests share a prompt: a cache could hit"
+    assert all(p.startswith(f"Request {n}:") for p, n in
+               zip(prompts, (r["nonce"] for c in rep["cells"] for r in c["requests"])))
+
+
+def test_prompts_are_built_to_their_exact_planned_length_by_the_servers_tokenizer():
+    plan = _plan(workload=SYNTHETIC | {"input_tokens": {"dist": "uniform", "min": 20,
+                                                         "max": 300}})
+    assert "university" not in plan["vocabulary"], "a two-token word was kept"
+    assert plan["tokenizer"] == "server" and plan["prompt_tokens"] is None
+    for rep in (1, 2, 3):
+        for cell in _rep(plan, rep)["cells"]:
+            for r in cell["requests"]:
+                assert words_tokenizer(r["prompt"]) == r["input_tokens"]
+
+
+def test_a_tokenizer_that_merges_words_is_met_by_adjusting_the_prompt():
+    def merging(text):  # "of the" is one token: a first guess comes out short
+        return words_tokenizer(text) - text.count(" of the")
+
+    words = wl.vocabulary(merging)
+    rng = random.Random(3)
+    for tokens in (12, 50, 400):
+        text, counted = wl.build_prompt("123456", tokens, words + ["of", "the"], rng, merging)
+        assert counted == merging(text) == tokens
+
+
+def test_without_a_tokenizer_the_length_is_an_estimate_and_says_so():
+    plan = _plan(count=None)
+    assert plan["vocabulary"] is None and plan["tokenizer"] is None
+    rep = make_rep_plan(plan, 1, None, client_processes=1, pin=False)
+    request = rep["cells"][0]["requests"][0]
+    assert request["pinned"] is False
+    assert abs(words_tokenizer(request["prompt"]) - request["input_tokens"]) < 10
+
+
+def test_the_shapes_come_from_seed_target_run_and_rep_alone():
+    assert _rep(_plan(), 2) == _rep(_plan(), 2)
+    draw = [[r["output_tokens"] for r in c["requests"]] for c in _rep(_plan(), 1)["cells"]]
+    other = [[r["output_tokens"] for r in c["requests"]] for c in _rep(_plan(), 2)["cells"]]
+    assert draw != other, "two reps drew the same shapes"
+    assert _rep(_plan(), 1) != _rep(_plan(run="run2"), 1)
+
+
+def test_warm_up_requests_keep_the_warm_up_length_and_are_not_planned():
+    rep = _rep(_plan())
+    assert rep["warmup"] and all("output_tokens" not in w for w in rep["warmup"])
+    assert all(r["pinned"] is True for c in rep["cells"] for r in c["requests"])
+
+
+@pytest.mark.parametrize("spec", [
+    {"dist": "normal", "mean": 100, "sd": 40, "min": 50, "max": 160},
+    {"dist": "lognormal", "mean": 200, "sd": 150, "min": 20, "max": 2000},
+    {"dist": "uniform", "min": 7, "max": 9},
+])
+def test_every_draw_falls_inside_its_bounds_and_follows_its_distribution(spec):
+    rng = random.Random(1)
+    values = [wl.draw(spec, rng) for _ in range(4000)]
+    assert min(values) >= spec["min"] and max(values) <= spec["max"]
+    if spec["dist"] == "uniform":
+        assert set(Counter(values)) == {7, 8, 9}
+    else:
+        mean = sum(values) / len(values)
+        assert abs(mean - spec["mean"]) < 0.1 * spec["mean"], mean
+        assert len(set(values)) > 20
+
+
+def test_a_distribution_that_almost_never_lands_inside_its_bounds_is_a_clear_error():
+    spec = {"dist": "normal", "mean": 100, "sd": 1, "min": 500, "max": 600}
+    with pytest.raises(wl.WorkloadError, match="widen min..max"):
+        wl.draw(spec, random.Random(1))
+
+
+def test_a_request_that_cannot_fit_a_slot_is_refused_with_one_line_naming_it():
+    plan = _plan(workload=SYNTHETIC | {"input_tokens": {"dist": "uniform", "min": 100,
+                                                         "max": 3000}})
+    problem = context_problem(plan, 200, (2048, "each slot's context"))
+    assert problem is not None and "\n" not in problem
+    assert "3000 prompt tokens plus 64 output tokens" in problem and "2048" in problem
+    assert context_problem(plan, 200, (4096, "each slot's context")) is None
+    assert context_problem(plan, 200, None) is None
+
+
+def _resolve(workload):
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    return sbconfig.resolve(cfg | {"workload": workload})
+
+
+@pytest.mark.parametrize("workload,message", [
+    ({"kind": "synthetic", "input_tokens": {"dist": "fixed", "value": 10}},
+     "`workload.output_tokens`: a synthetic workload needs it"),
+    ({"kind": "synthetic", "input_tokens": {"dist": "uniform", "min": 30, "max": 5},
+      "output_tokens": {"dist": "fixed", "value": 4}}, "min 30 is above max 5"),
+    ({"kind": "synthetic", "input_tokens": {"dist": "fixed", "value": 10, "min": 3},
+      "output_tokens": {"dist": "fixed", "value": 4}},
+     "`workload.input_tokens.min`: a fixed length does not take it"),
+    ({"kind": "synthetic", "input_tokens": {"dist": "normal", "mean": 10, "min": 3, "max": 30},
+      "output_tokens": {"dist": "fixed", "value": 4}},
+     "`workload.input_tokens.sd`: a normal length needs it"),
+    ({"kind": "synthetic", "input_tokens": {"dist": "zipf", "value": 3},
+      "output_tokens": {"dist": "fixed", "value": 4}}, "`workload.input_tokens.dist`"),
+    ({"kind": "multi_turn", "turns": 3}, "multi_turn is not measured by this version"),
+    ({"kind": "article", "turns": 3}, "`workload.turns`: belongs to another kind"),
+    ({"kind": "synthetic", "input_tokens": {"dist": "fixed", "value": 10},
+      "output_tokens": {"dist": "fixed", "value": 4}, "path": "x.csv"},
+     "`workload.path`: does not apply to a synthetic workload"),
+    ({"kind": "trace", "path": "no/such/trace.csv"}, "`workload.path`: no file"),
+])
+def test_a_bad_workload_is_one_line_naming_its_key_before_anything_is_sent(workload, message):
+    with pytest.raises(sbconfig.ConfigError) as err:
+        _resolve(workload)
+    assert message in str(err.value)
+    assert "nothing was sent" in str(err.value)
+
+
+def test_a_workload_refuses_the_article_only_keys_in_one_line_each():
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    with pytest.raises(sbconfig.ConfigError) as err:
+        sbconfig.resolve(cfg | {"workload": SYNTHETIC, "control_arm": True,
+                                "prompt": {"nonces": False}})
+    assert "`control_arm`: applies to the article workload only" in str(err.value)
+    assert "`prompt.nonces`" in str(err.value)
+
+
+def test_the_resolved_workload_holds_only_its_kinds_keys_and_the_article_none():
+    assert _resolve({})["workload"] == {"kind": "article"}
+    assert _resolve(SYNTHETIC)["workload"] == SYNTHETIC
+    article = _resolve({})
+    assert "workload" not in sbconfig.experiment(article, article["targets"][0]["name"])
+    synthetic = _resolve(SYNTHETIC)
+    name = synthetic["targets"][0]["name"]
+    assert sbconfig.experiment(synthetic, name)["workload"] == SYNTHETIC
+
+
+# sha256 of the run plan and reps 1-3 of the default config and config/smoke.yaml, with
+# words_tokenizer's predecessor below, as made by slotbench before workloads existed (5d3b4db)
+ARTICLE_DIGESTS = {
+    "config.yaml": "8c0a8476f586bedc8723dfca0c40d46cfc6ac6a01efd01d4f1acbf6100138907",
+    "smoke.yaml": "5909d0a5b2b2901dbfc409c44cbe25ba34acbf0368521b269a5025a8a1126a16",
+}
+
+
+@pytest.mark.parametrize("name", sorted(ARTICLE_DIGESTS))
+def test_the_articles_plans_are_byte_for_byte_what_they_were_before_workloads(name):
+    def count(text):  # nonces with a 7 cost one token more
+        return len(text.split()) + (1 if "7" in text.split()[1] else 0)
+
+    raw = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    if name != "config.yaml":
+        raw |= yaml.safe_load((REPO / "config" / name).read_text())
+    cfg = sbconfig.resolve(raw)
+    p = cfg["prompt"]
+    plan = run_plan("embedded", "run1", cfg["arms"], cfg["requests_per_cell"], cfg["seed"],
+                    p["template"], p["nonce_digits"], count, nonces=p["nonces"],
+                    control_arm=cfg["control_arm"],
+                    **sbconfig.workload_params(cfg))
+    reps = [make_rep_plan(plan, r, count, client_processes=1) for r in (1, 2, 3)]
+    digest = hashlib.sha256(json.dumps([plan, reps], sort_keys=True).encode()).hexdigest()
+    assert digest == ARTICLE_DIGESTS[name]
