@@ -17,6 +17,9 @@ evaluation takes ``prompt_token_s`` per prompt token (tokens = whitespace-separa
 Scripted behaviour:
 - the prompt marker ``[stop:K]`` stops after K tokens with done_reason "stop" (else num_predict
   tokens, "length");
+- ``stop_early_when_active = (A, F)``: while at least A requests generate at once, a request
+  stops after F of its num_predict tokens with done_reason "stop" (an end-of-sequence token
+  that comes early under load: what a ceiling, unlike a pinned length, lets through);
 - ``prompt_cache = True``: a prompt seen before costs no prompt evaluation, so prompt_eval_count
   and prompt_eval_duration are omitted (a simplification: real Ollama re-evaluates ≥ 1 token);
 - ``fail``: None, "busy" (503, Ollama's ErrMaxQueue text), "internal" (500), "error_mid_stream"
@@ -93,6 +96,7 @@ class OllamaDouble(Served):
         self.fail: str | None = None
         self.fail_after = 2
         self.prompt_cache = False
+        self.stop_early_when_active: tuple[int, float] | None = None
         self.received: list[dict] = []  # {"method", "path", "body"} of every request, in order
         self.loads = 0  # how many times the model was (re)loaded
         self.loaded_ctx: int | None = None  # num_ctx of the loaded model; None when unloaded
@@ -318,6 +322,10 @@ class _Handler(BaseHTTPRequestHandler):
         marker = STOP_MARKER.search(prompt)
         n_tokens = min(limit, int(marker.group(1))) if marker else limit
         done_reason = "stop" if marker and int(marker.group(1)) < limit else "length"
+        with d._lock:
+            crowded = d.stop_early_when_active and d._active >= d.stop_early_when_active[0]
+        if crowded and not marker:
+            n_tokens, done_reason = max(1, int(limit * d.stop_early_when_active[1])), "stop"
         if stream:
             self._start_stream()
         text = []

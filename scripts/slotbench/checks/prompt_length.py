@@ -2,7 +2,9 @@
 
 Every request carries its own nonce and prompt length *in tokens* is held equal, so that every
 arm does the same prefill work. This check verifies the equality from the prompt lengths the
-server reported; a request whose length differs from its run's mode is named.
+server reported; a request whose length differs from its run's mode is named. A workload's
+request (docs/workloads.md) has a planned length of its own: it is held to that instead, and one
+whose server-reported length differs from its plan is named with the difference.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ ORDER = 40
 TABLES = ("prompts",)
 
 REQUEST_KEYS = ["target", "run", "rep", "arm", "position", "request"]
-LENGTH_COLUMNS = REQUEST_KEYS + ["prompt_tokens", "modal_prompt_tokens", "cell"]
+LENGTH_COLUMNS = REQUEST_KEYS + ["prompt_tokens", "modal_prompt_tokens", "cell",
+                                 "planned_input_tokens"]
 
 
 def modal_lengths(requests: pd.DataFrame) -> pd.Series:
@@ -36,8 +39,15 @@ def prompt_lengths(requests: pd.DataFrame) -> pd.DataFrame:
     req = requests.dropna(subset=["prompt_tokens"])
     if req.empty:
         return pd.DataFrame(columns=LENGTH_COLUMNS)
-    req = req.join(modal_lengths(req).rename("modal_prompt_tokens"), on=["target", "run"])
-    odd = req[req["prompt_tokens"] != req["modal_prompt_tokens"]].copy()
+    planned = (req["planned_input_tokens"] if "planned_input_tokens" in req
+               else pd.Series(pd.NA, index=req.index, dtype="Int64"))
+    req = req.assign(planned_input_tokens=planned)
+    # a workload's requests are held to their own plan, the article's to their run's mode
+    by_mode = req[req["planned_input_tokens"].isna()]
+    req = req.join(modal_lengths(by_mode).rename("modal_prompt_tokens"), on=["target", "run"])
+    expected = req["planned_input_tokens"].astype("Float64").fillna(
+        req["modal_prompt_tokens"].astype("Float64"))
+    odd = req[req["prompt_tokens"].astype("Float64") != expected].copy()
     odd["cell"] = label_series(odd) if not odd.empty else pd.Series(dtype=object)
     return odd[LENGTH_COLUMNS].reset_index(drop=True)
 
@@ -74,7 +84,12 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             continue
         values = sorted(set(modal.values()))
         counted = f" ({count(n_req, 'measured request')})"
-        if rows.empty:
+        planned = (req["planned_input_tokens"].notna() & req["prompt_tokens"].notna()
+                   if "planned_input_tokens" in req else pd.Series(False, index=req.index))
+        if planned.all():  # a workload: every request held to its own planned length
+            evidence["planned_lengths"] = True
+            summary = _planned_summary(rows, n_req)
+        elif rows.empty:
             summary = (f"all prompts {values[0]} tokens{counted}" if len(values) == 1 else
                        "all prompts equal within their run ("
                        + ", ".join(f"{m} tokens in {run}" for run, m in modal.items())
@@ -93,3 +108,15 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
             cells=sorted(set(rows["cell"])),
         ))
     return verdicts, {"prompts": table}
+
+
+def _planned_summary(rows: pd.DataFrame, n_req: int) -> str:
+    """A workload's prompt lengths against their plans, in one phrase."""
+    if rows.empty:
+        return f"every prompt its planned length ({count(n_req, 'measured request')})"
+    diff = (rows["prompt_tokens"] - rows["planned_input_tokens"]).astype(float)
+    first, k = rows.iloc[0], len(rows)
+    return (f"{count(k, 'request')} of {n_req} differ{'s' if k == 1 else ''} from "
+            f"{'its' if k == 1 else 'their'} planned length, by up to {diff.abs().max():.0f} "
+            f"tokens (e.g. {first['cell']} request {int(first['request'])}: "
+            f"{int(first['prompt_tokens'])} tokens, planned {int(first['planned_input_tokens'])})")

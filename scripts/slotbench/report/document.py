@@ -33,6 +33,7 @@ from slotbench.report.sections import (
     model_line,
     model_warnings,
     pinned_line,
+    workload_line,
     provenance_blocks,
     raw_files_blocks,
     timing_source_line,
@@ -146,7 +147,8 @@ def target_blocks(data: ReportData, target: str, index: prov.CellIndex) -> list:
     blocks += capacity_blocks(data.capacity.get("targets", {}).get(target), slo, ctx)
     blocks += telemetry_blocks(rows, ctx)
     versions = [v["sentence"] for v in verdicts if v["trap"] == "versions" and not v["fired"]]
-    measured = [timing_source_line(rows), pinned_line(target, fps), model_line(fps), *versions]
+    measured = [workload_line(data.config), timing_source_line(rows),
+                pinned_line(target, fps, data.config), model_line(fps), *versions]
     blocks.append(Bullets([m for m in measured if m]))
     return blocks + trap_blocks(verdicts, ctx)
 

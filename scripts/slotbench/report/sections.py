@@ -8,6 +8,8 @@ import yaml
 from slotbench.core.cells import arm_name, label_key
 from slotbench.core.fmt import count, missing
 from slotbench.measure.fingerprint import fingerprint_shares_host, flatten
+from slotbench.measure.workload import describe as describe_workload
+from slotbench.measure.workload import is_article
 from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Code, Figure, Heading, Paragraph, ProvenanceIndex, Table
 
@@ -41,8 +43,22 @@ def timing_source_line(rows) -> str | None:
     return "Timing source (per-user numbers per arm): " + "; ".join(parts) + f" ({CLIENT_TIMING})."
 
 
-def pinned_line(target, fps: list[dict]) -> str:
-    """Whether output length was pinned (ignore_eos), which Ollama cannot do."""
+def workload_line(config: dict | None) -> str | None:
+    """What each request asked for, where the config's workload is not the article's."""
+    workload = (config or {}).get("workload")
+    if is_article(workload):
+        return None
+    return (f"Workload: {describe_workload(workload)}. A rep draws its requests' lengths once "
+            "and every arm of the rep sends the same lengths in the same order, each request "
+            "with its own nonce (docs/workloads.md).")
+
+
+def pinned_line(target, fps: list[dict], config: dict | None = None) -> str | None:
+    """Whether output length was pinned (ignore_eos), which Ollama cannot do. A workload's
+    planned output lengths are judged request by request under Output lengths against the
+    plan instead."""
+    if not is_article((config or {}).get("workload")):
+        return None
     if not fps:
         return f"Output length pinned: unknown (no fingerprint recorded for {target})."
     answers = {}

@@ -29,14 +29,18 @@ def render(verdict: dict, ctx) -> list:
     tokenizer = tokenizer_sentence(ev.get("tokenizer") or [])
     if not verdict["assessable"]:
         return [Heading(4, "Prompt length"), Paragraph(f"{verdict['sentence']} {tokenizer}")]
+    planned = bool(ev.get("planned_lengths"))
     if not verdict["fired"]:
-        text = (
-            f"{verdict['sentence'][:-1]}. Every request carries its own nonce, and equal "
-            f"length in tokens gives every arm the same prefill work. {tokenizer}"
-        )
+        same = ("Every arm of a rep sends the same planned lengths in the same order, each "
+                "request with its own nonce, so every arm does the same prefill work."
+                if planned else "Every request carries its own nonce, and equal length in "
+                "tokens gives every arm the same prefill work.")
+        text = f"{verdict['sentence'][:-1]}. {same} {tokenizer}"
         return [Heading(4, "Prompt length"),
                 *quiet_evidence(ctx, "prompts", text, verdict["title"])]
     rows, n_req = ev["rows"], ev["measured_requests"]
+    if planned:
+        return _planned(verdict, ctx, rows, n_req, tokenizer)
     modal = ev["modal_prompt_tokens"]
     values = sorted(set(modal.values()))
     modal_text = (f"{values[0]} tokens" if len(values) == 1 else
@@ -65,3 +69,31 @@ def render(verdict: dict, ctx) -> list:
             *flagged_table(ctx, "prompts", rows, columns, make_row,
                            "Requests with an unequal prompt length", "Unequal prompt length:",
                            metric, MAX_ROWS)]
+
+
+def _planned(verdict: dict, ctx, rows: list, n_req: int, tokenizer: str) -> list:
+    """A workload's requests that the server counted at another length than planned."""
+    k = len(rows)
+    text = (
+        f"Warning: {count(k, 'measured request')} of {n_req} had a prompt length other than "
+        f"{'its' if k == 1 else 'their'} plan, as the server counted them. Where the server "
+        "has a tokenizer endpoint the plan builds every prompt to its exact length; without "
+        "one the lengths are estimates, and the differences below are how far they missed. "
+        f"{tokenizer}"
+    )
+    columns = ["cell", "position", "request", "prompt tokens", "planned", "difference"]
+
+    def make_row(r):
+        diff = r["prompt_tokens"] - r["planned_input_tokens"]
+        return [r["cell"], fmt_int(r["position"]), fmt_int(r["request"]),
+                fmt_int(r["prompt_tokens"]), fmt_int(r["planned_input_tokens"]),
+                signed(f"{int(diff):+d}")]
+
+    def metric(r):
+        return {"name": "prompt_tokens", "value": r["prompt_tokens"],
+                "text": fmt_int(r["prompt_tokens"])}
+
+    return [Heading(4, "Prompt length"), Paragraph(text, "warning"),
+            *flagged_table(ctx, "prompts", rows, columns, make_row,
+                           "Requests with a prompt length other than planned",
+                           "Prompt length other than planned:", metric, MAX_ROWS)]

@@ -1,0 +1,79 @@
+"""End to end with workloads: a synthetic workload on the real embedded server gets exactly the
+lengths it planned, request for request; on the scripted Ollama server, which cannot pin an
+output's length, the lengths are ceilings and an arm that stopped early is named."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from doubles.ollama_double import OllamaDouble
+from e2e_helpers import copy_repo, results_dir, snakemake
+
+pytestmark = pytest.mark.e2e
+
+
+def test_a_synthetic_workload_gets_every_planned_length_exactly_on_the_real_server(tmp_path):
+    work = copy_repo(tmp_path / "synthetic")
+    # config/workloads/synthetic.yaml (256-token prompts, 64-token outputs), two reps
+    (work / "two.yaml").write_text(yaml.safe_dump({"reps": 2, "cooldown_s": 0}))
+    proc = snakemake(work, "--configfile", "config/workloads/synthetic.yaml", "two.yaml",
+                     cache=tmp_path / "cache")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = results_dir(work, "synthetic")
+    requests = pd.read_parquet(out / "requests.parquet")
+    assert len(requests) == 2 * (4 + 4 + 4)
+    assert requests["prompt_tokens"].eq(256).all(), requests["prompt_tokens"].value_counts()
+    assert requests["output_tokens"].eq(64).all(), requests["output_tokens"].value_counts()
+    assert requests["planned_input_tokens"].eq(256).all()
+    assert requests["planned_output_tokens"].eq(64).all() and requests["pinned"].all()
+    assert requests["nonce"].is_unique
+    # the raw file keeps each request's plan beside what it got
+    raw = json.loads((out / "raw/embedded/run1/rep1.json").read_text())
+    assert raw["experiment"]["workload"]["kind"] == "synthetic"
+    first = raw["cells"][0]["requests"][0]
+    assert first["planned"] == {"input_tokens": 256, "output_tokens": 64, "pinned": True}
+    outputs = json.loads((out / "checks/outputs.json").read_text())
+    prompts = json.loads((out / "checks/prompts.json").read_text())
+    assert [v["verdict"] for v in outputs] == ["no"] and "pinned" in outputs[0]["summary"]
+    assert [v["verdict"] for v in prompts] == ["no"]
+    assert "every prompt its planned length" in prompts[0]["summary"]
+    md = (out / "report.md").read_text()
+    assert "Output lengths against the plan" in md and "synthetic: input 256, output 64" in md
+
+
+def test_ceilings_on_ollama_are_said_and_an_arm_that_stopped_early_is_named(tmp_path):
+    work = copy_repo(tmp_path / "ollama-workload")
+    config = yaml.safe_load((work / "config/ollama.yaml").read_text())
+    config["targets"][0]["url"] = None  # set below, once the double has its port
+    with OllamaDouble(slots=4, token_s=0.004) as double:
+        double.stop_early_when_active = (4, 0.5)  # four at once: half the planned output
+        config["targets"][0]["url"] = double.url
+        config |= {"experiment": "ollama-workload", "reps": 3, "cooldown_s": 0,
+                   "warmup_predict": 4, "analysis": {"bootstrap": 200},
+                   "workload": {"kind": "synthetic",
+                                "input_tokens": {"dist": "uniform", "min": 30, "max": 60},
+                                "output_tokens": {"dist": "fixed", "value": 24}}}
+        (work / "ollama-workload.yaml").write_text(yaml.safe_dump(config))
+        proc = snakemake(work, "--configfile", "ollama-workload.yaml", cache=tmp_path / "cache")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = results_dir(work, "ollama-workload")
+    requests = pd.read_parquet(out / "requests.parquet")
+    assert not requests["pinned"].any(), "Ollama cannot pin an output's length"
+    early = requests[requests["output_tokens"] < requests["planned_output_tokens"]]
+    assert set(early["arm"]) == {4}
+    outputs = json.loads((out / "checks/outputs.json").read_text())[0]
+    assert outputs["fired"] and outputs["arms"] == [4]
+    assert "ceilings" in outputs["summary"] and "parallel-4" in outputs["summary"]
+    table = pd.read_csv(out / "checks/outputs.csv")
+    assert len(table) == len(early) and set(table["arm"]) == {4}
+    deviance = json.loads((out / "checks/deviance.json").read_text())[0]
+    assert deviance["fired"], "the cells of the arm that stopped early are not named"
+    # the prompt lengths were estimates (Ollama has no tokenizer endpoint), and said to be
+    prompts = json.loads((out / "checks/prompts.json").read_text())[0]
+    assert prompts["evidence"].get("planned_lengths") is True
+    md = (out / "report.md").read_text()
+    assert "ceilings (the backend cannot pin them)" in md
