@@ -50,6 +50,7 @@ TIME_FIELD = {"mooncake": ("timestamp", 1000), "azure": ("TIMESTAMP", AZURE_TICK
 MOONCAKE_BLOCK_TOKENS = 512  # Mooncake's prefix blocks: one hash id per 512 input tokens
 # the key of Trace.dropped that counts BurstGPT's failed requests (0 response tokens)
 FAILED = "failed"
+EXAMPLE_SEED = 1  # the committed examples' (config/workloads/traces/), not the config's seed
 
 _AZURE_TIME = re.compile(r"(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,7}))?", re.ASCII)
 _INTEGER = re.compile(r"-?[0-9]+")
@@ -333,7 +334,7 @@ def length_quantiles(values, qs=(0.1, 0.5, 0.9, 0.99)) -> dict[float, int]:
     return found
 
 
-def example_trace(format: str, rows: int = 64, seed: int = 1) -> str:
+def example_trace(format: str, rows: int = 64, seed: int = EXAMPLE_SEED) -> str:
     """A small synthetic trace of ``rows`` rows in ``format``, exactly as its publisher writes
     one, from ``seed`` alone: lognormal lengths near the real traces' medians, exponential gaps
     (Poisson arrivals). Mooncake's later turns of a conversation share an earlier turn's full
