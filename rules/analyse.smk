@@ -7,11 +7,15 @@ rule analyse:
         code=code("analyse.py"),
         cells=result("cells.parquet"),
         requests=result("requests.parquet"),
+        # a workload other than the article's: each run's plan (a trace's lengths)
+        **({"plans": plan_files()} if WORKLOAD else {}),
     output:
         ratios=result("analysis/ratios.parquet"),
         summary=result("analysis/summary.csv"),
         capacity=result("analysis/capacity.json"),
         openloop=result("analysis/openloop.json"),
+        # a workload other than the article's: the lengths planned, counted and traced
+        **({"workload": result("analysis/workload.json")} if WORKLOAD else {}),
     log:
         result("logs/analyse.log"),
     conda:
@@ -23,5 +27,6 @@ rule analyse:
         slo=CFG["slo"],
         # each target's usd_per_hour: the cost per million output tokens
         prices=sbconfig.prices(CFG),
+        **sbconfig.workload_params(CFG),
     script:
         "../scripts/analyse.py"

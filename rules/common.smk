@@ -49,6 +49,7 @@ except sbconfig.ConfigError as err:
     refuse(err)
 RATE_ARMS = any(isinstance(a, dict) for a in CFG["arms"])  # an arrival rate (open loop)
 PAIRED, PAIR_ORDER = JOBS.paired, JOBS.pair_order
+WORKLOAD = bool(sbconfig.workload_params(CFG))  # a workload other than the article's
 for _name in JOBS.shared_resources:  # one unit each, unless given with --resources
     if _name not in workflow.global_resources:
         workflow.register_resource(_name, 1)

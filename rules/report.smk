@@ -18,6 +18,8 @@ rule report:
             if PAIRED
             else {}
         ),
+        # a workload other than the article's: its lengths (analysis/workload.json)
+        **({"workload": result("analysis/workload.json")} if WORKLOAD else {}),
         code=code("report.py"),
         templates=html_templates(),
         summary=result("analysis/summary.csv"),

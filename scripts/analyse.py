@@ -1,10 +1,14 @@
 """Rule analyse: within-rep ratios and the per-arm summary (logic in slotbench.analysis.analyse),
 the capacity under the service levels (slotbench.analysis.capacity) and the open loop's numbers with
-the capacity in requests/s (slotbench.analysis.openloop)."""
+the capacity in requests/s (slotbench.analysis.openloop), and a workload's lengths
+(slotbench.analysis.workload)."""
+
+import json
+from pathlib import Path
 
 import pandas as pd
 
-from slotbench.analysis import capacity, openloop
+from slotbench.analysis import capacity, openloop, workload
 from slotbench.analysis.analyse import headline_ratios, summarise, with_costs
 from slotbench.core.entry import fail, progress_log
 from slotbench.measure.rawfiles import json_bytes
@@ -29,6 +33,12 @@ def main(sm) -> None:
             opened = openloop.assess(ratios, requests, dict(sm.params.slo), *boot)
             with open(sm.output.openloop, "wb") as fh:
                 fh.write(json_bytes(opened))
+        if hasattr(sm.output, "workload"):  # a workload's lengths, beside its trace's
+            plans = [json.loads(Path(p).read_text()) for p in sm.input.plans]
+            lengths = workload.assess(pd.read_parquet(sm.input.requests), plans,
+                                      dict(sm.params.workload))
+            with open(sm.output.workload, "wb") as fh:
+                fh.write(json_bytes(lengths))
         print(f"analyse: {len(ratios)} cells -> {len(summary)} (target, arm) rows", file=log)
 
 

@@ -10,6 +10,7 @@ from slotbench.measure.plan import run_plan
 from slotbench.measure.rawfiles import write_json_atomic
 from slotbench.measure.servers.base import ServerError
 from slotbench.measure.targets import connect
+from slotbench.measure.traces import TraceError
 from slotbench.measure.workload import WorkloadError, describe, load_trace
 from slotbench.measure.workload import context_problem as workload_context_problem
 from slotbench.workflow import measuring
@@ -25,20 +26,21 @@ def main(sm) -> None:
             with (measuring.held(p.target, job, log),
                   connect(p.target, sm.log.server, PROBE_TIMEOUT_S, run=run,
                           results=results) as conn):
+                trace = load_trace(p.workload) if hasattr(p, "workload") else None
                 plan = run_plan(
                     target, run, list(p.arms), p.requests_per_cell, p.seed,
                     p.prompt["template"], p.prompt["nonce_digits"],
                     count_tokens=conn.backend.tokenizer(), nonces=p.prompt["nonces"],
                     control_arm=p.control_arm, paired=getattr(p, "paired", False),
-                    workload=getattr(p, "workload", None),
+                    workload=getattr(p, "workload", None), trace=trace,
                 )
                 workload = getattr(p, "workload", None)
                 if workload:  # the largest request must fit a slot: refused before any is sent
                     problem = workload_context_problem(workload, conn.backend.slot_context(),
-                                                       load_trace(workload))
+                                                       trace)
                     if problem:
                         fail(f"target {target}, run {run}, plan: {problem}", log)
-        except (ServerError, BackendError, WorkloadError) as exc:
+        except (ServerError, BackendError, WorkloadError, TraceError) as exc:
             fail(f"target {target}, run {run}, plan: {exc}", log, cause=exc)
         write_json_atomic(sm.output[0], plan)
         length = plan["prompt_tokens"]

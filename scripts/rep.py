@@ -15,7 +15,7 @@ from slotbench.measure.rawfiles import check_free_space, read_json, restore_unsa
 from slotbench.measure.servers.base import ServerError
 from slotbench.measure.targets import connect
 from slotbench.measure.thermal import available_sources
-from slotbench.measure.workload import load_trace
+from slotbench.measure.workload import load_trace, trace_changed
 from slotbench.workflow import config as sbconfig
 from slotbench.workflow import measuring
 
@@ -58,6 +58,9 @@ def main(sm) -> None:
                           run=run, results=results) as conn):
                 client = dict(sm.params.client)
                 trace = load_trace(plan["workload"]) if plan.get("workload") else None
+                changed = trace_changed(plan)
+                if changed:
+                    fail(f"target {target}, run {run}, rep {rep}: {changed}", log)
                 problem = context_problem(plan, settings["num_predict"],
                                           conn.backend.slot_context(), trace)
                 if problem:
@@ -71,7 +74,7 @@ def main(sm) -> None:
                               thermal_sources=available_sources(),
                               host=host_source(conn), client=client,
                               telemetry=telemetry, local_energy=local_sources())
-        except (RepError, ServerError, BackendError, RuntimeError) as exc:
+        except (RepError, ServerError, BackendError, RuntimeError, ValueError) as exc:
             fail(str(exc) if isinstance(exc, RepError) else
                  f"target {target}, run {run}, rep {rep}: {exc}", log, cause=exc)
         raw["experiment"] = dict(sm.params.experiment)

@@ -5,6 +5,7 @@ output's length, the lengths are ceilings and an arm that stopped early is named
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -14,6 +15,8 @@ from doubles.ollama_double import OllamaDouble
 from e2e_helpers import copy_repo, results_dir, snakemake
 
 pytestmark = pytest.mark.e2e
+# the real traces sit beside the checkout, never in it (see tests/test_traces.py)
+REAL_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
 
 def test_a_synthetic_workload_gets_every_planned_length_exactly_on_the_real_server(tmp_path):
@@ -77,3 +80,39 @@ def test_ceilings_on_ollama_are_said_and_an_arm_that_stopped_early_is_named(tmp_
     assert prompts["evidence"].get("planned_lengths") is True
     md = (out / "report.md").read_text()
     assert "ceilings (the backend cannot pin them)" in md
+
+
+def test_a_real_trace_is_sampled_to_its_scaled_lengths_and_the_server_counts_them(tmp_path):
+    from slotbench.measure.traces import read_trace, scale_length
+
+    trace_path = REAL_TRACES / "azure-conv-2023.csv"
+    if not trace_path.is_file():
+        pytest.skip(f"{trace_path} is not beside this checkout (the real traces are never "
+                    "shipped); the example traces' plans are covered by tests/test_workload.py")
+    work = copy_repo(tmp_path / "trace")
+    # config/workloads/trace.yaml on the real Azure trace, its lengths at 0.06 (its largest
+    # request then fits one 1024-token slot), one rep
+    (work / "azure.yaml").write_text(yaml.safe_dump(
+        {"reps": 1, "cooldown_s": 0,
+         "workload": {"path": str(trace_path), "length_scale": 0.06}}))
+    proc = snakemake(work, "--configfile", "config/workloads/trace.yaml", "azure.yaml",
+                     cache=tmp_path / "cache")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = results_dir(work, "trace")
+    requests = pd.read_parquet(out / "requests.parquet")
+    assert len(requests) == 12
+    assert (requests["prompt_tokens"] == requests["planned_input_tokens"]).all()
+    assert (requests["output_tokens"] == requests["planned_output_tokens"]).all()
+    trace = read_trace(trace_path, "auto")
+    pairs = {(scale_length(r.input_tokens, 0.06), scale_length(r.output_tokens, 0.06))
+             for r in trace.rows}
+    raw = json.loads((out / "raw/embedded/run1/rep1.json").read_text())
+    for cell in raw["cells"]:
+        for r in cell["requests"]:
+            planned = r["planned"]
+            traced = planned.get("trace_input_tokens", planned["input_tokens"])
+            assert (traced, planned["output_tokens"]) in pairs
+    lengths = json.loads((out / "analysis/workload.json").read_text())["targets"]["embedded"]
+    assert lengths["trace"]["rows"] == len(trace.rows) == 19366
+    md = (out / "report.md").read_text()
+    assert "the trace, × 0.06" in md and "azure-conv-2023.csv" in md

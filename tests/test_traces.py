@@ -41,7 +41,7 @@ def real(name: str):
     if not SHARED.is_dir():
         pytest.skip(f"the real traces' folder {SHARED} is absent (it sits beside a checkout at "
                     "/work/<name>; the repository ships none of their rows)")
-    return read_trace(SHARED / name)
+    return read_trace(SHARED / name, "auto")
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_each_example_file_is_the_generators_output_and_reads_back_as_its_format
         f"{path.relative_to(REPO)} is not example_trace({fmt!r}); rewrite it with "
         f"path.write_bytes(example_trace({fmt!r}).encode())")
     assert detect_format(path) == fmt
-    trace = read_trace(path)
+    trace = read_trace(path, "auto")
     assert trace.format == fmt and trace.path == str(path)
     assert len(trace.rows) + sum(trace.dropped.values()) == 64
     assert trace.rows[0].t_s == 0 and all(
@@ -99,14 +99,14 @@ def test_the_azure_example_is_crlf_with_seven_digit_times_and_no_final_newline()
 
 
 def test_the_mooncake_example_keeps_the_block_invariant_and_shares_prefixes():
-    trace = read_trace(EXAMPLES / EXAMPLE_FILES["mooncake"])
+    trace = read_trace(EXAMPLES / EXAMPLE_FILES["mooncake"], "auto")
     assert all(len(r.hash_ids) == math.ceil(r.input_tokens / 512) for r in trace.rows)
     firsts = [r.hash_ids[0] for r in trace.rows]
     assert len(set(firsts)) < len(firsts), "no later turn shares an earlier turn's prefix"
 
 
 def test_the_burstgpt_example_drops_and_counts_its_failed_requests():
-    trace = read_trace(EXAMPLES / EXAMPLE_FILES["burstgpt"])
+    trace = read_trace(EXAMPLES / EXAMPLE_FILES["burstgpt"], "auto")
     failed = example_trace("burstgpt").count(",0,")  # a Response tokens of 0
     assert failed >= 1 and trace.dropped == {"failed": failed}
     assert len(trace.rows) == 64 - failed and all(r.output_tokens > 0 for r in trace.rows)
@@ -124,7 +124,7 @@ def test_the_burstgpt_example_drops_and_counts_its_failed_requests():
 def test_the_format_is_detected_from_the_first_line(tmp_path, fmt, text):
     path = write(tmp_path, "trace", text)
     assert detect_format(path) == fmt
-    assert read_trace(path).format == fmt == read_trace(path, fmt).format
+    assert read_trace(path, "auto").format == fmt == read_trace(path, fmt).format
 
 
 @pytest.mark.parametrize("text,seen", [
@@ -135,7 +135,7 @@ def test_the_format_is_detected_from_the_first_line(tmp_path, fmt, text):
 ])
 def test_an_unknown_first_line_is_a_trace_error_naming_what_it_holds(tmp_path, text, seen):
     path = write(tmp_path, "odd.csv", text)
-    for attempt in (detect_format, read_trace):
+    for attempt in (detect_format, lambda p: read_trace(p, "auto")):
         with pytest.raises(TraceError) as caught:
             attempt(path)
         message = str(caught.value)
@@ -185,13 +185,13 @@ def test_seven_digit_times_keep_their_sub_microsecond_order(tmp_path):
     stamps = ["2023-11-16 23:59:59.9999990", "2023-11-16 23:59:59.9999991",
               "2023-11-16 23:59:59.9999999", "2023-11-17 00:00:00.0000002"]
     path = write(tmp_path, "a.csv", "\r\n".join([AZURE_HEADER] + [f"{s},10,20" for s in stamps]))
-    t = [r.t_s for r in read_trace(path).rows]
+    t = [r.t_s for r in read_trace(path, "auto").rows]
     assert t[0] == 0 and t == sorted(t) and len(set(t)) == 4
     assert [round((b - a) * 1e7) for a, b in zip(t, t[1:])] == [1, 8, 3]
     stamps[2] = "2023-11-16 23:59:59.9999989"
     path = write(tmp_path, "b.csv", "\r\n".join([AZURE_HEADER] + [f"{s},10,20" for s in stamps]))
     with pytest.raises(TraceError, match=f"^{re.escape(str(path))}:4: TIMESTAMP is earlier"):
-        read_trace(path)
+        read_trace(path, "auto")
 
 
 def test_the_real_mooncake_trace_reads_to_its_published_statistics(mooncake):
@@ -217,7 +217,7 @@ def test_the_real_mooncake_trace_reads_in_well_under_a_second():
     best = math.inf
     for _ in range(3):
         start = time.perf_counter()
-        read_trace(SHARED / "mooncake-conversation.jsonl")
+        read_trace(SHARED / "mooncake-conversation.jsonl", "auto")
         best = min(best, time.perf_counter() - start)
     assert best < 1.0, f"3 MB of Mooncake trace took {best:.2f} s to read"
 
@@ -238,20 +238,20 @@ def test_burstgpt_failed_requests_are_dropped_counted_and_still_checked(tmp_path
             "12.25,GPT-4,400,50,450,Conversation log",
             "12.25,ChatGPT,500,0,500,Conversation log",
             "20,ChatGPT,600,70,670,API log"]
-    trace = read_trace(write(tmp_path, "b.csv", "\n".join([BURSTGPT_HEADER] + rows) + "\n"))
+    trace = read_trace(write(tmp_path, "b.csv", "\n".join([BURSTGPT_HEADER] + rows) + "\n"), "auto")
     assert trace.dropped == {"failed": 2}
     assert [(r.t_s, r.input_tokens, r.output_tokens) for r in trace.rows] == [
         (0.0, 400, 50), (7.75, 600, 70)]
     rows[2] = "12.25,ChatGPT,-5,0,-5,Conversation log"  # a failed row is checked all the same
     path = write(tmp_path, "c.csv", "\n".join([BURSTGPT_HEADER] + rows))
     with pytest.raises(TraceError, match=f"^{re.escape(str(path))}:4: Total tokens is -5"):
-        read_trace(path)
+        read_trace(path, "auto")
 
 
 def test_a_burstgpt_trace_of_failures_alone_has_no_rows(tmp_path):
     path = write(tmp_path, "b.csv", BURSTGPT_HEADER + "\n5,ChatGPT,472,0,472,API log\n")
     with pytest.raises(TraceError, match=r"no rows \(1 failed requests, dropped\)"):
-        read_trace(path)
+        read_trace(path, "auto")
 
 
 # --- malformed rows ------------------------------------------------------------------------
@@ -295,7 +295,7 @@ def test_a_malformed_row_is_a_trace_error_naming_file_line_and_field(tmp_path, f
     lines = header + [good, row, good]  # the bad row between good ones
     path = write(tmp_path, "t", "\n".join(lines) + "\n")
     with pytest.raises(TraceError) as caught:
-        read_trace(path)
+        read_trace(path, "auto")
     message = str(caught.value)
     assert message.startswith(f"{path}:{len(header) + 2}: "), message
     assert field in message and "\n" not in message, message
@@ -311,14 +311,14 @@ def test_a_row_earlier_than_the_one_before_is_out_of_order(tmp_path, fmt, rows, 
     path = write(tmp_path, "t", "\n".join(header + rows))
     with pytest.raises(TraceError, match=f"^{re.escape(str(path))}:{line}: .* is earlier than "
                                          f"on line {line - 1}: the rows must be in time order"):
-        read_trace(path)
+        read_trace(path, "auto")
 
 
 def test_trailing_blank_lines_and_crlf_endings_are_the_files_not_rows(tmp_path):
     path = write(tmp_path, "m.jsonl", f"{GOOD_MOONCAKE}\r\n{GOOD_MOONCAKE}\r\n\r\n\n")
-    assert len(read_trace(path).rows) == 2
+    assert len(read_trace(path, "auto").rows) == 2
     with pytest.raises(TraceError, match="no rows"):
-        read_trace(write(tmp_path, "a.csv", AZURE_HEADER + "\r\n"))
+        read_trace(write(tmp_path, "a.csv", AZURE_HEADER + "\r\n"), "auto")
 
 
 # --- what a workload draws from a trace ----------------------------------------------------
@@ -336,22 +336,22 @@ def test_scale_length_rounds_and_never_gives_zero():
 
 
 def test_sample_lengths_is_deterministic_from_the_rng_and_scaled():
-    trace = read_trace(EXAMPLES / EXAMPLE_FILES["azure"])
+    trace = read_trace(EXAMPLES / EXAMPLE_FILES["azure"], "auto")
     pairs = {(r.input_tokens, r.output_tokens) for r in trace.rows}
-    drawn = sample_lengths(trace, 200, random.Random(3))
-    assert drawn == sample_lengths(trace, 200, random.Random(3))
-    assert drawn != sample_lengths(trace, 200, random.Random(4))
+    drawn = sample_lengths(trace, 200, random.Random(3), 1.0)
+    assert drawn == sample_lengths(trace, 200, random.Random(3), 1.0)
+    assert drawn != sample_lengths(trace, 200, random.Random(4), 1.0)
     assert len(drawn) == 200 and set(drawn) <= pairs
     assert len(set(drawn)) > 40  # with replacement, from most of the 64 rows
     scaled = sample_lengths(trace, 200, random.Random(3), length_scale=0.05)
     assert scaled == [(scale_length(i, 0.05), scale_length(o, 0.05)) for i, o in drawn]
     assert min(min(p) for p in scaled) >= 1
-    assert sample_lengths(trace, 0, random.Random(3)) == []
+    assert sample_lengths(trace, 0, random.Random(3), 1.0) == []
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_replay_window_offsets_are_the_traces_gaps_times_time_scale(fmt):
-    trace = read_trace(EXAMPLES / EXAMPLE_FILES[fmt])
+    trace = read_trace(EXAMPLES / EXAMPLE_FILES[fmt], "auto")
     window = replay_window(trace, 20, random.Random(5), time_scale=0.25, length_scale=0.1)
     assert window == replay_window(trace, 20, random.Random(5), time_scale=0.25,
                                    length_scale=0.1)
@@ -364,12 +364,12 @@ def test_replay_window_offsets_are_the_traces_gaps_times_time_scale(fmt):
         assert (w["input_tokens"], w["output_tokens"]) == (
             scale_length(row.input_tokens, 0.1), scale_length(row.output_tokens, 0.1))
         assert w["prefix"] == (None if fmt != "mooncake" else list(row.hash_ids))
-    starts = {replay_window(trace, 20, random.Random(s))[0]["row"] for s in range(20)}
+    starts = {replay_window(trace, 20, random.Random(s), 1.0, 1.0)[0]["row"] for s in range(20)}
     assert len(starts) > 5 and max(starts) <= len(trace.rows) - 20
 
 
 def test_replay_window_on_the_real_azure_trace_keeps_its_gaps(azure):
-    window = replay_window(azure, 500, random.Random(1), time_scale=2.0)
+    window = replay_window(azure, 500, random.Random(1), time_scale=2.0, length_scale=1.0)
     rows = azure.rows[window[0]["row"] : window[0]["row"] + 500]
     gaps = [b["offset_s"] - a["offset_s"] for a, b in zip(window, window[1:])]
     assert gaps == pytest.approx([(b.t_s - a.t_s) * 2 for a, b in zip(rows, rows[1:])],
@@ -377,11 +377,11 @@ def test_replay_window_on_the_real_azure_trace_keeps_its_gaps(azure):
 
 
 def test_a_window_longer_than_the_trace_is_a_trace_error():
-    trace = read_trace(EXAMPLES / EXAMPLE_FILES["azure"])
-    assert len(replay_window(trace, 64, random.Random(1))) == 64
+    trace = read_trace(EXAMPLES / EXAMPLE_FILES["azure"], "auto")
+    assert len(replay_window(trace, 64, random.Random(1), 1.0, 1.0)) == 64
     with pytest.raises(TraceError, match=f"^{re.escape(trace.path)}: a window of 65 rows, but "
                                          "the trace has 64"):
-        replay_window(trace, 65, random.Random(1))
+        replay_window(trace, 65, random.Random(1), 1.0, 1.0)
 
 
 def test_prefix_blocks_scale_the_block_and_keep_the_ids():

@@ -39,8 +39,8 @@ def _plan(workload=SYNTHETIC, count=words_tokenizer, **kw):
     return run_plan(**(args | kw))
 
 
-def _rep(plan, rep=1, count=words_tokenizer, pin=True):
-    return make_rep_plan(plan, rep, count, client_processes=1, pin=pin)
+def _rep(plan, rep=1, count=words_tokenizer, pin=True, trace=None):
+    return make_rep_plan(plan, rep, count, client_processes=1, pin=pin, trace=trace)
 
 
 def test_every_arm_of_a_rep_sends_the_same_shapes_in_the_same_order_with_fresh_nonces():
@@ -212,3 +212,73 @@ def test_the_articles_plans_are_byte_for_byte_what_they_were_before_workloads(na
     reps = [make_rep_plan(plan, r, count, client_processes=1) for r in (1, 2, 3)]
     digest = hashlib.sha256(json.dumps([plan, reps], sort_keys=True).encode()).hexdigest()
     assert digest == ARTICLE_DIGESTS[name]
+
+
+# the real traces sit beside the checkout, never in it (see tests/test_traces.py)
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+EXAMPLES = REPO / "config" / "workloads" / "traces"
+# each trace at a length_scale that fits its largest request into one 1024-token slot
+TRACE_CASES = [(SHARED / "azure-conv-2023.csv", 0.06),
+               (SHARED / "mooncake-conversation.jsonl", 0.007),
+               (EXAMPLES / "example-burstgpt.csv", 0.1), (EXAMPLES / "example-mooncake.jsonl", 0.04)]
+
+
+def _trace_workload(path: Path, scale: float) -> dict:
+    return {"kind": "trace", "path": str(path), "format": "auto", "mode": "lengths",
+            "length_scale": scale, "time_scale": 1.0}
+
+
+@pytest.mark.parametrize("path,scale", TRACE_CASES, ids=lambda v: getattr(v, "name", str(v)))
+def test_a_trace_workloads_requests_take_the_traces_lengths_scaled_request_for_request(
+        path, scale):
+    if not path.is_file():
+        pytest.skip(f"{path} is not beside this checkout (the real traces are never shipped)")
+    from slotbench.measure.traces import scale_length
+
+    workload = _trace_workload(path, scale)
+    trace = wl.load_trace(workload)
+    plan = _plan(workload=workload, trace=trace)
+    assert plan["trace"]["sha256"] == wl.file_sha256(path)
+    assert plan["trace"]["rows"] == len(trace.rows) and plan["trace"]["length_scale"] == scale
+    pairs = {(scale_length(r.input_tokens, scale), scale_length(r.output_tokens, scale))
+             for r in trace.rows}
+    sent = []
+    for rep in (1, 2, 3):
+        for cell in _rep(plan, rep, trace=trace)["cells"]:
+            for r in cell["requests"]:
+                traced = r.get("trace_input_tokens", r["input_tokens"])
+                assert (traced, r["output_tokens"]) in pairs
+                assert r["input_tokens"] == max(traced, plan["min_input_tokens"])
+                assert words_tokenizer(r["prompt"]) == r["input_tokens"]
+                sent.append(r["input_tokens"])
+    assert len(set(sent)) > 3, "the sampled lengths do not vary like the trace's"
+    assert context_problem(plan, 200, (1024, "each slot's context"), trace) is None
+
+
+def test_a_trace_whose_largest_request_cannot_fit_a_slot_is_refused_naming_its_row():
+    path = EXAMPLES / "example-azure.csv"
+    workload = _trace_workload(path, 1.0)
+    trace = wl.load_trace(workload)
+    problem = wl.context_problem(workload, (1024, "each slot's context"), trace)
+    assert problem is not None and "the trace's largest request (row " in problem
+    assert "length_scale" in problem and "\n" not in problem
+
+
+def test_a_rep_refuses_a_trace_that_changed_since_its_plan(tmp_path):
+    path = tmp_path / "trace.csv"
+    path.write_text((EXAMPLES / "example-azure.csv").read_text())
+    workload = _trace_workload(path, 0.1)
+    plan = _plan(workload=workload, trace=wl.load_trace(workload))
+    assert wl.trace_changed(plan) is None
+    path.write_text(path.read_text().replace(",", ",1", 1))
+    assert "changed since the run's plan" in wl.trace_changed(plan)
+    path.unlink()
+    assert "is gone" in wl.trace_changed(plan)
+
+
+def test_a_trace_workload_resolves_with_its_defaults_and_refuses_replay_for_now():
+    path = str(EXAMPLES / "example-azure.csv")
+    resolved = _resolve({"kind": "trace", "path": path})["workload"]
+    assert resolved == _trace_workload(Path(path), 1.0)
+    with pytest.raises(sbconfig.ConfigError, match="replay is not measured"):
+        _resolve({"kind": "trace", "path": path, "mode": "replay"})

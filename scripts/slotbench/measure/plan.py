@@ -22,7 +22,14 @@ from collections import Counter
 from typing import Callable
 
 from slotbench.core.cells import arm_id, is_rate_arm
-from slotbench.measure.workload import build_prompt, is_article, shapes, vocabulary
+from slotbench.measure.workload import (
+    build_prompt,
+    is_article,
+    min_input,
+    shapes,
+    trace_summary,
+    vocabulary,
+)
 from slotbench.measure.workload import context_problem as workload_context_problem
 
 PLAN_SCHEMA = "slotbench.plan/2"
@@ -104,6 +111,7 @@ def run_plan(
     control_arm: bool,
     paired: bool = False,
     workload: dict | None = None,
+    trace=None,
 ) -> dict:
     """What every rep of a run shares. Nothing here depends on how many reps there are.
     ``nonces`` and ``control_arm`` are the config's prompt.nonces and control_arm.
@@ -118,6 +126,7 @@ def run_plan(
     run_seed = derive_seed(seed, target, run)
     prompt_tokens = None
     if not is_article(workload):
+        shortest = min_input(count_tokens, nonce_digits)
         count_tokens, vocab = None, vocabulary(count_tokens)
     if count_tokens is not None:
         rng = random.Random(derive_seed(run_seed, "calibration"))
@@ -139,8 +148,9 @@ def run_plan(
         **({"order_seed": derive_seed(seed, run, "pair-arms")} if paired else {}),
         # only for a workload other than the article's, so that an article plan stays as it was
         **({} if is_article(workload) else
-           {"workload": workload, "vocabulary": vocab,
-            "tokenizer": "server" if vocab is not None else None}),
+           {"workload": workload, "vocabulary": vocab, "min_input_tokens": shortest,
+            "tokenizer": "server" if vocab is not None else None,
+            **({"trace": trace_summary(workload, trace)} if trace is not None else {})}),
     }
 
 
@@ -320,7 +330,7 @@ def _workload_items(plan: dict, rep: int, rng: random.Random, count_tokens, pin:
     drawn once, the same in every cell; a fresh nonce and prompt for every request."""
     workload = plan["workload"]
     drawn = shapes(workload, random.Random(derive_seed(plan["run_seed"], "shapes", rep)),
-                   max(per_cell), trace)
+                   max(per_cell), trace, plan["min_input_tokens"])
     stream = nonce_stream(rep, plan["nonce_digits"], rng)
     vocab = plan.get("vocabulary")
 
@@ -331,7 +341,8 @@ def _workload_items(plan: dict, rep: int, rng: random.Random, count_tokens, pin:
         out = {"nonce": nonce, "prompt": prompt, "seed": rng.randrange(2**31)}
         if measured:
             out |= {"input_tokens": shape["input_tokens"],
-                    "output_tokens": shape["output_tokens"], "pinned": pin}
+                    "output_tokens": shape["output_tokens"], "pinned": pin,
+                    **{k: shape[k] for k in ("trace_input_tokens",) if k in shape}}
         return out
 
     items = [item(drawn[i % len(drawn)], False) for i in range(n_warm)]

@@ -107,7 +107,7 @@ def _format_of(path, first: str) -> str:
                      f"line 1 is {_show(first) if first else 'empty'}")
 
 
-def read_trace(path: str | Path, format: str = "auto") -> Trace:
+def read_trace(path: str | Path, format: str) -> Trace:
     """Every row of the trace at ``path``, in ``format`` (one of FORMATS, or ``auto``: from its
     first line, as detect_format). Strict: a row out of time order (time going back; equal times
     are fine), malformed, negative or missing a field, a blank line between rows, or a trace with
@@ -276,7 +276,7 @@ def scale_length(n: int, length_scale: float) -> int:
 
 
 def sample_lengths(trace: Trace, n: int, rng: random.Random,
-                   length_scale: float = 1.0) -> list[tuple[int, int]]:
+                   length_scale: float) -> list[tuple[int, int]]:
     """``n`` (input, output) token pairs of rows drawn with replacement, each scaled by
     ``length_scale``: the trace's joint lengths without its times. From ``rng`` alone."""
     _positive("length_scale", length_scale)
@@ -285,8 +285,8 @@ def sample_lengths(trace: Trace, n: int, rng: random.Random,
              scale_length(r.output_tokens, length_scale)) for r in picked]
 
 
-def replay_window(trace: Trace, n: int, rng: random.Random, time_scale: float = 1.0,
-                  length_scale: float = 1.0) -> list[dict]:
+def replay_window(trace: Trace, n: int, rng: random.Random, time_scale: float,
+                  length_scale: float) -> list[dict]:
     """``n`` consecutive rows from a start ``rng`` draws, as requests to replay: ``offset_s``
     from the window's first row (the trace's gaps × ``time_scale``: below 1 arrives faster),
     scaled ``input_tokens`` and ``output_tokens``, ``row`` (its index in the trace) and
@@ -308,7 +308,7 @@ def replay_window(trace: Trace, n: int, rng: random.Random, time_scale: float = 
             for i, row in enumerate(window)]
 
 
-def prefix_blocks(row: TraceRow, length_scale: float = 1.0) -> tuple[int, tuple[int, ...]] | None:
+def prefix_blocks(row: TraceRow, length_scale: float) -> tuple[int, tuple[int, ...]] | None:
     """A Mooncake row's prefix at ``length_scale``: (tokens per block: 512 × length_scale, at
     least 1; the block ids), id i naming the prompt's tokens i × block to (i + 1) × block; None
     without hash_ids. The last block is partial, and rounding can leave the scaled input a little

@@ -23,10 +23,18 @@ each request's server-reported length is from its plan.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import random
 from pathlib import Path
 from typing import Callable
+
+from slotbench.measure.traces import (
+    length_quantiles,
+    read_trace,
+    sample_lengths,
+    scale_length,
+)
 
 # the kinds this version measures; the schema names the others
 MEASURED = ("article", "synthetic", "trace")
@@ -51,6 +59,8 @@ game north music some group early home being film high series own de day also la
 long work city name best great life small good four place new early public late found land
 five power road book back old much even line time end life light water house way story side
 """.split())
+# the quantiles the report sets the lengths sent beside the trace's
+QUANTILES = (0.1, 0.5, 0.9, 0.99)
 # how many distinct rejections a rep may make of a drawn length before it gives up
 REDRAWS = 1000
 
@@ -148,24 +158,64 @@ def draw(spec: dict, rng: random.Random) -> int:
                         f"outside {lo}..{hi} {REDRAWS} times in a row; widen min..max")
 
 
-def shapes(workload: dict, rng: random.Random, n: int, trace=None) -> list[dict]:
+def shapes(workload: dict, rng: random.Random, n: int, trace=None,
+           min_input: int = 1) -> list[dict]:
     """``n`` request shapes ({input_tokens, output_tokens}) drawn from the workload with ``rng``
-    (a trace workload's pairs from ``trace``, a slotbench.measure.traces.Trace)."""
+    (a trace workload's pairs from ``trace``, a slotbench.measure.traces.Trace). A trace's
+    input shorter than ``min_input`` (what a prompt's nonce takes, and a word) is raised to it,
+    and the shape keeps the trace's own length as ``trace_input_tokens``."""
     if workload["kind"] == "trace":
-        from slotbench.measure.traces import sample_lengths
-
         pairs = sample_lengths(trace, n, rng, workload["length_scale"])
-        return [{"input_tokens": i, "output_tokens": o} for i, o in pairs]
+        return [{"input_tokens": max(i, min_input), "output_tokens": o,
+                 **({"trace_input_tokens": i} if i < min_input else {})} for i, o in pairs]
     return [{"input_tokens": draw(workload["input_tokens"], rng),
              "output_tokens": draw(workload["output_tokens"], rng)} for _ in range(n)]
+
+
+def min_input(count_tokens: Callable[[str], int] | None, nonce_digits: int) -> int:
+    """The shortest prompt a workload can send: its nonce's head and one word."""
+    return (count_tokens(head("0" * nonce_digits)) if count_tokens else nonce_digits + 4) + 1
+
+
+def file_sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def trace_changed(plan: dict) -> str | None:
+    """Why a rep may not draw from its run's trace (the file changed since the run's plan was
+    made, so the run's reps would not sample one trace), or None."""
+    recorded = plan.get("trace")
+    if recorded is None:
+        return None
+    now = file_sha256(recorded["path"]) if Path(recorded["path"]).is_file() else None
+    if now == recorded["sha256"]:
+        return None
+    return (f"the trace {recorded['path']} " + ("is gone" if now is None else "changed")
+            + " since the run's plan was made from it (SHA-256 " + recorded["sha256"][:12]
+            + "…); restore it, or delete the run's plan and raw files to measure the new trace")
+
+
+def trace_summary(workload: dict, trace) -> dict:
+    """What a run's plan records of a trace workload's trace: which file (its SHA-256: a rep
+    refuses a trace changed since), its format, rows and dropped rows, and the quantiles of
+    its lengths at the workload's length_scale, for the report to set the lengths sent beside."""
+    scale = workload["length_scale"]
+
+    def quantiles(values):
+        return {str(q): v for q, v in length_quantiles(values, QUANTILES).items()}
+
+    return {"path": str(workload["path"]), "sha256": file_sha256(workload["path"]),
+            "format": trace.format, "rows": len(trace.rows), "dropped": dict(trace.dropped),
+            "length_scale": scale,
+            "input_tokens": quantiles([scale_length(r.input_tokens, scale) for r in trace.rows]),
+            "output_tokens": quantiles([scale_length(r.output_tokens, scale)
+                                        for r in trace.rows])}
 
 
 def load_trace(workload: dict):
     """A trace workload's Trace (slotbench.measure.traces), None for any other kind."""
     if workload.get("kind") != "trace":
         return None
-    from slotbench.measure.traces import read_trace
-
     return read_trace(workload["path"], workload["format"])
 
 
@@ -173,8 +223,6 @@ def largest(workload: dict, trace=None) -> tuple[int, int, str]:
     """The most tokens (input + output) a request of the workload can hold, its input and its
     output, and what holds it: for a context check before any request is sent."""
     if workload["kind"] == "trace":
-        from slotbench.measure.traces import scale_length
-
         scale = workload["length_scale"]
         row = max(trace.rows, key=lambda r: scale_length(r.input_tokens, scale)
                   + scale_length(r.output_tokens, scale))
@@ -258,8 +306,8 @@ def describe(workload: dict) -> str:
                 f"{length_phrase(workload['output_tokens'])} tokens")
     if kind == "trace":
         scale = workload["length_scale"]
-        return (f"trace {Path(workload['path']).name} ({workload['mode']}"
-                + (f", lengths × {scale:g}" if scale != 1 else "") + ")")
+        return (f"trace {Path(workload['path']).name}, its (input, output) lengths sampled"
+                + (f" × {scale:g}" if scale != 1 else ""))
     return kind
 
 

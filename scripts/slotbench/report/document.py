@@ -22,6 +22,7 @@ from slotbench.report.capacity import blocks as capacity_blocks
 from slotbench.report.headline import ci_label, headline_blocks
 from slotbench.report.openloop import blocks as openloop_blocks
 from slotbench.report.openloop import general_figures
+from slotbench.report.workload import blocks as workload_blocks
 from slotbench.report.paired import blocks as paired_blocks
 from slotbench.report.render_html import render_html
 from slotbench.report.render_md import render_markdown
@@ -33,7 +34,6 @@ from slotbench.report.sections import (
     model_line,
     model_warnings,
     pinned_line,
-    workload_line,
     provenance_blocks,
     raw_files_blocks,
     timing_source_line,
@@ -58,6 +58,7 @@ class ReportData:
     openloop: dict = field(default_factory=dict)  # analysis/openloop.json
     paired: dict = field(default_factory=dict)  # analysis/paired.json (design: paired)
     paired_figure: str | None = None
+    workload: dict = field(default_factory=dict)  # analysis/workload.json (a workload's lengths)
     results: str = "results/<experiment>"  # the experiment's folder: the report's own
 
     @property
@@ -96,6 +97,8 @@ def load(inputs: dict, config: dict | None = None, md_out: str | None = None) ->
         else {},
         paired=json.loads(Path(inputs["paired"]).read_text()) if inputs.get("paired") else {},
         paired_figure=str(inputs["paired_figure"]) if inputs.get("paired_figure") else None,
+        workload=json.loads(Path(inputs["workload"]).read_text()) if inputs.get("workload")
+        else {},
         results=(Path(md_out).parent.as_posix() if md_out is not None
                  else ReportData.results),
     )
@@ -146,9 +149,10 @@ def target_blocks(data: ReportData, target: str, index: prov.CellIndex) -> list:
     slo = data.capacity.get("slo") or {}
     blocks += capacity_blocks(data.capacity.get("targets", {}).get(target), slo, ctx)
     blocks += telemetry_blocks(rows, ctx)
+    blocks += workload_blocks(data.workload, target)
     versions = [v["sentence"] for v in verdicts if v["trap"] == "versions" and not v["fired"]]
-    measured = [workload_line(data.config), timing_source_line(rows),
-                pinned_line(target, fps, data.config), model_line(fps), *versions]
+    measured = [timing_source_line(rows), pinned_line(target, fps, data.config),
+                model_line(fps), *versions]
     blocks.append(Bullets([m for m in measured if m]))
     return blocks + trap_blocks(verdicts, ctx)
 

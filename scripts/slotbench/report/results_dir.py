@@ -56,8 +56,11 @@ def resolved_config(results: Path) -> dict:
 
 
 def shipped_files(repo: Path = REPO) -> list[str]:
-    """The shipped --configfile files, relative to the repository, sorted."""
-    return sorted(f"{CONFIG_DIR}/{p.name}" for p in (repo / CONFIG_DIR).glob("*.yaml")
+    """The shipped --configfile files, relative to the repository, sorted: config/*.yaml and
+    the workloads' examples, config/workloads/*.yaml."""
+    return sorted(p.relative_to(repo).as_posix()
+                  for p in [*(repo / CONFIG_DIR).glob("*.yaml"),
+                            *(repo / CONFIG_DIR / "workloads").glob("*.yaml")]
                   if p.name not in NOT_SHIPPED)
 
 

@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 
 from slotbench.core.cells import arm_name
+from slotbench.measure.workload import describe as describe_workload
+from slotbench.measure.workload import is_article
 from slotbench.report import results_dir as rd
 from slotbench.workflow.archive import METADATA_DIR, metadata_record
 
@@ -86,6 +88,8 @@ def timing(results: Path, repo: Path = rd.REPO) -> dict:
         "arms": sorted({int(c["arm"]) for r in reps for c in r["cells"]}),
         "requests": sum(len(c["requests"]) for r in reps for c in r["cells"]),
         "num_predict": int(cfg["num_predict"]),
+        **({"workload": describe_workload(cfg["workload"])}
+           if not is_article(cfg.get("workload")) else {}),
         "serial_tps": rd.serial_tps(list(csv.DictReader(summary.splitlines()))),
     }
 
@@ -118,7 +122,9 @@ def what(t: dict) -> str:
     arms = ", ".join(arm_name(a) for a in t["arms"])
     targets = f"{t['targets']} targets, " if t["targets"] > 1 else ""
     return (f"{targets}{t['runs']} run{'s' if t['runs'] > 1 else ''}, {t['reps']} reps; "
-            f"{arms}; {t['requests']:,} requests of ≤{t['num_predict']} tokens")
+            f"{arms}; {t['requests']:,} requests of "
+            + (f"the workload {t['workload']}" if t.get("workload")
+               else f"≤{t['num_predict']} tokens"))
 
 
 PAGE_HEAD = f"""# Run times

@@ -8,7 +8,6 @@ import yaml
 from slotbench.core.cells import arm_name, label_key
 from slotbench.core.fmt import count, missing
 from slotbench.measure.fingerprint import fingerprint_shares_host, flatten
-from slotbench.measure.workload import describe as describe_workload
 from slotbench.measure.workload import is_article
 from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Code, Figure, Heading, Paragraph, ProvenanceIndex, Table
@@ -41,16 +40,6 @@ def timing_source_line(rows) -> str | None:
             parts.append(f"{arm_name(r['arm'])}: client for {count(c, 'request')}, server for "
                          f"{count(n - c, 'request')}")
     return "Timing source (per-user numbers per arm): " + "; ".join(parts) + f" ({CLIENT_TIMING})."
-
-
-def workload_line(config: dict | None) -> str | None:
-    """What each request asked for, where the config's workload is not the article's."""
-    workload = (config or {}).get("workload")
-    if is_article(workload):
-        return None
-    return (f"Workload: {describe_workload(workload)}. A rep draws its requests' lengths once "
-            "and every arm of the rep sends the same lengths in the same order, each request "
-            "with its own nonce (docs/workloads.md).")
 
 
 def pinned_line(target, fps: list[dict], config: dict | None = None) -> str | None:

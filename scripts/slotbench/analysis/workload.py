@@ -1,0 +1,40 @@
+"""A workload's lengths (docs/workloads.md): per target, the quantiles of the lengths its requests
+were planned to have and of those the server counted, beside the trace's own (scaled) for a trace
+workload, and whether the outputs were pinned. The report sets them side by side."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from slotbench.measure.traces import length_quantiles
+from slotbench.measure.workload import QUANTILES, describe
+
+
+def _quantiles(values: pd.Series) -> dict[str, int] | None:
+    values = [int(v) for v in values.dropna()]
+    if not values:
+        return None
+    return {str(q): int(v) for q, v in length_quantiles(values, QUANTILES).items()}
+
+
+def assess(requests: pd.DataFrame, plans: list[dict], workload: dict) -> dict:
+    """{"kind", "workload" (in words), "targets": {target: its lengths}} from the measured
+    requests (the control arm never runs with a workload) and each run's plan."""
+    targets = {}
+    planned = requests[requests["planned_input_tokens"].notna()]
+    for target, req in planned.groupby("target", sort=True):
+        traces = [p["trace"] for p in plans if p.get("target") == target and p.get("trace")]
+        pinned = req["pinned"].fillna(False).astype(bool)
+        targets[str(target)] = {
+            "requests": int(len(req)),
+            "pinned": "all" if pinned.all() else ("none" if not pinned.any() else "some"),
+            "min_input_tokens": max((int(p.get("min_input_tokens") or 0) for p in plans
+                                     if p.get("target") == target), default=None),
+            "input_tokens": {"planned": _quantiles(req["planned_input_tokens"]),
+                             "server": _quantiles(req["prompt_tokens"])},
+            "output_tokens": {"planned": _quantiles(req["planned_output_tokens"]),
+                              "server": _quantiles(req["output_tokens"])},
+            "trace": traces[0] if traces else None,
+        }
+    return {"kind": workload["kind"], "workload": describe(workload),
+            "quantiles": [str(q) for q in QUANTILES], "targets": targets}
