@@ -116,3 +116,33 @@ def test_a_real_trace_is_sampled_to_its_scaled_lengths_and_the_server_counts_the
     assert lengths["trace"]["rows"] == len(trace.rows) == 19366
     md = (out / "report.md").read_text()
     assert "the trace, × 0.06" in md and "azure-conv-2023.csv" in md
+
+
+def test_a_shared_prefix_is_served_from_the_cache_as_planned_and_a_reused_one_is_flagged(
+        tmp_path):
+    work = copy_repo(tmp_path / "shared-prefix")
+    small = {"reps": 1, "cooldown_s": 0, "requests_per_cell": 4,
+             "workload": {"prefix_tokens": 200, "input_tokens": {"dist": "fixed", "value": 16},
+                          "output_tokens": {"dist": "fixed", "value": 8}}}
+    (work / "small.yaml").write_text(yaml.safe_dump(small))
+    (work / "reused.yaml").write_text(yaml.safe_dump(
+        {"experiment": "reused", "workload": {"prefix_scope": "rep"}}))
+    verdicts = {}
+    for name, files in (("shared-prefix", ["small.yaml"]),
+                        ("reused", ["small.yaml", "reused.yaml"])):
+        proc = snakemake(work, "--configfile", "config/workloads/shared-prefix.yaml", *files,
+                         cache=tmp_path / "cache")
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        out = results_dir(work, name)
+        verdicts[name] = json.loads((out / "checks/cache.json").read_text())[0]
+        requests = pd.read_parquet(out / "requests.parquet")
+        assert (requests["prompt_tokens"] == 216).all() and requests["prefix_group"].notna().all()
+    # each cell's own prefixes: the hits it means, measured per arm, and the trap quiet
+    quiet = verdicts["shared-prefix"]
+    assert quiet["verdict"] == "no", quiet["summary"]
+    rates = quiet["evidence"]["planned_hit_rate"]
+    assert set(rates) == {"1", "2", "4"} and rates["1"] > 0.9, rates
+    # the same prefixes in every cell of the rep: a later arm finds them cached, and is named
+    fired = verdicts["reused"]
+    assert fired["verdict"] == "yes" and fired["evidence"]["rows"], fired["summary"]
+    assert all(r["position"] > 0 for r in fired["evidence"]["rows"])

@@ -282,3 +282,84 @@ def test_a_trace_workload_resolves_with_its_defaults_and_refuses_replay_for_now(
     assert resolved == _trace_workload(Path(path), 1.0)
     with pytest.raises(sbconfig.ConfigError, match="replay is not measured"):
         _resolve({"kind": "trace", "path": path, "mode": "replay"})
+
+
+SHARED_PREFIX = {"kind": "shared_prefix", "prefix_tokens": 60, "prefix_groups": 2,
+                 "prefix_scope": "cell", "input_tokens": {"dist": "fixed", "value": 20},
+                 "output_tokens": {"dist": "fixed", "value": 8}}
+
+
+def _prefix_of(prompt: str) -> str:
+    return prompt[: prompt.index(" Request ")]
+
+
+def test_each_cell_gets_prefixes_of_its_own_and_each_request_opens_with_its_groups():
+    plan = _plan(workload=SHARED_PREFIX)
+    rep = _rep(plan)
+    seen = []
+    for cell in rep["cells"]:
+        prefixes = {}
+        for r in cell["requests"]:
+            assert r["prefix_group"] == r["request"] % 2 and r["allow_cache"] is True
+            assert words_tokenizer(r["prompt"]) == r["input_tokens"] == 80
+            assert words_tokenizer(_prefix_of(r["prompt"])) == 60
+            prefixes.setdefault(r["prefix_group"], set()).add(_prefix_of(r["prompt"]))
+            first = r["request"] < 2
+            assert r["planned_cached_tokens"] == (0 if first else 60) + plan["min_input_tokens"] - 1
+        assert all(len(p) == 1 for p in prefixes.values()), "a group with two prefixes"
+        seen += [next(iter(p)) for p in prefixes.values()]
+    assert len(set(seen)) == len(seen) == 6, "two cells share a prefix: an arm could profit"
+    assert all(p.startswith("System ") for p in seen)
+    assert all("allow_cache" not in w for w in rep["warmup"])
+
+
+def test_a_rep_scope_reuses_one_set_of_prefixes_in_every_cell_of_the_rep():
+    rep = _rep(_plan(workload=SHARED_PREFIX | {"prefix_scope": "rep"}))
+    prefixes = {_prefix_of(r["prompt"]) for c in rep["cells"] for r in c["requests"]}
+    assert len(prefixes) == 2
+
+
+def test_a_shared_prefix_counts_in_the_largest_request_and_needs_its_length():
+    plan = _plan(workload=SHARED_PREFIX | {"prefix_tokens": 1000})
+    assert "1020 prompt tokens plus 8 output tokens" in context_problem(
+        plan, 200, (1024, "each slot's context"))
+    bad = {k: v for k, v in SHARED_PREFIX.items() if k != "prefix_tokens"}
+    with pytest.raises(sbconfig.ConfigError, match="`workload.prefix_tokens`: a shared_prefix"):
+        _resolve(bad)
+    assert _resolve(SHARED_PREFIX)["workload"] == SHARED_PREFIX
+
+
+def test_swa_full_is_a_managed_llama_servers_flag_only_where_asked():
+    from slotbench.measure.servers.llamacpp import server_command
+
+    settings = {"parallel": 4, "ctx_size": 4096, "threads": 2}
+    assert "--swa-full" not in server_command(Path("s"), Path("m"), 1, settings)
+    assert "--swa-full" in server_command(Path("s"), Path("m"), 1, settings | {"swa_full": True})
+    cfg = yaml.safe_load((REPO / "config" / "ollama.yaml").read_text())
+    cfg["targets"][0]["server"] = {"swa_full": True}
+    cfg["targets"][0]["managed"] = True
+    cfg["targets"][0].pop("url")
+    with pytest.raises(sbconfig.ConfigError, match="server.swa_full`: applies only to a managed "
+                                                     "llamacpp"):
+        sbconfig.resolve(yaml.safe_load((REPO / "config" / "config.yaml").read_text()) | cfg)
+
+
+def test_the_cache_check_measures_the_hits_a_workload_plans_and_flags_only_the_rest():
+    import pandas as pd
+
+    from slotbench.checks.cache import cache_hits, planned_hit_rates
+
+    rows = []
+    for arm, served in ((1, 60), (4, 30)):
+        for request in range(4):
+            later = request >= 2
+            rows.append({"target": "t", "run": "run1", "rep": 1, "arm": arm, "position": 0,
+                         "request": request, "prompt_tokens": 80,
+                         "cache_n": served if later else 3, "prompt_n": 80 - (served if later
+                                                                               else 3),
+                         "prefix_tokens": 60, "planned_cached_tokens": (60 if later else 0) + 9})
+    rows.append(rows[0] | {"request": 9, "cache_n": 50, "prompt_n": 30})  # a first one that hit
+    frame = pd.DataFrame(rows)
+    hits = cache_hits(frame)
+    assert list(hits["request"]) == [9], hits
+    assert planned_hit_rates(frame) == {1: 1.0, 4: 0.5}

@@ -4,6 +4,14 @@ A cached prefix skips prefill, so its arm does less work than the others and loo
 the server is. llama.cpp says so directly (timings.cache_n > 0, or fewer prompt tokens evaluated
 than the prompt holds); Ollama does not, so there a prompt evaluated far faster per token than
 the target's median, or with no prompt evaluation reported at all, is the sign.
+
+A shared-prefix workload (docs/workloads.md) means some hits: a request that follows another of
+its group in a cell may find their shared prefix in the cache, and any request may find its
+start (the BOS, its mark and its rep's digits of its nonce) cached from the slot's last prompt.
+Its plan says the most prompt tokens the cache may serve (``planned_cached_tokens``): a hit
+within that is measured, as each arm's share of the shared prefix served from the cache, and
+only a hit beyond it is flagged. On Ollama, which does not say how many tokens the cache served,
+a planned request's speed is not read as a hit.
 """
 
 from __future__ import annotations
@@ -12,8 +20,8 @@ import pandas as pd
 
 from slotbench.checks.base import Tables, Verdict, constant, judged, records
 from slotbench.core import stats
-from slotbench.core.cells import label_series
-from slotbench.core.fmt import count
+from slotbench.core.cells import arm_name, label_series
+from slotbench.core.fmt import count, fmt_pct
 
 TRAP = "cache"
 TITLE = "Prefix-cache hits"
@@ -43,6 +51,9 @@ def cache_hits(requests: pd.DataFrame) -> pd.DataFrame:
     per_token = ollama_ns / req["prompt_tokens"]
     typical = per_token[is_ollama].groupby(req["target"]).transform(stats.median)
     speedup = (typical / per_token).reindex(req.index)
+    planned = _column(req, "planned_cached_tokens")
+    served = pd.concat([cache_n, req["prompt_tokens"] - prompt_n], axis=1).max(axis=1)
+    within = planned.notna() & (served <= planned)  # a hit the workload means
     rules = [
         (cache_n > 0, prompt_n,
          cache_n.map(lambda n: f"{n:.0f} prompt tokens came from the cache (cache_n)")),
@@ -51,13 +62,14 @@ def cache_hits(requests: pd.DataFrame) -> pd.DataFrame:
         (is_ollama & (ollama_ns.isna() | _column(req, "prompt_eval_count").isna()),
          _column(req, "prompt_eval_count"),
          "no prompt evaluation reported (Ollama omits zero values: served from cache)"),
-        (is_ollama & (speedup > OLLAMA_CACHE_SPEEDUP), _column(req, "prompt_eval_count"),
+        (is_ollama & planned.isna() & (speedup > OLLAMA_CACHE_SPEEDUP),
+         _column(req, "prompt_eval_count"),
          speedup.map(lambda x: f"prompt evaluated {x:.0f}x faster per token than this "
                                "target's median: served from cache")),
     ]
     found = []
     for mask, evaluated, reason in rules:
-        mask = mask.fillna(False).astype(bool)
+        mask = mask.fillna(False).astype(bool) & ~within
         if mask.any():
             hit = req[mask].assign(evaluated=evaluated[mask])
             hit["reason"] = reason[mask] if isinstance(reason, pd.Series) else reason
@@ -67,6 +79,21 @@ def cache_hits(requests: pd.DataFrame) -> pd.DataFrame:
     out = pd.concat(found).drop_duplicates(subset=REQUEST_KEYS)
     out["cell"] = label_series(out)
     return out[CACHE_COLUMNS].sort_values(REQUEST_KEYS, ignore_index=True)
+
+
+def planned_hit_rates(requests: pd.DataFrame) -> dict[int, float]:
+    """Per arm, the share of the shared prefix's tokens the cache served to the requests that
+    followed another of their group in the cell (a shared-prefix workload's; {} for others)."""
+    if "prefix_tokens" not in requests:
+        return {}
+    later = requests[requests["prefix_tokens"].notna()
+                     & (requests["planned_cached_tokens"] >= requests["prefix_tokens"])]
+    if later.empty:
+        return {}
+    served = later["cache_n"].fillna(0).clip(upper=later["prefix_tokens"])
+    sums = pd.DataFrame({"arm": later["arm"], "served": served,
+                         "prefix": later["prefix_tokens"]}).groupby("arm").sum()
+    return {int(a): float(r["served"] / r["prefix"]) for a, r in sums.iterrows()}
 
 
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
@@ -84,6 +111,11 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                 f"{count(k, 'request')} of {n_req} served (partly) from a prefix cache (e.g. "
                 f"{first['cell']} request {int(first['request'])}: {first['reason']})"
             )
+        rates = planned_hit_rates(requests[requests["target"] == target])
+        if rates:
+            summary += ("; the shared prefix came from the cache for "
+                        + ", ".join(f"{fmt_pct(r)} of its tokens at {arm_name(a)}"
+                                    for a, r in rates.items()) + " (planned, measured)")
         sentence = f"Prefix cache: {summary}."
         if _column(requests[requests["target"] == target], "eval_count").notna().any():
             sentence += (f" An Ollama prompt evaluated more than {OLLAMA_CACHE_SPEEDUP:g}x faster "
@@ -91,7 +123,9 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
                          f"({constant(OLLAMA_CACHE_SPEEDUP=OLLAMA_CACHE_SPEEDUP)}).")
         verdicts.append(judged(
             TRAP, TITLE, target, len(rows), summary, sentence,
-            evidence={"measured_requests": n_req, "rows": records(rows)},
+            evidence={"measured_requests": n_req, "rows": records(rows),
+                      **({"planned_hit_rate": {str(a): r for a, r in rates.items()}}
+                         if rates else {})},
             cells=sorted(set(rows["cell"])),
         ))
     return verdicts, {"cache_hits": table}

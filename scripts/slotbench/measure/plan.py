@@ -334,20 +334,40 @@ def _workload_items(plan: dict, rep: int, rng: random.Random, count_tokens, pin:
     stream = nonce_stream(rep, plan["nonce_digits"], rng)
     vocab = plan.get("vocabulary")
 
-    def item(shape: dict, measured: bool) -> dict:
+    count = count_tokens if vocab is not None else None
+
+    def item(shape: dict, measured: bool, prefix: dict | None = None) -> dict:
         nonce = next(stream)
-        prompt, _ = build_prompt(nonce, shape["input_tokens"], vocab, rng,
-                                 count_tokens if vocab is not None else None)
+        tokens = shape["input_tokens"] + (prefix["tokens"] if prefix else 0)
+        prompt, _ = build_prompt(nonce, tokens, vocab, rng, count,
+                                 lead=prefix["text"] if prefix else "")
         out = {"nonce": nonce, "prompt": prompt, "seed": rng.randrange(2**31)}
         if measured:
-            out |= {"input_tokens": shape["input_tokens"],
-                    "output_tokens": shape["output_tokens"], "pinned": pin,
+            out |= {"input_tokens": tokens, "output_tokens": shape["output_tokens"],
+                    "pinned": pin,
                     **{k: shape[k] for k in ("trace_input_tokens",) if k in shape}}
+        if prefix:  # a shared prefix: the server's prefix cache is meant to serve it
+            out |= {"allow_cache": True, "prefix_group": prefix["group"],
+                    "prefix_tokens": prefix["tokens"],
+                    "planned_cached_tokens": prefix["cached"] + plan["min_input_tokens"] - 1}
         return out
 
+    def prefixes() -> list[dict]:  # one per group: "System <nonce>:" and words, exactly
+        return [{"group": g, "tokens": workload["prefix_tokens"],
+                 "text": build_prompt(next(stream), workload["prefix_tokens"], vocab, rng, count,
+                                      mark="System")[0]}
+                for g in range(workload["prefix_groups"])]
+
     items = [item(drawn[i % len(drawn)], False) for i in range(n_warm)]
+    shared = workload["kind"] == "shared_prefix"
+    rep_prefixes = prefixes() if shared and workload["prefix_scope"] == "rep" else None
     for n in per_cell:
-        items += [item(drawn[i], True) for i in range(n)]
+        groups = (rep_prefixes or prefixes()) if shared else None
+        # the first request of a group pays its prefill in every cell alike; later ones of it
+        # may find the prefix in the cache
+        items += [item(drawn[i], True, groups and groups[i % len(groups)]
+                       | {"cached": 0 if i < len(groups) else groups[0]["tokens"]})
+                  if shared else item(drawn[i], True) for i in range(n)]
     return items
 
 

@@ -29,6 +29,7 @@ import random
 from pathlib import Path
 from typing import Callable
 
+from slotbench.core.fmt import count
 from slotbench.measure.traces import (
     length_quantiles,
     read_trace,
@@ -37,16 +38,19 @@ from slotbench.measure.traces import (
 )
 
 # the kinds this version measures; the schema names the others
-MEASURED = ("article", "synthetic", "trace")
+MEASURED = ("article", "synthetic", "shared_prefix", "trace")
 # which keys belong to which kind (kind, format, mode and the scales are always allowed)
 KIND_KEYS = {
     "synthetic": {"input_tokens", "output_tokens"},
+    "shared_prefix": {"input_tokens", "output_tokens", "prefix_tokens", "prefix_groups",
+                      "prefix_scope"},
     "trace": {"path", "format", "mode", "length_scale", "time_scale"},
 }
 DIST_KEYS = {"fixed": {"value"}, "uniform": {"min", "max"},
              "normal": {"mean", "sd", "min", "max"}, "lognormal": {"mean", "sd", "min", "max"}}
 # keys the schema fills for every kind: never "given" by the user
-FILLED = {"kind", "format", "mode", "length_scale", "time_scale"}
+FILLED = {"kind", "format", "mode", "length_scale", "time_scale", "prefix_groups",
+          "prefix_scope"}
 # common English words, each usually one token after a space; the run's plan keeps those the
 # server's tokenizer agrees are
 WORDS = tuple("""
@@ -98,13 +102,16 @@ def problems(workload: dict, key: str = "workload") -> list[str]:
     own = KIND_KEYS[kind] | FILLED
     for other in sorted(set(workload) - own):
         found.append(f"config key `{key}.{other}`: does not apply to a {kind} workload")
-    if kind == "synthetic":
+    if kind in ("synthetic", "shared_prefix"):
         for name in ("input_tokens", "output_tokens"):
             if name not in workload:
-                found.append(f"config key `{key}.{name}`: a synthetic workload needs it, e.g. "
+                found.append(f"config key `{key}.{name}`: a {kind} workload needs it, e.g. "
                              "{dist: fixed, value: 256}")
             else:
                 found += _length_problems(workload[name], f"{key}.{name}")
+    if kind == "shared_prefix" and "prefix_tokens" not in workload:
+        found.append(f"config key `{key}.prefix_tokens`: a shared_prefix workload needs the "
+                     "shared system prompt's length, e.g. 512")
     if kind == "trace":
         if "path" not in workload:
             found.append(f"config key `{key}.path`: a trace workload needs the trace file")
@@ -174,7 +181,8 @@ def shapes(workload: dict, rng: random.Random, n: int, trace=None,
 
 def min_input(count_tokens: Callable[[str], int] | None, nonce_digits: int) -> int:
     """The shortest prompt a workload can send: its nonce's head and one word."""
-    return (count_tokens(head("0" * nonce_digits)) if count_tokens else nonce_digits + 4) + 1
+    start = head("0" * nonce_digits)
+    return (count_tokens(start) if count_tokens else estimate(start)) + 1
 
 
 def file_sha256(path) -> str:
@@ -233,7 +241,8 @@ def largest(workload: dict, trace=None) -> tuple[int, int, str]:
     def top(spec):
         return spec["value"] if spec["dist"] == "fixed" else spec["max"]
 
-    return (top(workload["input_tokens"]), top(workload["output_tokens"]),
+    shared = workload["prefix_tokens"] if workload["kind"] == "shared_prefix" else 0
+    return (top(workload["input_tokens"]) + shared, top(workload["output_tokens"]),
             "the largest request the workload's lengths allow")
 
 
@@ -251,9 +260,10 @@ def context_problem(workload: dict, context: tuple[int, str] | None, trace=None)
             "length_scale), or give the server more context per slot; nothing was sent")
 
 
-def head(nonce: str) -> str:
-    """The start of every prompt of a workload: its nonce, so no two requests share a prefix."""
-    return f"Request {nonce}:"
+def head(nonce: str, mark: str = "Request") -> str:
+    """The start of every prompt of a workload (and of a shared prefix: ``mark`` "System"): its
+    nonce, so no two requests (no two cells' prefixes) share a start."""
+    return f"{mark} {nonce}:"
 
 
 def vocabulary(count_tokens: Callable[[str], int] | None) -> list[str] | None:
@@ -271,13 +281,21 @@ def vocabulary(count_tokens: Callable[[str], int] | None) -> list[str] | None:
     return kept
 
 
+def estimate(text: str) -> int:
+    """Tokens in ``text`` without a tokenizer: a BOS, one per word, one per digit of a number."""
+    return 1 + sum(len(w.rstrip(":")) + w.endswith(":") if w.rstrip(":").isdigit() else 1
+                   for w in text.split())
+
+
 def build_prompt(nonce: str, tokens: int, words: list[str] | None, rng: random.Random,
-                 count_tokens: Callable[[str], int] | None) -> tuple[str, int | None]:
-    """A prompt of ``tokens`` tokens that starts with the nonce's head: (text, the tokenizer's
-    count of it, or None where there is no tokenizer and the length is an estimate)."""
-    start = head(nonce)
+                 count_tokens: Callable[[str], int] | None, lead: str = "",
+                 mark: str = "Request") -> tuple[str, int | None]:
+    """A prompt of ``tokens`` tokens: ``lead`` (a shared prefix, if any), the nonce's head
+    (``mark`` and the nonce), then words: (text, the tokenizer's count of it, or None where
+    there is no tokenizer and the length is an estimate)."""
+    start = (f"{lead} " if lead else "") + head(nonce, mark)
     pool = words or list(dict.fromkeys(WORDS))
-    base = count_tokens(start) if count_tokens else len(nonce) + 4
+    base = count_tokens(start) if count_tokens else estimate(start)
     if tokens < base + 1:
         raise WorkloadError(f"a prompt of {tokens} tokens cannot hold its nonce and one word "
                             f"({base + 1} tokens at least); raise the input lengths")
@@ -303,6 +321,12 @@ def describe(workload: dict) -> str:
     kind = workload["kind"]
     if kind == "synthetic":
         return (f"synthetic: input {length_phrase(workload['input_tokens'])}, output "
+                f"{length_phrase(workload['output_tokens'])} tokens")
+    if kind == "shared_prefix":
+        return (f"shared prefix: {workload['prefix_tokens']} tokens shared by the requests of "
+                f"{count(workload['prefix_groups'], 'group')} in each "
+                + ("cell" if workload["prefix_scope"] == "cell" else "rep (reused across arms)")
+                + f", then input {length_phrase(workload['input_tokens'])}, output "
                 f"{length_phrase(workload['output_tokens'])} tokens")
     if kind == "trace":
         scale = workload["length_scale"]

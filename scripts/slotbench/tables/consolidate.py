@@ -34,8 +34,8 @@ from slotbench.tables.samples import HOST_SCHEMA, SAMPLE_ORDER, THERMAL_SCHEMA, 
 # 3: the client process columns of cells and requests; 4: how each request's text arrived
 # (text_reads, last_read_chunks, most_read_chunks) and why a cell is out of the headline (excluded);
 # 5: the server's telemetry (server_metrics, the cells' server_* and energy columns, id_slot);
-# 6: a workload's planned lengths of each request (planned_input_tokens, planned_output_tokens,
-# pinned)
+# 6: a workload's plan of each request (planned_input_tokens, planned_output_tokens, pinned, and
+# a shared prefix's prefix_group, prefix_tokens, planned_cached_tokens)
 SCHEMA_VERSION = "6"
 
 KEYS = [
@@ -59,6 +59,9 @@ REQUESTS_SCHEMA = pa.schema(
         pa.field("planned_input_tokens", pa.int64()),
         pa.field("planned_output_tokens", pa.int64()),
         pa.field("pinned", pa.bool_()),
+        # a shared prefix's group, its length and the most prompt tokens the cache may serve
+        pa.field("prefix_group", pa.int64()), pa.field("prefix_tokens", pa.int64()),
+        pa.field("planned_cached_tokens", pa.int64()),
         # the client's clock, seconds from the rep's start: sent, first token, last token, done
         pa.field("t_sent_s", pa.float64()), pa.field("t_first_s", pa.float64()),
         pa.field("t_last_s", pa.float64()), pa.field("t_done_s", pa.float64()),
@@ -149,6 +152,7 @@ SERVER_FIELDS = [
     "load_duration_ns", "total_duration_ns", "finish_reason",
 ]
 READ_FIELDS = ("text_reads", "last_read_chunks", "most_read_chunks")
+PREFIX_FIELDS = ("prefix_group", "prefix_tokens", "planned_cached_tokens")
 
 
 class RawFileError(ValueError):
@@ -170,7 +174,8 @@ def request_rows(raw: dict, raw_file: str) -> list[dict]:
                     "output_tokens": req.get("output_tokens"),
                     "planned_input_tokens": planned.get("input_tokens"),
                     "planned_output_tokens": planned.get("output_tokens"),
-                    "pinned": planned.get("pinned"), "t_sent_s": req.get("t_sent_s"),
+                    "pinned": planned.get("pinned"),
+                    **{k: planned.get(k) for k in PREFIX_FIELDS}, "t_sent_s": req.get("t_sent_s"),
                     "t_first_s": req.get("t_first_s"), "t_last_s": req.get("t_last_s"),
                     "t_done_s": req.get("t_done_s"), "chunks": req.get("chunks"),
                     **{k: req.get(k) for k in READ_FIELDS},

@@ -185,7 +185,7 @@ BACKEND_ONLY = {
     "num_ctx": {"ollama"}, "keep_alive": {"ollama"}, "ollama_env": {"ollama"},
     "ignore_eos": {"llamacpp", "openai"}, "api_key_env": {"openai"}, "endpoint": {"openai"},
 }
-SERVER_ONLY = {"threads": {"llamacpp"}, "flash_attention": {"ollama"},
+SERVER_ONLY = {"threads": {"llamacpp"}, "swa_full": {"llamacpp"}, "flash_attention": {"ollama"},
                "kv_cache_type": {"ollama"}, "keep_alive": {"ollama"}}
 MANAGEABLE = {"llamacpp", "ollama"}
 

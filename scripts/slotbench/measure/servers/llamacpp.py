@@ -82,6 +82,9 @@ def server_command(binary: Path, model: Path, port: int, settings: dict) -> list
         "--threads", str(settings["threads"]),
         "--no-webui",
         "--metrics",  # its Prometheus endpoint: the server's own evidence (measure/telemetry.py)
+        # a sliding-window model's cached prefixes kept whole (only where asked: the command of
+        # every server started without it stays as it was)
+        *(["--swa-full"] if settings.get("swa_full") else []),
     ]
 
 
@@ -113,4 +116,5 @@ class ManagedLlamaServer(ManagedServer):
     def describe(self) -> dict:
         """What was started: build, flags and command line (without the machine's paths)."""
         flags = {k: self.settings[k] for k in ("parallel", "ctx_size", "threads")}
+        flags |= {"swa_full": True} if self.settings.get("swa_full") else {}
         return server_build() | {"flags": flags, "command": self.command[1:]}
