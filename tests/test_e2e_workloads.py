@@ -82,7 +82,7 @@ def test_ceilings_on_ollama_are_said_and_an_arm_that_stopped_early_is_named(tmp_
     assert "ceilings (the backend cannot pin them)" in md
 
 
-def test_a_real_trace_is_sampled_to_its_scaled_lengths_and_the_server_counts_them(tmp_path):
+def test_a_real_trace_replayed_arrives_at_its_gaps_and_the_server_counts_its_lengths(tmp_path):
     from slotbench.measure.traces import read_trace, scale_length
 
     trace_path = REAL_TRACES / "azure-conv-2023.csv"
@@ -90,11 +90,13 @@ def test_a_real_trace_is_sampled_to_its_scaled_lengths_and_the_server_counts_the
         pytest.skip(f"{trace_path} is not beside this checkout (the real traces are never "
                     "shipped); the example traces' plans are covered by tests/test_workload.py")
     work = copy_repo(tmp_path / "trace")
-    # config/workloads/trace.yaml on the real Azure trace, its lengths at 0.06 (its largest
-    # request then fits one 1024-token slot), one rep
+    # config/workloads/trace.yaml on the real Azure trace replayed: its lengths at 0.06 (its
+    # largest request then fits one 1024-token slot), its gaps × 4 (about 1.4 requests/s, what
+    # two cores serve), a serial arm, a 2-way arm and the replaying rate arm, one rep
     (work / "azure.yaml").write_text(yaml.safe_dump(
-        {"reps": 1, "cooldown_s": 0,
-         "workload": {"path": str(trace_path), "length_scale": 0.06}}))
+        {"reps": 1, "cooldown_s": 0, "arms": [1, 2, {"rate": 1.0, "arrival": "trace"}],
+         "workload": {"path": str(trace_path), "length_scale": 0.06, "mode": "replay",
+                      "time_scale": 4.0}}))
     proc = snakemake(work, "--configfile", "config/workloads/trace.yaml", "azure.yaml",
                      cache=tmp_path / "cache")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -104,14 +106,22 @@ def test_a_real_trace_is_sampled_to_its_scaled_lengths_and_the_server_counts_the
     assert (requests["prompt_tokens"] == requests["planned_input_tokens"]).all()
     assert (requests["output_tokens"] == requests["planned_output_tokens"]).all()
     trace = read_trace(trace_path, "auto")
-    pairs = {(scale_length(r.input_tokens, 0.06), scale_length(r.output_tokens, 0.06))
-             for r in trace.rows}
     raw = json.loads((out / "raw/embedded/run1/rep1.json").read_text())
-    for cell in raw["cells"]:
-        for r in cell["requests"]:
-            planned = r["planned"]
-            traced = planned.get("trace_input_tokens", planned["input_tokens"])
-            assert (traced, planned["output_tokens"]) in pairs
+    rows = [[r["planned"]["trace_row"] for r in c["requests"]] for c in raw["cells"]]
+    assert rows[0] == rows[1] == rows[2], "the arms did not send the same window"
+    for cell in raw["cells"]:  # every request its row's lengths, scaled
+        for r, i in zip(cell["requests"], rows[0]):
+            row = trace.rows[i]
+            assert r["planned"]["output_tokens"] == scale_length(row.output_tokens, 0.06)
+            assert r["planned"].get("trace_input_tokens", r["planned"]["input_tokens"]) == \
+                scale_length(row.input_tokens, 0.06)
+    rate = next(c for c in raw["cells"] if c["arm"] < 0)
+    planned = [r["t_planned_s"] for r in rate["requests"]]
+    gaps = [(trace.rows[i].t_s - trace.rows[rows[0][0]].t_s) * 4.0 for i in rows[0]]
+    assert [p - planned[0] for p in planned] == pytest.approx(gaps, abs=1e-6)
+    skew = max(r["t_ready_s"] - r["t_planned_s"] for r in rate["requests"])
+    assert skew <= 0.010, f"launch skew {skew * 1000:.1f} ms beyond checks.launch_skew_s"
+    assert rate["open"]["rate"] == pytest.approx(3 / gaps[-1])
     lengths = json.loads((out / "analysis/workload.json").read_text())["targets"]["embedded"]
     assert lengths["trace"]["rows"] == len(trace.rows) == 19366
     md = (out / "report.md").read_text()

@@ -276,12 +276,54 @@ def test_a_rep_refuses_a_trace_that_changed_since_its_plan(tmp_path):
     assert "is gone" in wl.trace_changed(plan)
 
 
-def test_a_trace_workload_resolves_with_its_defaults_and_refuses_replay_for_now():
+def test_a_trace_workload_resolves_with_its_defaults_and_replay_needs_its_rate_arm():
     path = str(EXAMPLES / "example-azure.csv")
     resolved = _resolve({"kind": "trace", "path": path})["workload"]
     assert resolved == _trace_workload(Path(path), 1.0)
-    with pytest.raises(sbconfig.ConfigError, match="replay is not measured"):
+    with pytest.raises(sbconfig.ConfigError, match="`workload.mode`: replay plays the trace's"):
         _resolve({"kind": "trace", "path": path, "mode": "replay"})
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    replaying = [1, 2, {"rate": 1.0, "arrival": "trace"}]
+    with pytest.raises(sbconfig.ConfigError, match="`arms`: a rate arm with arrival trace"):
+        sbconfig.resolve(cfg | {"arms": replaying, "workload": {"kind": "trace", "path": path}})
+    with pytest.raises(sbconfig.ConfigError, match="`arms`: a rate arm with arrival trace"):
+        sbconfig.resolve(cfg | {"arms": replaying})
+    resolved = sbconfig.resolve(cfg | {"arms": replaying, "workload": {
+        "kind": "trace", "path": path, "mode": "replay"}})
+    assert resolved["workload"]["mode"] == "replay"
+
+
+@pytest.mark.parametrize("path,scale", TRACE_CASES, ids=lambda v: getattr(v, "name", str(v)))
+def test_a_replayed_trace_arrives_at_its_own_gaps_times_time_scale(path, scale):
+    if not path.is_file():
+        pytest.skip(f"{path} is not beside this checkout (the real traces are never shipped)")
+    from slotbench.measure.traces import scale_length
+
+    workload = _trace_workload(path, scale) | {"mode": "replay", "time_scale": 0.5}
+    trace = wl.load_trace(workload)
+    plan = _plan(workload=workload, trace=trace,
+                 arms=[1, 2, {"rate": 1.0, "arrival": "trace", "burstiness": 1.0}])
+    for rep in (1, 2):
+        entry = _rep(plan, rep, trace=trace)
+        rate_cell = next(c for c in entry["cells"] if c["arm"] < 0)
+        rows = [r["trace_row"] for r in rate_cell["requests"]]
+        assert rows == list(range(rows[0], rows[0] + 4)), "not a window of consecutive rows"
+        first = trace.rows[rows[0]].t_s
+        assert rate_cell["arrivals"] == pytest.approx(
+            [(trace.rows[i].t_s - first) * 0.5 for i in rows], abs=1e-9)
+        span = rate_cell["arrivals"][-1]
+        if span > 0:
+            assert rate_cell["open"]["rate"] == pytest.approx(3 / span)
+        for cell in entry["cells"]:  # every arm sends the window's lengths, in its order
+            assert [r["trace_row"] for r in cell["requests"]] == rows
+            for r in cell["requests"]:
+                row = trace.rows[r["trace_row"]]
+                assert r["output_tokens"] == scale_length(row.output_tokens, scale)
+                assert r.get("trace_input_tokens", r["input_tokens"]) == scale_length(
+                    row.input_tokens, scale)
+    starts = {_rep(plan, rep, trace=trace)["cells"][0]["requests"][0]["trace_row"]
+              for rep in range(1, 6)}
+    assert len(starts) > 1, "every rep replayed the same window"
 
 
 SHARED_PREFIX = {"kind": "shared_prefix", "prefix_tokens": 60, "prefix_groups": 2,

@@ -26,7 +26,7 @@ from slotbench.measure.workload import (
     build_prompt,
     is_article,
     min_input,
-    shapes,
+    rep_shapes,
     trace_summary,
     vocabulary,
 )
@@ -278,9 +278,12 @@ def make_rep_plan(
     widest = max(a for a in specs if not is_rate_arm(a))
     n_warm = widest
     n_measured = sum(cell_requests(per_cell, spec) for spec in specs.values())
+    drawn = None
     if plan.get("workload"):
-        items = _workload_items(plan, rep, rng, count_tokens, pin, trace,
-                                [cell_requests(per_cell, specs[a]) for a in order], n_warm)
+        counts = [cell_requests(per_cell, specs[a]) for a in order]
+        drawn = rep_shapes(plan["workload"], derive_seed(plan["run_seed"], "shapes", rep),
+                           max(counts), trace, plan["min_input_tokens"])
+        items = _workload_items(plan, rng, count_tokens, pin, drawn, counts, rep, n_warm)
     else:
         pairs = _prompts(plan, rep, n_warm + n_measured + (1 if plan["control_arm"] else 0),
                          rng, count_tokens)
@@ -296,12 +299,8 @@ def make_rep_plan(
             requests.append({"request": i, **item})
         cell = {"arm": arm, "position": position, "requests": requests}
         if is_rate_arm(arm):  # open loop: when each request arrives, from the seed alone
-            spec = specs[arm]
-            cell["open"] = {k: spec.get(k) for k in ("rate", "arrival", "burstiness",
-                                                     "max_in_flight")}
-            cell["arrivals"] = arrival_offsets(
-                len(requests), spec["rate"], derive_seed(order_seed, "arrivals", rep, arm),
-                spec["arrival"], spec["burstiness"])
+            cell |= _open_loop(specs[arm], len(requests),
+                               derive_seed(order_seed, "arrivals", rep, arm), drawn)
         cell["shares"] = _shares(len(requests) if is_rate_arm(arm) else arm, requests,
                                  client_processes)
         cells.append(cell)
@@ -324,13 +323,25 @@ def make_rep_plan(
     }
 
 
-def _workload_items(plan: dict, rep: int, rng: random.Random, count_tokens, pin: bool, trace,
-                    per_cell: list[int], n_warm: int) -> list[dict]:
+def _open_loop(spec: dict, n: int, seed: int, drawn: list[dict] | None) -> dict:
+    """A rate arm's cell: its open-loop settings and when each of its ``n`` requests arrives,
+    from ``seed``; with arrival trace (a trace replayed), the rep's window's own arrivals, and
+    the rate that window offers, against which the open loop's numbers are judged."""
+    opened = {k: spec.get(k) for k in ("rate", "arrival", "burstiness", "max_in_flight")}
+    if spec["arrival"] != "trace":
+        return {"open": opened, "arrivals": arrival_offsets(n, spec["rate"], seed,
+                                                            spec["arrival"], spec["burstiness"])}
+    arrivals = [d["offset_s"] for d in drawn[:n]]
+    span = arrivals[-1] if arrivals else 0.0
+    return {"open": opened | {"rate": (n - 1) / span if span > 0 else spec["rate"]},
+            "arrivals": arrivals}
+
+
+def _workload_items(plan: dict, rng: random.Random, count_tokens, pin: bool, drawn: list[dict],
+                    per_cell: list[int], rep: int, n_warm: int) -> list[dict]:
     """A workload rep's warm-up items, then each cell's in the rep's order: the rep's shapes,
-    drawn once, the same in every cell; a fresh nonce and prompt for every request."""
+    ``drawn`` once, the same in every cell; a fresh nonce and prompt for every request."""
     workload = plan["workload"]
-    drawn = shapes(workload, random.Random(derive_seed(plan["run_seed"], "shapes", rep)),
-                   max(per_cell), trace, plan["min_input_tokens"])
     stream = nonce_stream(rep, plan["nonce_digits"], rng)
     vocab = plan.get("vocabulary")
 
@@ -345,7 +356,7 @@ def _workload_items(plan: dict, rep: int, rng: random.Random, count_tokens, pin:
         if measured:
             out |= {"input_tokens": tokens, "output_tokens": shape["output_tokens"],
                     "pinned": pin,
-                    **{k: shape[k] for k in ("trace_input_tokens",) if k in shape}}
+                    **{k: shape[k] for k in ("trace_input_tokens", "trace_row") if k in shape}}
         if prefix:  # a shared prefix: the server's prefix cache is meant to serve it
             out |= {"allow_cache": True, "prefix_group": prefix["group"],
                     "prefix_tokens": prefix["tokens"],

@@ -33,6 +33,7 @@ from slotbench.core.fmt import count
 from slotbench.measure.traces import (
     length_quantiles,
     read_trace,
+    replay_window,
     sample_lengths,
     scale_length,
 )
@@ -84,10 +85,20 @@ def pruned(workload: dict) -> dict:
     return {k: v for k, v in workload.items() if k == "kind" or k in KIND_KEYS.get(kind, ())}
 
 
-def problems(workload: dict, key: str = "workload") -> list[str]:
+def problems(workload: dict, key: str = "workload", arms: list | None = None) -> list[str]:
     """What the schema cannot say about a workload: the kinds this version measures, the keys
-    that belong to its kind, each length's form, and a trace file that exists. One line each."""
+    that belong to its kind, each length's form, a trace file that exists, and rate arms that
+    replay a trace (``arms``: the config's) only with a trace replayed. One line each."""
     kind = workload["kind"]
+    replays = [a for a in arms or [] if isinstance(a, dict) and a.get("arrival") == "trace"]
+    replay = kind == "trace" and workload["mode"] == "replay"
+    if replays and not replay:
+        return [f"config key `arms`: a rate arm with arrival trace replays a trace's arrivals, "
+                f"so it needs workload.kind trace with mode replay, not {kind}"
+                + (f" with mode {workload['mode']}" if kind == "trace" else "")]
+    if replay and not replays:
+        return [f"config key `{key}.mode`: replay plays the trace's arrivals in a rate arm; add "
+                "one with arrival trace, e.g. arms: [1, 2, 4, {rate: 1, arrival: trace}]"]
     if kind == "article":
         stray = sorted(set(workload) - FILLED)
         return ([f"config key `{key}.{stray[0]}`: belongs to another kind of workload, not "
@@ -118,9 +129,7 @@ def problems(workload: dict, key: str = "workload") -> list[str]:
         elif not Path(workload["path"]).is_file():
             found.append(f"config key `{key}.path`: no file {workload['path']!r} (from "
                          f"{Path.cwd()})")
-        if workload["mode"] == "replay":
-            found.append(f"config key `{key}.mode`: replay is not measured by this version of "
-                         "slotbench; use lengths")
+
     return found
 
 
@@ -177,6 +186,21 @@ def shapes(workload: dict, rng: random.Random, n: int, trace=None,
                  **({"trace_input_tokens": i} if i < min_input else {})} for i, o in pairs]
     return [{"input_tokens": draw(workload["input_tokens"], rng),
              "output_tokens": draw(workload["output_tokens"], rng)} for _ in range(n)]
+
+
+def rep_shapes(workload: dict, seed: int, n: int, trace=None, min_input: int = 1) -> list[dict]:
+    """A rep's ``n`` request shapes from its ``seed``: drawn (shapes), or, for a trace replayed
+    (mode replay), a window of ``n`` consecutive rows from a start the seed draws, each shape
+    with its arrival (``offset_s``: the trace's gaps × time_scale from the window's first row)."""
+    rng = random.Random(seed)
+    if workload["kind"] != "trace" or workload["mode"] != "replay":
+        return shapes(workload, rng, n, trace, min_input)
+    window = replay_window(trace, n, rng, workload["time_scale"], workload["length_scale"])
+    return [{"input_tokens": max(w["input_tokens"], min_input),
+             "output_tokens": w["output_tokens"], "offset_s": w["offset_s"],
+             "trace_row": w["row"],
+             **({"trace_input_tokens": w["input_tokens"]}
+                if w["input_tokens"] < min_input else {})} for w in window]
 
 
 def min_input(count_tokens: Callable[[str], int] | None, nonce_digits: int) -> int:
@@ -330,6 +354,9 @@ def describe(workload: dict) -> str:
                 f"{length_phrase(workload['output_tokens'])} tokens")
     if kind == "trace":
         scale = workload["length_scale"]
+        if workload["mode"] == "replay":
+            return (f"trace {Path(workload['path']).name} replayed: a window of its rows a rep, "
+                    f"lengths × {scale:g}, arrivals at its gaps × {workload['time_scale']:g}")
         return (f"trace {Path(workload['path']).name}, its (input, output) lengths sampled"
                 + (f" × {scale:g}" if scale != 1 else ""))
     return kind

@@ -276,7 +276,7 @@ def _semantic_problems(cfg: dict) -> list[str]:
             "(results/<experiment>/" + cfg["experiment"] + "); choose another name"
         )
     problems += _target_problems(cfg["targets"])
-    problems += workload_problems(cfg["workload"])
+    problems += workload_problems(cfg["workload"], arms=cfg["arms"])
     if not is_article(cfg["workload"]):
         if cfg["control_arm"]:
             problems.append("config key `control_arm`: applies to the article workload only "
