@@ -156,3 +156,41 @@ def test_a_shared_prefix_is_served_from_the_cache_as_planned_and_a_reused_one_is
     fired = verdicts["reused"]
     assert fired["verdict"] == "yes" and fired["evidence"]["rows"], fired["summary"]
     assert all(r["position"] > 0 for r in fired["evidence"]["rows"])
+
+
+def test_a_conversations_turns_run_in_order_each_carrying_the_last_live_reply(tmp_path):
+    work = copy_repo(tmp_path / "multi-turn")
+    # config/workloads/multi-turn.yaml, smaller: 2 sessions of 3 turns a cell, one rep
+    (work / "small.yaml").write_text(yaml.safe_dump(
+        {"reps": 1, "cooldown_s": 0, "requests_per_cell": 2, "arms": [1, 2],
+         "workload": {"think_time_s": 0.2, "input_tokens": {"dist": "fixed", "value": 24},
+                      "output_tokens": {"dist": "fixed", "value": 16}}}))
+    proc = snakemake(work, "--configfile", "config/workloads/multi-turn.yaml", "small.yaml",
+                     cache=tmp_path / "cache")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    out = results_dir(work, "multi-turn")
+    raw = json.loads((out / "raw/embedded/run1/rep1.json").read_text())
+    for cell in raw["cells"]:
+        sessions: dict = {}
+        for r in cell["requests"]:
+            sessions.setdefault(r["turn"]["session"], []).append(r)
+        assert len(sessions) == 2 and all(len(t) == 3 for t in sessions.values())
+        for turns in sessions.values():
+            turns.sort(key=lambda r: r["turn"]["turn"])
+            assert [r["turn"]["turn"] for r in turns] == [0, 1, 2]
+            for before, after in zip(turns, turns[1:]):
+                # in order, never overlapping, after the think time
+                assert after["t_sent_s"] >= before["t_done_s"] + 0.2
+                # the history grew by the previous prompt and its live reply
+                assert before["turn"]["reply"], "a turn's reply text was not kept"
+                assert after["turn"]["prompt"].startswith(
+                    before["turn"]["prompt"] + before["turn"]["reply"] + "\n\n")
+                assert after["prompt_tokens"] > before["prompt_tokens"] + before["output_tokens"]
+    requests = pd.read_parquet(out / "requests.parquet")
+    first = requests[requests["turn"] == 0]
+    assert (first["prompt_tokens"] == first["planned_input_tokens"]).all()
+    assert (requests["output_tokens"] == 16).all()
+    prompts = json.loads((out / "checks/prompts.json").read_text())[0]
+    assert prompts["verdict"] == "no", prompts["summary"]
+    cache = json.loads((out / "checks/cache.json").read_text())[0]
+    assert cache["verdict"] == "no", cache["summary"]

@@ -154,7 +154,9 @@ def _resolve(workload):
      "`workload.input_tokens.sd`: a normal length needs it"),
     ({"kind": "synthetic", "input_tokens": {"dist": "zipf", "value": 3},
       "output_tokens": {"dist": "fixed", "value": 4}}, "`workload.input_tokens.dist`"),
-    ({"kind": "multi_turn", "turns": 3}, "multi_turn is not measured by this version"),
+    ({"kind": "multi_turn", "turns": 3}, "`workload.input_tokens`: a multi_turn workload"),
+    ({"kind": "multi_turn", "input_tokens": {"dist": "fixed", "value": 10},
+      "output_tokens": {"dist": "fixed", "value": 4}}, "`workload.turns`: a multi_turn"),
     ({"kind": "article", "turns": 3}, "`workload.turns`: belongs to another kind"),
     ({"kind": "synthetic", "input_tokens": {"dist": "fixed", "value": 10},
       "output_tokens": {"dist": "fixed", "value": 4}, "path": "x.csv"},
@@ -405,3 +407,46 @@ def test_the_cache_check_measures_the_hits_a_workload_plans_and_flags_only_the_r
     hits = cache_hits(frame)
     assert list(hits["request"]) == [9], hits
     assert planned_hit_rates(frame) == {1: 1.0, 4: 0.5}
+
+
+MULTI_TURN = {"kind": "multi_turn", "turns": 3, "think_time_s": 0.5,
+              "input_tokens": {"dist": "uniform", "min": 20, "max": 40},
+              "output_tokens": {"dist": "fixed", "value": 8}}
+
+
+def test_a_conversation_cell_sends_its_sessions_turns_in_order_from_one_client_process():
+    plan = _plan(workload=MULTI_TURN)
+    rep = make_rep_plan(plan, 1, words_tokenizer, client_processes=2, pin=True)
+    shapes = []
+    for cell in rep["cells"]:
+        requests = cell["requests"]
+        assert len(requests) == 4 * 3, "requests_per_cell counts sessions"
+        assert [(r["session"], r["turn"]) for r in requests] == [
+            (s, t) for s in range(4) for t in range(3)]
+        assert all(("allow_cache" in r) == (r["turn"] > 0) for r in requests)
+        assert all(words_tokenizer(r["prompt"]) == r["input_tokens"] for r in requests)
+        assert all(r["think_time_s"] == 0.5 for r in requests)
+        assert len(cell["shares"]) == 1 and cell["shares"][0]["streams"] == cell["arm"]
+        shapes.append([(r["input_tokens"], r["output_tokens"]) for r in requests])
+    assert shapes[0] == shapes[1] == shapes[2]
+    with pytest.raises(sbconfig.ConfigError, match="rate arms are not measured with it"):
+        cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+        sbconfig.resolve(cfg | {"workload": MULTI_TURN, "arms": [1, 2, {"rate": 1.0}]})
+
+
+def test_a_later_turns_length_is_the_history_and_its_cache_may_serve_the_last_turn():
+    from slotbench.tables.consolidate import request_rows
+
+    def req(session, turn, prompt, out):
+        return {"request": session * 2 + turn, "nonce": "1", "prompt_tokens": prompt,
+                "output_tokens": out, "chunks": out,
+                "planned": {"input_tokens": 20, "output_tokens": out, "pinned": True,
+                            "session": session, "turn": turn}}
+
+    raw = {"target": "t", "run": "run1", "rep": 1, "settings": {"num_predict": 8},
+           "cells": [{"arm": 2, "position": 0, "requests": [
+               req(0, 0, 20, 8), req(0, 1, 50, 8), req(1, 0, 20, 8), req(1, 1, 51, 8)]}]}
+    rows = request_rows(raw, "raw.json")
+    assert [r["planned_input_tokens"] for r in rows] == [20, None, 20, None]
+    assert [r["planned_cached_tokens"] for r in rows] == [None, 28, None, 28]
+    assert [(r["session"], r["turn"]) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]

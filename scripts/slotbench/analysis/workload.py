@@ -21,7 +21,7 @@ def assess(requests: pd.DataFrame, plans: list[dict], workload: dict) -> dict:
     """{"kind", "workload" (in words), "targets": {target: its lengths}} from the measured
     requests (the control arm never runs with a workload) and each run's plan."""
     targets = {}
-    planned = requests[requests["planned_input_tokens"].notna()]
+    planned = requests[requests["planned_output_tokens"].notna()]
     for target, req in planned.groupby("target", sort=True):
         traces = [p["trace"] for p in plans if p.get("target") == target and p.get("trace")]
         pinned = req["pinned"].fillna(False).astype(bool)

@@ -82,18 +82,23 @@ def cache_hits(requests: pd.DataFrame) -> pd.DataFrame:
 
 
 def planned_hit_rates(requests: pd.DataFrame) -> dict[int, float]:
-    """Per arm, the share of the shared prefix's tokens the cache served to the requests that
-    followed another of their group in the cell (a shared-prefix workload's; {} for others)."""
-    if "prefix_tokens" not in requests:
+    """Per arm, the share of the tokens a workload means the cache to serve that it served: a
+    shared prefix, to the requests that followed another of their group in the cell; a
+    conversation's history, to its later turns ({} for other workloads)."""
+    if "planned_cached_tokens" not in requests:
         return {}
-    later = requests[requests["prefix_tokens"].notna()
-                     & (requests["planned_cached_tokens"] >= requests["prefix_tokens"])]
-    if later.empty:
+    prefix = _column(requests, "prefix_tokens")
+    later_turn = _column(requests, "turn").fillna(0) > 0
+    expected = prefix.where(prefix.notna() & (requests["planned_cached_tokens"] >= prefix),
+                            requests["planned_cached_tokens"].where(later_turn))
+    meant = requests[expected.notna() & (expected > 0)]
+    if meant.empty:
         return {}
-    served = later["cache_n"].fillna(0).clip(upper=later["prefix_tokens"])
-    sums = pd.DataFrame({"arm": later["arm"], "served": served,
-                         "prefix": later["prefix_tokens"]}).groupby("arm").sum()
-    return {int(a): float(r["served"] / r["prefix"]) for a, r in sums.iterrows()}
+    expected = expected[meant.index]
+    served = meant["cache_n"].fillna(0).clip(upper=expected)
+    sums = pd.DataFrame({"arm": meant["arm"], "served": served,
+                         "expected": expected}).groupby("arm").sum()
+    return {int(a): float(r["served"] / r["expected"]) for a, r in sums.iterrows()}
 
 
 def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
@@ -103,17 +108,20 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     for target in tables.targets:
         n_req = int((requests["target"] == target).sum())
         rows = table[table["target"] == target].sort_values(["run", "rep", "position", "request"])
+        rates = planned_hit_rates(requests[requests["target"] == target])
         if rows.empty:
-            summary = f"no cache hits in {count(n_req, 'measured request')}"
+            beyond = "beyond the workload's plan " if rates else ""
+            summary = f"no cache hits {beyond}in {count(n_req, 'measured request')}"
         else:
             first, k = rows.iloc[0], len(rows)
             summary = (
                 f"{count(k, 'request')} of {n_req} served (partly) from a prefix cache (e.g. "
                 f"{first['cell']} request {int(first['request'])}: {first['reason']})"
             )
-        rates = planned_hit_rates(requests[requests["target"] == target])
         if rates:
-            summary += ("; the shared prefix came from the cache for "
+            what = "the history" if "turn" in requests and requests["turn"].notna().any() \
+                else "the shared prefix"
+            summary += (f"; {what} came from the cache for "
                         + ", ".join(f"{fmt_pct(r)} of its tokens at {arm_name(a)}"
                                     for a, r in rates.items()) + " (planned, measured)")
         sentence = f"Prefix cache: {summary}."

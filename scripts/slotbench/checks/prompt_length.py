@@ -36,6 +36,7 @@ def prompt_lengths(requests: pd.DataFrame) -> pd.DataFrame:
     """Measured requests whose server-reported prompt length differs from their run's mode."""
     if "control" in requests:
         requests = requests[~requests["control"].fillna(False).astype(bool)]
+    requests = first_turns(requests)
     req = requests.dropna(subset=["prompt_tokens"])
     if req.empty:
         return pd.DataFrame(columns=LENGTH_COLUMNS)
@@ -50,6 +51,14 @@ def prompt_lengths(requests: pd.DataFrame) -> pd.DataFrame:
     odd = req[req["prompt_tokens"].astype("Float64") != expected].copy()
     odd["cell"] = label_series(odd) if not odd.empty else pd.Series(dtype=object)
     return odd[LENGTH_COLUMNS].reset_index(drop=True)
+
+
+def first_turns(requests: pd.DataFrame) -> pd.DataFrame:
+    """The requests whose prompt length was planned: a conversation's later turns carry its
+    history, which the server counts as it was generated, so only its first turn is held."""
+    if "turn" not in requests:
+        return requests
+    return requests[~(requests["turn"].fillna(0) > 0)]
 
 
 def plan_tokenizer(fps: list[dict]) -> list[str]:
@@ -68,7 +77,7 @@ def check(tables: Tables, settings: dict) -> tuple[list[Verdict], dict]:
     table = prompt_lengths(requests)
     verdicts = []
     for target in tables.targets:
-        req = requests[requests["target"] == target]
+        req = first_turns(requests[requests["target"] == target])
         n_req = int(req["prompt_tokens"].notna().sum()) if "prompt_tokens" in req else 0
         modal = {str(run): int(v) for (_, run), v in modal_lengths(req).items()} if n_req else {}
         rows = table[table["target"] == target].sort_values(["run", "rep", "position", "request"])

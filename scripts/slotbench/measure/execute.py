@@ -24,7 +24,7 @@ from slotbench.measure.telemetry import ScraperProcess, telemetry_sources
 
 # what a workload's rep plan says each request asks for, kept beside what it got
 PLANNED = ("input_tokens", "output_tokens", "pinned", "trace_input_tokens", "trace_row",
-           "prefix_group", "prefix_tokens", "planned_cached_tokens")
+           "prefix_group", "prefix_tokens", "planned_cached_tokens", "session", "turn")
 TIMES = ("t_sent_s", "t_first_s", "t_last_s", "t_done_s", "t_planned_s", "t_ready_s")
 
 

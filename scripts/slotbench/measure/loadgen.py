@@ -74,15 +74,19 @@ class _Sender:
     streams, each sending its next request when its last is done) or open (each request at its
     planned moment), and stopped at the first failure."""
 
-    def __init__(self, backend: Backend, client, prepared: list):
+    def __init__(self, backend: Backend, client, prepared: list, sessions=None):
         self.backend, self.client, self.prepared = backend, client, prepared
         self.results: list = [None] * len(prepared)
         self.next = 0
         self.failed: tuple[int, BackendError] | None = None
+        self.sessions = sessions  # a conversation's: Sessions
 
     def load(self, t0: float, streams: int, arrivals: list[float] | None,
              max_in_flight: int | None) -> list:
         """The coroutines of the cell's load, starting at ``t0``."""
+        if self.sessions is not None:
+            return [self.converse() for _ in range(max(1, min(streams,
+                                                              len(self.sessions.turns))))]
         if arrivals is None:
             return [self.stream() for _ in range(max(1, min(streams, len(self.prepared))))]
         cap = asyncio.Semaphore(max_in_flight) if max_in_flight else None
@@ -111,6 +115,27 @@ class _Sender:
             self.next += 1
             if not await self.one(i):
                 return
+
+    async def converse(self) -> None:
+        """Closed loop over conversations: each stream takes the next session and sends its
+        turns one after the other, each turn's prompt the last one's with its live reply and
+        the turn's own message appended, after the session's think time."""
+        chat = self.sessions
+        while self.failed is None and self.next < len(chat.turns):
+            turns = chat.turns[self.next]
+            self.next += 1
+            history = ""
+            for k, i in enumerate(turns):
+                if k and chat.think_s > 0:
+                    await asyncio.sleep(chat.think_s)
+                prompt = history + chat.requests[i]["prompt"]
+                self.prepared[i] = chat.prepare(chat.requests[i], prompt)
+                if not await self.one(i):
+                    return
+                reply = self.backend.reply_text(self.results[i].answer)
+                self.results[i].turn = {"session": chat.requests[i]["session"], "turn": k,
+                                        "prompt": prompt, "reply": reply}
+                history = prompt + reply + chat.separator
 
     async def arrive(self, i: int, at: float, cap: asyncio.Semaphore | None) -> None:
         # the loop's timers have millisecond resolution and may fire up to 1 ms early: sleep
@@ -172,9 +197,13 @@ async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
     request's record goes into when it is done, once, before the cell starts: the progress
     line reads it from a thread of its own, so the loop does nothing more for it."""
     _starve_hook()
-    sender = _Sender(backend, client, [
-        backend.prepare(r["prompt"], r.get("output_tokens") or num_predict, temperature,
-                        r["seed"], bool(r.get("allow_cache"))) for r in requests])
+
+    def prepare(r: dict, prompt: str):
+        return backend.prepare(prompt, r.get("output_tokens") or num_predict, temperature,
+                               r["seed"], bool(r.get("allow_cache")))
+
+    sessions = Sessions.of(requests, prepare)
+    sender = _Sender(backend, client, [prepare(r, r["prompt"]) for r in requests], sessions)
     if watch is not None:
         watch(sender.results)
     lags: list[float] = []
@@ -201,6 +230,27 @@ async def run_cell(backend: Backend, client, requests: list[dict], streams: int,
         "lag_max_s": lags[-1] if lags else None, "lag_samples": len(lags),
     }
     return results, stats
+
+
+class Sessions:
+    """A conversation workload's cell (requests with ``session`` and ``turn``): each session's
+    request indices in turn order, its think time, and how a turn's body is made during the
+    cell (its prompt is known only once the last turn's reply is in)."""
+
+    separator = "\n\n"  # between a reply and the next turn's message
+
+    def __init__(self, requests: list[dict], turns: list[list[int]], think_s: float, prepare):
+        self.requests, self.turns, self.think_s, self.prepare = requests, turns, think_s, prepare
+
+    @classmethod
+    def of(cls, requests: list[dict], prepare) -> "Sessions | None":
+        if not requests or "session" not in requests[0]:
+            return None
+        by_session: dict = {}
+        for i, r in enumerate(requests):
+            by_session.setdefault(r["session"], []).append((r["turn"], i))
+        turns = [[i for _, i in sorted(v)] for _, v in sorted(by_session.items())]
+        return cls(requests, turns, float(requests[0]["think_time_s"]), prepare)
 
 
 class CellFailed(Exception):

@@ -277,10 +277,15 @@ def make_rep_plan(
     rng = random.Random(derive_seed(plan["run_seed"], "rep", rep))
     widest = max(a for a in specs if not is_rate_arm(a))
     n_warm = widest
-    n_measured = sum(cell_requests(per_cell, spec) for spec in specs.values())
+    # a conversation's cell sends every turn of its sessions (requests_per_cell of them), from
+    # one client process: a session's turns follow each other on one event loop
+    workload = plan.get("workload")
+    turns = workload["turns"] if workload and workload["kind"] == "multi_turn" else 1
+    client_processes = 1 if turns > 1 else client_processes
+    n_measured = sum(cell_requests(per_cell, spec) for spec in specs.values()) * turns
     drawn = None
     if plan.get("workload"):
-        counts = [cell_requests(per_cell, specs[a]) for a in order]
+        counts = [cell_requests(per_cell, specs[a]) * turns for a in order]
         drawn = rep_shapes(plan["workload"], derive_seed(plan["run_seed"], "shapes", rep),
                            max(counts), trace, plan["min_input_tokens"])
         items = _workload_items(plan, rng, count_tokens, pin, drawn, counts, rep, n_warm)
@@ -292,7 +297,7 @@ def make_rep_plan(
     cells = []
     for position, arm in enumerate(order):
         requests = []
-        for i in range(cell_requests(per_cell, specs[arm])):
+        for i in range(cell_requests(per_cell, specs[arm]) * turns):
             item = next(measured)
             if not plan["nonces"]:
                 item = item | plan["shared"] | {"allow_cache": True}
@@ -347,7 +352,7 @@ def _workload_items(plan: dict, rng: random.Random, count_tokens, pin: bool, dra
 
     count = count_tokens if vocab is not None else None
 
-    def item(shape: dict, measured: bool, prefix: dict | None = None) -> dict:
+    def item(shape: dict, measured: bool, prefix: dict | None = None, index: int = 0) -> dict:
         nonce = next(stream)
         tokens = shape["input_tokens"] + (prefix["tokens"] if prefix else 0)
         prompt, _ = build_prompt(nonce, tokens, vocab, rng, count,
@@ -357,6 +362,11 @@ def _workload_items(plan: dict, rng: random.Random, count_tokens, pin: bool, dra
             out |= {"input_tokens": tokens, "output_tokens": shape["output_tokens"],
                     "pinned": pin,
                     **{k: shape[k] for k in ("trace_input_tokens", "trace_row") if k in shape}}
+        if measured and workload["kind"] == "multi_turn":  # request i: session, turn
+            out |= {"session": index // workload["turns"], "turn": index % workload["turns"],
+                    "think_time_s": workload["think_time_s"],
+                    # a later turn's history is the cache's to serve, as in a real chat
+                    **({"allow_cache": True} if index % workload["turns"] else {})}
         if prefix:  # a shared prefix: the server's prefix cache is meant to serve it
             out |= {"allow_cache": True, "prefix_group": prefix["group"],
                     "prefix_tokens": prefix["tokens"],
@@ -378,7 +388,7 @@ def _workload_items(plan: dict, rng: random.Random, count_tokens, pin: bool, dra
         # may find the prefix in the cache
         items += [item(drawn[i], True, groups and groups[i % len(groups)]
                        | {"cached": 0 if i < len(groups) else groups[0]["tokens"]})
-                  if shared else item(drawn[i], True) for i in range(n)]
+                  if shared else item(drawn[i], True, index=i) for i in range(n)]
     return items
 
 

@@ -39,19 +39,20 @@ from slotbench.measure.traces import (
 )
 
 # the kinds this version measures; the schema names the others
-MEASURED = ("article", "synthetic", "shared_prefix", "trace")
+MEASURED = ("article", "synthetic", "shared_prefix", "multi_turn", "trace")
 # which keys belong to which kind (kind, format, mode and the scales are always allowed)
 KIND_KEYS = {
     "synthetic": {"input_tokens", "output_tokens"},
     "shared_prefix": {"input_tokens", "output_tokens", "prefix_tokens", "prefix_groups",
                       "prefix_scope"},
+    "multi_turn": {"input_tokens", "output_tokens", "turns", "think_time_s"},
     "trace": {"path", "format", "mode", "length_scale", "time_scale"},
 }
 DIST_KEYS = {"fixed": {"value"}, "uniform": {"min", "max"},
              "normal": {"mean", "sd", "min", "max"}, "lognormal": {"mean", "sd", "min", "max"}}
 # keys the schema fills for every kind: never "given" by the user
 FILLED = {"kind", "format", "mode", "length_scale", "time_scale", "prefix_groups",
-          "prefix_scope"}
+          "prefix_scope", "think_time_s"}
 # common English words, each usually one token after a space; the run's plan keeps those the
 # server's tokenizer agrees are
 WORDS = tuple("""
@@ -113,7 +114,14 @@ def problems(workload: dict, key: str = "workload", arms: list | None = None) ->
     own = KIND_KEYS[kind] | FILLED
     for other in sorted(set(workload) - own):
         found.append(f"config key `{key}.{other}`: does not apply to a {kind} workload")
-    if kind in ("synthetic", "shared_prefix"):
+    if kind == "multi_turn":
+        if "turns" not in workload:
+            found.append(f"config key `{key}.turns`: a multi_turn workload needs its turns per "
+                         "session, e.g. 4")
+        if any(isinstance(a, dict) for a in arms or []):
+            found.append("config key `arms`: a multi_turn workload's arms count sessions in "
+                         "flight; rate arms are not measured with it by this version")
+    if kind in ("synthetic", "shared_prefix", "multi_turn"):
         for name in ("input_tokens", "output_tokens"):
             if name not in workload:
                 found.append(f"config key `{key}.{name}`: a {kind} workload needs it, e.g. "
@@ -351,6 +359,13 @@ def describe(workload: dict) -> str:
                 f"{count(workload['prefix_groups'], 'group')} in each "
                 + ("cell" if workload["prefix_scope"] == "cell" else "rep (reused across arms)")
                 + f", then input {length_phrase(workload['input_tokens'])}, output "
+                f"{length_phrase(workload['output_tokens'])} tokens")
+    if kind == "multi_turn":
+        think = workload["think_time_s"]
+        return (f"multi-turn: sessions of {workload['turns']} turns"
+                + (f", {think:g} s of thinking between them" if think else "")
+                + f", each turn a new message of {length_phrase(workload['input_tokens'])} "
+                f"tokens after the history, and a reply of "
                 f"{length_phrase(workload['output_tokens'])} tokens")
     if kind == "trace":
         scale = workload["length_scale"]

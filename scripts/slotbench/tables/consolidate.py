@@ -62,6 +62,9 @@ REQUESTS_SCHEMA = pa.schema(
         # a shared prefix's group, its length and the most prompt tokens the cache may serve
         pa.field("prefix_group", pa.int64()), pa.field("prefix_tokens", pa.int64()),
         pa.field("planned_cached_tokens", pa.int64()),
+        # a conversation's session and turn (a later turn's prompt holds the history, so it
+        # has no planned length, and the cache may serve the last turn's prompt and reply)
+        pa.field("session", pa.int64()), pa.field("turn", pa.int64()),
         # the client's clock, seconds from the rep's start: sent, first token, last token, done
         pa.field("t_sent_s", pa.float64()), pa.field("t_first_s", pa.float64()),
         pa.field("t_last_s", pa.float64()), pa.field("t_done_s", pa.float64()),
@@ -152,7 +155,7 @@ SERVER_FIELDS = [
     "load_duration_ns", "total_duration_ns", "finish_reason",
 ]
 READ_FIELDS = ("text_reads", "last_read_chunks", "most_read_chunks")
-PREFIX_FIELDS = ("prefix_group", "prefix_tokens", "planned_cached_tokens")
+PREFIX_FIELDS = ("prefix_group", "prefix_tokens", "planned_cached_tokens", "session", "turn")
 
 
 class RawFileError(ValueError):
@@ -161,11 +164,19 @@ class RawFileError(ValueError):
 
 def request_rows(raw: dict, raw_file: str) -> list[dict]:
     num_predict = (raw.get("settings") or {}).get("num_predict")
-    rows = []
+    rows, history = [], {}
     for cell in raw["cells"]:
         for req in cell["requests"]:
             server = req.get("server") or {}
-            planned = req.get("planned") or {}
+            planned = dict(req.get("planned") or {})
+            if planned.get("turn"):  # a later turn: the last turn's prompt and reply before it
+                last = history.get((cell["position"], planned["session"]))
+                planned["input_tokens"] = None
+                planned["planned_cached_tokens"] = None if last is None else sum(last)
+            if "turn" in planned:
+                history[(cell["position"], planned["session"])] = tuple(
+                    int(req[k]) if req.get(k) is not None else 0
+                    for k in ("prompt_tokens", "output_tokens"))
             rows.append(
                 {
                     "target": raw["target"], "run": raw["run"], "rep": raw["rep"],

@@ -68,6 +68,9 @@ class RequestRecord:
     t_ready: float | None = None  # when the client got round to sending it (launch skew)
     # arrival of each non-blank line of the body, kept only for benchmarks (keep_arrivals)
     arrivals: list | None = field(default=None, repr=False)
+    # a conversation's turn (workload multi_turn): its session and turn, the whole prompt sent
+    # (the history and the new message) and the reply, which the next turn carries
+    turn: dict | None = field(default=None, repr=False)
 
     def text_arrived(self, t: float) -> None:
         """A chunk of generated text arrived in the read stamped ``t``: the first and last
@@ -89,6 +92,8 @@ class RequestRecord:
             value = out.pop(key)
             if value is not None:
                 out[f"{key}_s"] = value - origin
+        if out["turn"] is None:
+            del out["turn"]
         if out["arrivals"] is None:
             del out["arrivals"]
         else:
@@ -137,6 +142,24 @@ class Backend:
         """Fill ``rec`` from a 200 answer's body (every event parsed as strict JSON), or raise
         the BackendError that says what the server did."""
         raise NotImplementedError
+
+    def reply_text(self, answer: Answer) -> str:
+        """The text a streamed answer generated, read from its body (a conversation's next turn
+        carries it as history); the events that do not parse carry none."""
+        texts = []
+        for _, line in lines(answer.reads):
+            payload = line[5:].strip() if line.startswith(b"data:") else line.strip()
+            try:
+                event = json.loads(payload)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                texts.append(self.event_text(event))
+        return "".join(texts)
+
+    def event_text(self, event: dict) -> str:
+        """The generated text one parsed stream event carries ("" where none)."""
+        return ""
 
     def error_event(self, data: bytes) -> bool:
         """Whether a piece of body holding an error mark is an error event (read mid-stream)."""

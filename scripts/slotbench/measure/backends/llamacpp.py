@@ -178,6 +178,9 @@ class LlamaCppBackend(Backend):
         entries = listed.get("data") if isinstance(listed, dict) else None
         return [m.get("id") for m in entries or [] if isinstance(m, dict)]
 
+    def event_text(self, event: dict) -> str:
+        return "" if event.get("stop") else str(event.get("content") or "")
+
     def pin_outputs(self) -> bool:
         self.ignore_eos = True  # llama-server biases the end-of-generation tokens to -inf
         return True

@@ -172,6 +172,9 @@ class OllamaBackend(Backend):
     def http_error(self, answer) -> BackendError:
         return self._http_error("POST /api/generate", answer)
 
+    def event_text(self, event: dict) -> str:
+        return str(event.get("response") or "")
+
     def parse(self, answer, rec: RequestRecord) -> None:
         self._apply_final(rec, self._read_stream(answer, rec))
 

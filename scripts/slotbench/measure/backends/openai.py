@@ -251,6 +251,10 @@ class OpenAIBackend(Backend):
 
     # --- generation ---------------------------------------------------------------------
 
+    def event_text(self, event: dict) -> str:
+        choices = event.get("choices") or []
+        return "".join(_content(c) for c in choices if isinstance(c, dict))
+
     def pin_outputs(self) -> bool:
         """Only where the target says its server honours ignore_eos (vLLM, SGLang, llama-server
         do; OpenAI's own API does not), so a bare OpenAI API's lengths stay ceilings."""
