@@ -22,11 +22,14 @@ def main(sm) -> None:
     results = split(sm.output[0])[0]  # the experiment's folder
     job = {"experiment": Path(results).name, "target": target, "run": run, "job": "plan"}
     with progress_log(sm.log.progress) as log:
+        try:  # a trace that cannot be read stops the plan before its server is asked anything
+            trace = load_trace(p.workload) if hasattr(p, "workload") else None
+        except (WorkloadError, TraceError) as exc:
+            fail(f"target {target}, run {run}, plan: {exc}", log)
         try:
             with (measuring.held(p.target, job, log),
                   connect(p.target, sm.log.server, PROBE_TIMEOUT_S, run=run,
                           results=results) as conn):
-                trace = load_trace(p.workload) if hasattr(p, "workload") else None
                 plan = run_plan(
                     target, run, list(p.arms), p.requests_per_cell, p.seed,
                     p.prompt["template"], p.prompt["nonce_digits"],

@@ -5,6 +5,8 @@ output's length, the lengths are ceilings and an arm that stopped early is named
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -46,6 +48,19 @@ def test_a_synthetic_workload_gets_every_planned_length_exactly_on_the_real_serv
     assert "every prompt its planned length" in prompts[0]["summary"]
     md = (out / "report.md").read_text()
     assert "Output lengths against the plan" in md and "synthetic: input 256, output 64" in md
+    # a workload's result is archived, re-rendered without a server, and explained like any
+    slotbench = [sys.executable, "-m", "slotbench"]
+    done = subprocess.run([*slotbench, "archive", "synthetic"], cwd=work, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rendered = subprocess.run(
+        [*slotbench, "archive-render", str(out / "archive/synthetic.tar.gz"), "--out",
+         str(tmp_path / "rendered")], cwd=work, capture_output=True, text=True, timeout=600)
+    assert rendered.returncode == 0, rendered.stdout[-2000:] + rendered.stderr[-2000:]
+    assert "byte-identical to the archive" in rendered.stdout + rendered.stderr
+    explained = subprocess.run([*slotbench, "explain", "integrity/embedded/outputs", "--results",
+                                str(out)], cwd=work, capture_output=True, text=True, timeout=120)
+    assert explained.returncode == 0 and "rep1.json" in explained.stdout, explained.stdout
 
 
 def test_ceilings_on_ollama_are_said_and_an_arm_that_stopped_early_is_named(tmp_path):

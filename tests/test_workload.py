@@ -161,7 +161,6 @@ def _resolve(workload):
     ({"kind": "synthetic", "input_tokens": {"dist": "fixed", "value": 10},
       "output_tokens": {"dist": "fixed", "value": 4}, "path": "x.csv"},
      "`workload.path`: does not apply to a synthetic workload"),
-    ({"kind": "trace", "path": "no/such/trace.csv"}, "`workload.path`: no file"),
 ])
 def test_a_bad_workload_is_one_line_naming_its_key_before_anything_is_sent(workload, message):
     with pytest.raises(sbconfig.ConfigError) as err:
@@ -450,3 +449,44 @@ def test_a_later_turns_length_is_the_history_and_its_cache_may_serve_the_last_tu
     assert [r["planned_input_tokens"] for r in rows] == [20, None, 20, None]
     assert [r["planned_cached_tokens"] for r in rows] == [None, 28, None, 28]
     assert [(r["session"], r["turn"]) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+
+
+def test_a_missing_trace_is_one_line_where_the_run_is_planned_not_at_validation(tmp_path):
+    workload = _trace_workload(tmp_path / "gone.csv", 1.0)
+    assert _resolve({"kind": "trace", "path": str(tmp_path / "gone.csv")})  # re-renders
+    with pytest.raises(wl.WorkloadError, match="`workload.path`: no file"):
+        wl.load_trace(workload)
+
+
+def test_two_results_of_different_workloads_never_compare_undeclared():
+    from slotbench.analysis.compare import differences
+
+    a = {"workload": wl.describe({"kind": "article"}), "model.sha256": "x"}
+    b = {"workload": wl.describe(_resolve(SYNTHETIC)["workload"]), "model.sha256": "x"}
+    assert differences(a, a) == ([], [])
+    assert differences(a, b)[0] == ["workload"]
+    guarded, named = differences(a, b, declared=("workload",))
+    assert guarded == [] and named == ["workload"]
+
+
+def test_the_sides_of_a_pair_send_the_same_lengths_with_prompts_of_their_own():
+    sides = [make_rep_plan(_plan(target=name, paired=True), 2, words_tokenizer,
+                           client_processes=1, pin=True) for name in ("a", "b")]
+    lengths = [[[(r["input_tokens"], r["output_tokens"]) for r in c["requests"]]
+                for c in side["cells"]] for side in sides]
+    assert lengths[0] == lengths[1]
+    assert len({r["output_tokens"] for c in sides[0]["cells"] for r in c["requests"]}) > 1
+    prompts = [{r["prompt"] for c in side["cells"] for r in c["requests"]} for side in sides]
+    assert not prompts[0] & prompts[1]
+
+
+def test_a_matrix_of_targets_measures_each_with_the_configs_workload():
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg.pop("targets")
+    cfg |= {"workload": SYNTHETIC, "matrix": [
+        {"base": {"name": "emb", "backend": "llamacpp", "managed": True},
+         "vary": {"server.parallel": [1, 4]}}]}
+    resolved = sbconfig.resolve(cfg)
+    names = [t["name"] for t in resolved["targets"]]
+    assert len(names) == 2
+    assert all(sbconfig.experiment(resolved, n)["workload"] == SYNTHETIC for n in names)

@@ -23,8 +23,8 @@ as a possible explanation beside time, and the comparison cannot tell the two ap
 ratios, taken within each rep, still compare, with no such caveat. A verdict
 refuses to speak when either side's headline was refused, or when the fingerprints differ in
 something that defines the measurement (the client host's CPU where the server ran on it, the
-machine the server ran on, model digest, num_predict, prompt length) and was not declared with
-``--declare``; every other fingerprint difference (slots, server version, threads, the client
+machine the server ran on, model digest, num_predict, prompt length, workload) and was not
+declared with ``--declare``; every other fingerprint difference (slots, server version, threads, the client
 host's CPU where the server ran on another machine …) is named, since it is usually the change
 being compared. Fingerprints from before the client host was named (``host.*``) are read under
 today's names (``client_host.*``), and so are declared fields.
@@ -51,6 +51,7 @@ from slotbench.core.cells import SERIAL_ARM, arm_name, cell_labels, raw_hashes
 from slotbench.core.defaults import default
 from slotbench.core.fmt import fmt_signed_pct, missing
 from slotbench.measure.fingerprint import current_fields, current_name, current_names
+from slotbench.measure.workload import describe as describe_workload
 from slotbench.workflow.archive import verify
 
 # metric -> (label, True when higher is better); ratios exist only for parallel arms
@@ -73,7 +74,7 @@ RATES = (*ABSOLUTE, *COSTS)
 NOT_ASSESSABLE = "not assessable"
 # Fingerprint fields that define the measurement: a difference refuses unless declared.
 GUARDED = ("client_host.cpu_model", "client_host.cores", "server_host.same_as_client",
-           "model.sha256", "config.measurement.num_predict", "prompt_tokens")
+           "model.sha256", "config.measurement.num_predict", "prompt_tokens", "workload")
 # The client host's fields that define the measurement only where the server ran on it too; with
 # the server on another machine they are the client's, named (the server's machine is unknown).
 CLIENT_HOST_GUARDED = ("client_host.cpu_model", "client_host.cores")
@@ -160,8 +161,10 @@ def load_side(what: str | Path) -> Side:
             fingerprint.setdefault(str(fp.get("target")), {}).update(current_fields(fp))
         elif rel.startswith("plan/") and rel.endswith(".json"):
             plan = json.loads(data[rel])
-            fingerprint.setdefault(str(plan.get("target")), {})["prompt_tokens"] = plan.get(
-                "prompt_tokens")
+            fields = fingerprint.setdefault(str(plan.get("target")), {})
+            fields["prompt_tokens"] = plan.get("prompt_tokens")
+            # what each request asked for: results of two workloads never compare undeclared
+            fields["workload"] = describe_workload(plan.get("workload"))
     busy = {str(r["target"]): r["summary"].split(":")[0]
             for r in json.loads(data.get(HOST, b"[]")) if r.get("fired")}
     prices = None

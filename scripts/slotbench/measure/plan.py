@@ -277,8 +277,7 @@ def make_rep_plan(
     rng = random.Random(derive_seed(plan["run_seed"], "rep", rep))
     widest = max(a for a in specs if not is_rate_arm(a))
     n_warm = widest
-    # a conversation's cell sends every turn of its sessions (requests_per_cell of them), from
-    # one client process: a session's turns follow each other on one event loop
+    # a conversation's cell: every turn of its requests_per_cell sessions, from one process
     workload = plan.get("workload")
     turns = workload["turns"] if workload and workload["kind"] == "multi_turn" else 1
     client_processes = 1 if turns > 1 else client_processes
@@ -286,7 +285,8 @@ def make_rep_plan(
     drawn = None
     if plan.get("workload"):
         counts = [cell_requests(per_cell, specs[a]) * turns for a in order]
-        drawn = rep_shapes(plan["workload"], derive_seed(plan["run_seed"], "shapes", rep),
+        # the rep's shapes: the run's own, or the pair's (the sides of a pair send alike)
+        drawn = rep_shapes(plan["workload"], derive_seed(order_seed, "shapes", rep),
                            max(counts), trace, plan["min_input_tokens"])
         items = _workload_items(plan, rng, count_tokens, pin, drawn, counts, rep, n_warm)
     else:

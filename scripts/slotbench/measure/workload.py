@@ -134,9 +134,6 @@ def problems(workload: dict, key: str = "workload", arms: list | None = None) ->
     if kind == "trace":
         if "path" not in workload:
             found.append(f"config key `{key}.path`: a trace workload needs the trace file")
-        elif not Path(workload["path"]).is_file():
-            found.append(f"config key `{key}.path`: no file {workload['path']!r} (from "
-                         f"{Path.cwd()})")
 
     return found
 
@@ -253,9 +250,14 @@ def trace_summary(workload: dict, trace) -> dict:
 
 
 def load_trace(workload: dict):
-    """A trace workload's Trace (slotbench.measure.traces), None for any other kind."""
+    """A trace workload's Trace (slotbench.measure.traces), None for any other kind. The file is
+    read where a run is planned and measured, never where a result is re-rendered (an archive
+    re-renders without it), so a missing one is said here, in one line, not at validation."""
     if workload.get("kind") != "trace":
         return None
+    if not Path(workload["path"]).is_file():
+        raise WorkloadError(f"config key `workload.path`: no file {workload['path']!r} (from "
+                            f"{Path.cwd()})")
     return read_trace(workload["path"], workload["format"])
 
 
@@ -349,7 +351,9 @@ def build_prompt(nonce: str, tokens: int, words: list[str] | None, rng: random.R
 
 
 def describe(workload: dict) -> str:
-    """The workload in one phrase, for logs and the report."""
+    """The workload in one phrase, for logs and the report (an absent one: the article's)."""
+    if is_article(workload):
+        return "article"
     kind = workload["kind"]
     if kind == "synthetic":
         return (f"synthetic: input {length_phrase(workload['input_tokens'])}, output "
