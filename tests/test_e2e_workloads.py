@@ -50,8 +50,8 @@ def test_a_synthetic_workload_gets_every_planned_length_exactly_on_the_real_serv
     assert "Output lengths against the plan" in md and "synthetic: input 256, output 64" in md
     # a workload's result is archived, re-rendered without a server, and explained like any
     slotbench = [sys.executable, "-m", "slotbench"]
-    done = subprocess.run([*slotbench, "archive", "synthetic"], cwd=work, capture_output=True,
-                          text=True, timeout=300)
+    done = snakemake(work, "archive", "--configfile", "config/workloads/synthetic.yaml",
+                     "two.yaml", cache=tmp_path / "cache")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rendered = subprocess.run(
         [*slotbench, "archive-render", str(out / "archive/synthetic.tar.gz"), "--out",
