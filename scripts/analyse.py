@@ -1,6 +1,6 @@
 """Rule analyse: within-rep ratios and the per-arm summary (logic in slotbench.analysis.analyse),
 the capacity under the service levels (slotbench.analysis.capacity) and the open loop's numbers with
-the capacity in requests/s (slotbench.analysis.openloop), and a workload's lengths
+the capacity in requests/s (slotbench.analysis.openloop), a workload's lengths
 (slotbench.analysis.workload)."""
 
 import json
@@ -36,7 +36,7 @@ def main(sm) -> None:
         if hasattr(sm.output, "workload"):  # a workload's lengths, beside its trace's
             plans = [json.loads(Path(p).read_text()) for p in sm.input.plans]
             lengths = workload.assess(pd.read_parquet(sm.input.requests), plans,
-                                      dict(sm.params.workload))
+                                      dict(sm.params.workloads))
             with open(sm.output.workload, "wb") as fh:
                 fh.write(json_bytes(lengths))
         print(f"analyse: {len(ratios)} cells -> {len(summary)} (target, arm) rows", file=log)
