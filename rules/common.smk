@@ -8,7 +8,7 @@ import sys
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
 from slotbench.core import code as sbcode
-from slotbench.workflow import config as sbconfig
+from slotbench.workflow import config as sbconfig, workloads as sbworkloads
 from slotbench.workflow import jobs as sbjobs
 from slotbench.measure import rawfiles as sbraw
 from slotbench.measure.servers import supervisor as sbserver
@@ -49,7 +49,7 @@ except sbconfig.ConfigError as err:
     refuse(err)
 RATE_ARMS = any(isinstance(a, dict) for a in CFG["arms"])  # an arrival rate (open loop)
 PAIRED, PAIR_ORDER = JOBS.paired, JOBS.pair_order
-WORKLOAD = bool(sbconfig.workload_params(CFG))  # a workload other than the article's
+WORKLOAD = bool(sbworkloads.by_target(CFG))  # a workload other than the article's
 for _name in JOBS.shared_resources:  # one unit each, unless given with --resources
     if _name not in workflow.global_resources:
         workflow.register_resource(_name, 1)

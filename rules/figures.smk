@@ -14,6 +14,9 @@ OPEN_FIGURES = [
     "achieved_offered",
     "concurrency_axis",
 ]
+# A grid of workloads' frontier (slotbench/figures/frontier.py): only with a grid, so that other
+# experiments' figures stay as they are.
+GRID_FIGURES = ["frontier"] if GRID else []
 
 
 rule figures:
@@ -24,9 +27,11 @@ rule figures:
     latency against load, achieved against offered rate and both loops on the effective
     concurrency axis, overloaded arms marked from the overload check's verdict (with rate arms
     only, the figures read the checks, so a threshold change redraws them; without, they
-    never wait for the checks)."""
+    never wait for the checks); with a grid of workloads, their frontier."""
     input:
         **({"checks": result("checks")} if RATE_ARMS else {}),
+        # a grid of workloads: the frontier, drawn from analysis/frontier.json
+        **({"frontier": result("analysis/frontier.json")} if GRID else {}),
         code=code("figures.py"),
         cells=result("cells.parquet"),
         ratios=result("analysis/ratios.parquet"),
@@ -51,6 +56,14 @@ rule figures:
                 subcategory="Open loop",
             )
             for name in OPEN_FIGURES
+        },
+        **{
+            name: report(
+                result(f"figures/{name}.png"),
+                caption=f"../report/{name}.rst",
+                category="Figures",
+            )
+            for name in GRID_FIGURES
         },
         sources=result("figures/sources.json"),
     log:

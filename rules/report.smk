@@ -1,8 +1,9 @@
 rule report:
     """report.md, a self-contained report.html and provenance.json, in results/<experiment>/.
 
-    The report presents what the earlier stages wrote: the numbers (summary.csv, and the open
-    loop's openloop.json, a section only when some target has rate arms), every check's
+    The report presents what the earlier stages wrote: the numbers (summary.csv, the open
+    loop's openloop.json, a section only when some target has rate arms, and a grid of
+    workloads' frontier.json, a section only with a grid), every check's
     verdict and the headline decision (checks/), the figures and their sources, the
     fingerprints, and cells.parquet for the provenance of each cell. The resolved config is a
     param (the report shows it; every provenance entry records its SHA-256), so any config
@@ -20,6 +21,8 @@ rule report:
         ),
         # a workload other than the article's: its lengths (analysis/workload.json)
         **({"workload": result("analysis/workload.json")} if WORKLOAD else {}),
+        # a grid of workloads: the frontier (analysis/frontier.json; its figure is below)
+        **({"frontier": result("analysis/frontier.json")} if GRID else {}),
         code=code("report.py"),
         templates=html_templates(),
         summary=result("analysis/summary.csv"),
@@ -28,7 +31,9 @@ rule report:
         checks=result("checks"),
         cells=result("cells.parquet"),
         sources=result("figures/sources.json"),
-        figures=expand(result("figures/{name}.png"), name=FIGURES + OPEN_FIGURES),
+        figures=expand(
+            result("figures/{name}.png"), name=FIGURES + OPEN_FIGURES + GRID_FIGURES
+        ),
         fingerprints=fingerprint_files,
     output:
         md=result("report.md"),

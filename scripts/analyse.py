@@ -1,14 +1,14 @@
 """Rule analyse: within-rep ratios and the per-arm summary (logic in slotbench.analysis.analyse),
 the capacity under the service levels (slotbench.analysis.capacity) and the open loop's numbers with
-the capacity in requests/s (slotbench.analysis.openloop), and a workload's lengths
-(slotbench.analysis.workload)."""
+the capacity in requests/s (slotbench.analysis.openloop), a workload's lengths
+(slotbench.analysis.workload) and a grid of workloads' frontier (slotbench.analysis.frontier)."""
 
 import json
 from pathlib import Path
 
 import pandas as pd
 
-from slotbench.analysis import capacity, openloop, workload
+from slotbench.analysis import capacity, frontier, openloop, workload
 from slotbench.analysis.analyse import headline_ratios, summarise, with_costs
 from slotbench.core.entry import fail, progress_log
 from slotbench.measure.rawfiles import json_bytes
@@ -36,9 +36,13 @@ def main(sm) -> None:
         if hasattr(sm.output, "workload"):  # a workload's lengths, beside its trace's
             plans = [json.loads(Path(p).read_text()) for p in sm.input.plans]
             lengths = workload.assess(pd.read_parquet(sm.input.requests), plans,
-                                      dict(sm.params.workload))
+                                      dict(sm.params.workloads))
             with open(sm.output.workload, "wb") as fh:
                 fh.write(json_bytes(lengths))
+        if hasattr(sm.output, "frontier"):  # a grid: its workloads side by side
+            front = frontier.assess(summary, dict(sm.params.workloads), float(sm.params.ci))
+            with open(sm.output.frontier, "wb") as fh:
+                fh.write(json_bytes(front))
         print(f"analyse: {len(ratios)} cells -> {len(summary)} (target, arm) rows", file=log)
 
 

@@ -1,5 +1,6 @@
 """Rule figures: draw the report's figures and record the cells behind each one (logic in
-slotbench.figures.plots and, for the open loop, slotbench.figures.openloop); only cells whose server
+slotbench.figures.plots, for the open loop slotbench.figures.openloop and, for a grid of workloads,
+slotbench.figures.frontier); only cells whose server
 numbers held up against the client, in reps whose serial cell held up too, are drawn (the
 cells behind the headline: slotbench.tables.consolidate.headline_cells)."""
 
@@ -10,7 +11,7 @@ import pandas as pd
 
 from slotbench.checks import read_verdicts
 from slotbench.core.entry import fail, progress_log
-from slotbench.figures import openloop, plots
+from slotbench.figures import frontier, openloop, plots
 
 
 def main(sm) -> None:
@@ -39,6 +40,10 @@ def main(sm) -> None:
                 files={fid: p.name for fid, p in open_paths.items()},
                 verdicts=read_verdicts(sm.input.checks) if hasattr(sm.input, "checks") else None,
             )
+        if hasattr(sm.output, "frontier"):  # a grid of workloads
+            sources |= frontier.make_frontier(
+                json.loads(Path(sm.input.frontier).read_text()), outdir,
+                Path(sm.output.frontier).name)
         Path(sm.output.sources).write_text(json.dumps(sources, indent=2) + "\n")
         print(f"figures: {len(sources)} figures", file=log)
 

@@ -23,7 +23,7 @@ def main(sm) -> None:
     job = {"experiment": Path(results).name, "target": target, "run": run, "job": "plan"}
     with progress_log(sm.log.progress) as log:
         try:  # a trace that cannot be read stops the plan before its server is asked anything
-            trace = load_trace(p.workload) if hasattr(p, "workload") else None
+            trace = load_trace(p.workload) if getattr(p, "workload", None) else None
         except (WorkloadError, TraceError) as exc:
             fail(f"target {target}, run {run}, plan: {exc}", log)
         try:

@@ -209,7 +209,7 @@ def test_the_articles_plans_are_byte_for_byte_what_they_were_before_workloads(na
     plan = run_plan("embedded", "run1", cfg["arms"], cfg["requests_per_cell"], cfg["seed"],
                     p["template"], p["nonce_digits"], count, nonces=p["nonces"],
                     control_arm=cfg["control_arm"],
-                    **sbconfig.workload_params(cfg))
+                    **sbconfig.workload_params(cfg, "embedded"))
     reps = [make_rep_plan(plan, r, count, client_processes=1) for r in (1, 2, 3)]
     digest = hashlib.sha256(json.dumps([plan, reps], sort_keys=True).encode()).hexdigest()
     assert digest == ARTICLE_DIGESTS[name]

@@ -26,12 +26,15 @@ DECOMPOSITIONS = (
 # Ratios whose median and bootstrap interval the summary quotes; efficiency is derived from
 # speedup afterwards (median speedup / arm), so it is not bootstrapped on its own.
 BOOTSTRAPPED = ["speedup", "user_ratio", "ttft_ratio", "gen_gain", "pipelining"]
+# The arm's own rates and TTFT: their medians as before, with an interval from the same
+# resamples (the frontier's error bars, slotbench.analysis.frontier)
+RATES = ["agg_tps", "user_tps", "ttft_s"]
 SUMMARY_COLUMNS = [
     "target", "arm", "n_reps",
-    "agg_tps", "speedup", "speedup_lo", "speedup_hi",
+    "agg_tps", "agg_tps_lo", "agg_tps_hi", "speedup", "speedup_lo", "speedup_hi",
     "efficiency", "efficiency_lo", "efficiency_hi",
-    "user_tps", "user_ratio", "user_ratio_lo", "user_ratio_hi",
-    "ttft_s", "ttft_ratio", "ttft_ratio_lo", "ttft_ratio_hi",
+    "user_tps", "user_tps_lo", "user_tps_hi", "user_ratio", "user_ratio_lo", "user_ratio_hi",
+    "ttft_s", "ttft_s_lo", "ttft_s_hi", "ttft_ratio", "ttft_ratio_lo", "ttft_ratio_hi",
     "gen_gain", "gen_gain_lo", "gen_gain_hi",
     "pipelining", "pipelining_lo", "pipelining_hi",
     # the streams gen_gain counts (the arm, or fewer where the server queued) and in how many
@@ -183,6 +186,9 @@ def summarise(ratios: pd.DataFrame, n_boot: int, ci: float, seed: int) -> pd.Dat
             row[metric], row[f"{metric}_lo"], row[f"{metric}_hi"] = stats.median_ci(
                 values, resamples, ci
             )
+        for metric in RATES:
+            _, row[f"{metric}_lo"], row[f"{metric}_hi"] = stats.median_ci(
+                grp[metric].to_numpy(dtype=float), resamples, ci)
         for metric in EVIDENCE:
             values = (grp[metric] if metric in grp else pd.Series(dtype=float)).to_numpy(
                 dtype=float)

@@ -1,7 +1,7 @@
 """Every figure's title and caption, written once.
 
-The report takes them from the figures' sources.json (figures/plots.py and figures/openloop.py put
-them there). The captions ``snakemake --report`` shows beside each figure, report/<figure>.rst, are
+The report takes them from the figures' sources.json (figures/plots.py, figures/openloop.py and
+figures/frontier.py put them there). The captions ``snakemake --report`` shows beside each figure, report/<figure>.rst, are
 made from them by ``caption_rst`` (``.venv/bin/python -m slotbench docs`` rewrites them; its
 ``--check`` and a test fail when one is out of date).
 """
@@ -116,6 +116,26 @@ OPEN_CAPTIONS = {
     ),
 }
 
+# The frontier of a grid of workloads (figures/frontier.py): drawn only when the config has a grid
+FRONTIER_TITLES = {
+    "frontier": "The workloads' frontier: per-user against aggregate rate, TTFT, and the split",
+}
+FRONTIER_CAPTIONS = {
+    "frontier": (
+        "The grid's workloads side by side, one colour each: (a) per-user against aggregate "
+        "tok/s of every arm with both intervals, the non-dominated points ringed; (b) TTFT "
+        "against the requests in flight; (c) gen_gain and pipelining at the widest arm. In (a) "
+        "every concurrency arm is a point, median per-user tok/s (x) against median aggregate "
+        "tok/s (y), with their bootstrap intervals over the reps as error bars in both "
+        "directions, a workload's arms joined in order and labelled with their concurrency; a "
+        "point ringed in black is non-dominated: no point of any workload has both a higher "
+        "per-user and a higher aggregate rate. (b) is the median TTFT with its interval. (c) "
+        "gives gen_gain (batching, circles) and pipelining (overlap, triangles) with their "
+        "intervals; above the dashed line at 1 a stage gains. The points, the non-dominated "
+        "set and the split are analysis/frontier.json's, made from analysis/summary.csv."
+    ),
+}
+
 # What report/<figure>.rst adds to a figure's caption: where its sources are, and (for a figure
 # the report shows only with two targets or more) why it may be missing from the report.
 SOURCES_NOTE = (
@@ -127,6 +147,7 @@ RST_NOTES = {
     "across": (
         "With one target there is nothing to set side by side, and the report does not show it."
     ),
+    "frontier": "Drawn only when the config has a grid of workloads (workload.grid).",
 }
 RST_WIDTH = 100
 
@@ -139,7 +160,8 @@ def rst_text(text: str) -> str:
 
 def caption_rst(fig_id: str) -> str:
     """report/<fig_id>.rst: the title in bold, the caption, then where its sources are."""
-    text = f"**{rst_text(TITLES[fig_id])}.** {rst_text(CAPTIONS[fig_id])}"
+    titles, captions = TITLES | FRONTIER_TITLES, CAPTIONS | FRONTIER_CAPTIONS
+    text = f"**{rst_text(titles[fig_id])}.** {rst_text(captions[fig_id])}"
     if fig_id in RST_NOTES:
         text += " " + rst_text(RST_NOTES[fig_id])
     paragraphs = [text, SOURCES_NOTE]

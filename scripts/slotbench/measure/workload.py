@@ -42,7 +42,7 @@ from slotbench.measure.traces import (
 MEASURED = ("article", "synthetic", "shared_prefix", "multi_turn", "trace")
 # which keys belong to which kind (kind, format, mode and the scales are always allowed)
 KIND_KEYS = {
-    "synthetic": {"input_tokens", "output_tokens"},
+    "synthetic": {"input_tokens", "output_tokens", "grid"},
     "shared_prefix": {"input_tokens", "output_tokens", "prefix_tokens", "prefix_groups",
                       "prefix_scope"},
     "multi_turn": {"input_tokens", "output_tokens", "turns", "think_time_s"},
@@ -107,10 +107,7 @@ def problems(workload: dict, key: str = "workload", arms: list | None = None) ->
     if kind not in MEASURED:
         return [f"config key `{key}.kind`: {kind} is not measured by this version of slotbench; "
                 f"choose one of {', '.join(MEASURED)}"]
-    if workload.get("grid") is not None:
-        return [f"config key `{key}.grid`: a grid of workloads is not measured by this version "
-                "of slotbench; give one workload per experiment"]
-    found = []
+    found = grid_problems(workload, key)
     own = KIND_KEYS[kind] | FILLED
     for other in sorted(set(workload) - own):
         found.append(f"config key `{key}.{other}`: does not apply to a {kind} workload")
@@ -123,10 +120,10 @@ def problems(workload: dict, key: str = "workload", arms: list | None = None) ->
                          "flight; rate arms are not measured with it by this version")
     if kind in ("synthetic", "shared_prefix", "multi_turn"):
         for name in ("input_tokens", "output_tokens"):
-            if name not in workload:
+            if name not in workload and "grid" not in workload:
                 found.append(f"config key `{key}.{name}`: a {kind} workload needs it, e.g. "
                              "{dist: fixed, value: 256}")
-            else:
+            elif name in workload:
                 found += _length_problems(workload[name], f"{key}.{name}")
     if kind == "shared_prefix" and "prefix_tokens" not in workload:
         found.append(f"config key `{key}.prefix_tokens`: a shared_prefix workload needs the "
@@ -154,6 +151,21 @@ def _length_problems(spec: dict, key: str) -> list[str]:
     elif "mean" in spec and not spec["min"] <= spec["mean"] <= spec["max"]:
         found.append(f"config key `{key}.mean`: {spec['mean']:g} is outside min..max "
                      f"({spec['min']}..{spec['max']}), so almost every draw would be redrawn")
+    return found
+
+
+def grid_problems(workload: dict, key: str = "workload") -> list[str]:
+    """A synthetic grid's lists (the schema holds each value to a length): both are needed, and
+    the grid gives every length, so input_tokens and output_tokens beside it are refused."""
+    if workload.get("grid") is None or workload["kind"] != "synthetic":
+        return []  # a grid of another kind is refused as a key that does not apply to it
+    found = [f"config key `{key}.grid.{name}`: a grid needs the {what} lengths to combine, e.g. "
+             f"{example}" for name, what, example in (("input_tokens", "input", "[128, 1024]"),
+                                                      ("output_tokens", "output", "[16, 256]"))
+             if name not in workload["grid"]]
+    found += [f"config key `{key}.{name}`: the grid gives every {name.split('_')[0]} length; "
+              f"drop {key}.{name} or the grid" for name in ("input_tokens", "output_tokens")
+              if name in workload]
     return found
 
 
@@ -355,6 +367,10 @@ def describe(workload: dict) -> str:
     if is_article(workload):
         return "article"
     kind = workload["kind"]
+    if kind == "synthetic" and workload.get("grid"):
+        grid = workload["grid"]
+        return (f"synthetic grid: input {', '.join(map(str, grid['input_tokens']))} × output "
+                f"{', '.join(map(str, grid['output_tokens']))} tokens, one target per pair")
     if kind == "synthetic":
         return (f"synthetic: input {length_phrase(workload['input_tokens'])}, output "
                 f"{length_phrase(workload['output_tokens'])} tokens")

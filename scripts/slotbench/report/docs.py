@@ -168,7 +168,8 @@ def run_times(root: Path = REPO) -> str:
 GENERATED: dict[str, Callable[[], str] | Section] = {
     "config/README.md": config_readme,
     # the captions `snakemake --report` shows beside each figure (slotbench/figures/captions.py)
-    **{f"report/{fig_id}.rst": partial(captions.caption_rst, fig_id) for fig_id in captions.TITLES},
+    **{f"report/{fig_id}.rst": partial(captions.caption_rst, fig_id)
+       for fig_id in (*captions.TITLES, *captions.FRONTIER_TITLES)},
     # the package's layers and which imports which (slotbench/core/architecture.py)
     "docs/architecture.md": Section("architecture", architecture.picture),
     # the report excerpt near the README's top, from a recorded run (example.py)

@@ -1,5 +1,6 @@
 """Assembling the report from what the earlier stages wrote: summary.csv (the numbers), the
-open loop's openloop.json (a section only with rate arms), the checks' verdicts and headline
+open loop's openloop.json (a section only with rate arms), a grid of workloads' frontier.json (a
+section only with a grid), the checks' verdicts and headline
 decision, the figures and their sources, the fingerprints, and cells.parquet for the provenance
 of every cell. It computes nothing and decides nothing."""
 
@@ -19,6 +20,7 @@ from slotbench.provenance import ids as prov
 from slotbench.report.across import blocks as across_blocks
 from slotbench.report.blocks import Bullets, Heading, Paragraph, Sources
 from slotbench.report.capacity import blocks as capacity_blocks
+from slotbench.report.frontier import blocks as frontier_blocks
 from slotbench.report.headline import ci_label, headline_blocks
 from slotbench.report.openloop import blocks as openloop_blocks
 from slotbench.report.openloop import general_figures
@@ -59,6 +61,7 @@ class ReportData:
     paired: dict = field(default_factory=dict)  # analysis/paired.json (design: paired)
     paired_figure: str | None = None
     workload: dict = field(default_factory=dict)  # analysis/workload.json (a workload's lengths)
+    frontier: dict = field(default_factory=dict)  # analysis/frontier.json (a grid of workloads)
     results: str = "results/<experiment>"  # the experiment's folder: the report's own
 
     @property
@@ -98,6 +101,8 @@ def load(inputs: dict, config: dict | None = None, md_out: str | None = None) ->
         paired=json.loads(Path(inputs["paired"]).read_text()) if inputs.get("paired") else {},
         paired_figure=str(inputs["paired_figure"]) if inputs.get("paired_figure") else None,
         workload=json.loads(Path(inputs["workload"]).read_text()) if inputs.get("workload")
+        else {},
+        frontier=json.loads(Path(inputs["frontier"]).read_text()) if inputs.get("frontier")
         else {},
         results=(Path(md_out).parent.as_posix() if md_out is not None
                  else ReportData.results),
@@ -166,6 +171,9 @@ def build_document(data: ReportData) -> tuple[list, dict]:
     for target in targets:
         blocks += target_blocks(data, target, index)
     blocks += across_blocks(data.summary, index, ci_label(data.ci))
+    # a grid of workloads' section, its figure shown there
+    blocks += frontier_blocks(data.frontier, data.decision, data.figures_sources,
+                              data.figure_paths, index, ci_label(data.ci))
     blocks += paired_blocks(data.paired, data.paired_figure, index, ci_label(data.ci))
     # the open loop's section, only when some target has rate arms (its figures are shown there)
     blocks += openloop_blocks(data.openloop, data.verdicts, data.figures_sources,

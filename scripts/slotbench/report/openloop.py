@@ -194,6 +194,6 @@ def blocks(record: dict | None, verdicts: list[dict], figures_sources: dict,
 
 
 def general_figures(figures_sources: dict) -> dict:
-    """The figures the report's Figures section shows: all but this section's."""
-    return {fid: src for fid, src in figures_sources.items()
-            if src.get("section") != FIGURE_SECTION}
+    """The figures the report's Figures section shows: all but those a section of their own
+    shows (this one's, the frontier's)."""
+    return {fid: src for fid, src in figures_sources.items() if not src.get("section")}

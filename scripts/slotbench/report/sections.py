@@ -9,6 +9,7 @@ from slotbench.core.cells import arm_name, label_key
 from slotbench.core.fmt import count, missing
 from slotbench.measure.fingerprint import fingerprint_shares_host, flatten
 from slotbench.measure.workload import is_article
+from slotbench.workflow.workloads import of_target
 from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Code, Figure, Heading, Paragraph, ProvenanceIndex, Table
 
@@ -46,7 +47,7 @@ def pinned_line(target, fps: list[dict], config: dict | None = None) -> str | No
     """Whether output length was pinned (ignore_eos), which Ollama cannot do. A workload's
     planned output lengths are judged request by request under Output lengths against the
     plan instead."""
-    if not is_article((config or {}).get("workload")):
+    if not is_article(of_target(config or {}, str(target))):
         return None
     if not fps:
         return f"Output length pinned: unknown (no fingerprint recorded for {target})."

@@ -33,7 +33,7 @@ def blocks(lengths: dict, target: str) -> list:
             sources.append((f"the trace, × {trace['length_scale']:g}", trace[key]))
         for source, values in sources:
             rows.append([name, source] + [str(values[q]) if values else "—" for q in qs])
-    text = (f"Workload: {lengths['workload']}, {count(entry['requests'], 'measured request')}. "
+    text = (f"Workload: {entry['workload']}, {count(entry['requests'], 'measured request')}. "
             "A rep draws its requests' lengths once, and every arm of the rep sends the same "
             "lengths in the same order, each request with its own nonce. "
             + PINNED[entry["pinned"]])

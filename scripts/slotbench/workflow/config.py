@@ -33,8 +33,7 @@ from slotbench.core.defaults import (  # noqa: F401
 from slotbench.measure.plan import auto_processes, max_reps  # the nonce holds the rep number
 from slotbench.measure.workload import is_article
 from slotbench.measure.workload import pruned as pruned_workload
-from slotbench.measure.workload import problems as workload_problems
-from slotbench.workflow import matrix
+from slotbench.workflow import matrix, workloads
 
 REPO_CONFIG = REPO / "config" / "config.yaml"
 
@@ -229,6 +228,7 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
             fill_target(t, arms, schema) if isinstance(t, dict) else t
             for t in cfg["targets"]
         ]
+        cfg["targets"] = workloads.filled(cfg["targets"], schema)  # a target's own workload
     problems = _schema_problems(cfg, schema)
     if not problems:
         problems = _semantic_problems(cfg)
@@ -236,6 +236,11 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
         problems.append("the targets were expanded from `matrix`: " + ", ".join(
             f"targets[{i}] = {name}" for i, name in enumerate(expanded_from)))
     if problems:
+        raise ConfigError(invalid(problems))
+    given = [t["name"] for t in cfg["targets"]]
+    # a grid's points, each target's own workload with only its kind's keys
+    cfg["targets"] = workloads.expand(cfg["targets"], cfg["workload"])
+    if problems := workloads.name_problems(cfg["targets"], given):
         raise ConfigError(invalid(problems))
     cfg["workload"] = pruned_workload(cfg["workload"])  # only its kind's keys
     if cfg["archive"]["name"] is None:  # derived: the experiment's name
@@ -276,14 +281,7 @@ def _semantic_problems(cfg: dict) -> list[str]:
             "(results/<experiment>/" + cfg["experiment"] + "); choose another name"
         )
     problems += _target_problems(cfg["targets"])
-    problems += workload_problems(cfg["workload"], arms=cfg["arms"])
-    if not is_article(cfg["workload"]):
-        if cfg["control_arm"]:
-            problems.append("config key `control_arm`: applies to the article workload only "
-                            f"in this version, not {cfg['workload']['kind']}")
-        if not cfg["prompt"]["nonces"]:
-            problems.append("config key `prompt.nonces`: a workload other than the article's "
-                            "always gives every request its own nonce; drop nonces: false")
+    problems += workloads.problems(cfg)  # the top-level workload's and each target's own
     problems += _arm_problems(cfg["arms"], cfg["requests_per_cell"])
     if cfg["design"] == "paired" and len(cfg["targets"]) < 2:
         problems.append(
@@ -432,10 +430,11 @@ TELEMETRY_KEYS = ("metrics_url", "exporters", "usd_per_hour")
 
 
 def target_by_name(cfg: dict, name: str) -> dict:
-    """The target as measured: its config without TELEMETRY_KEYS (see telemetry_settings)."""
+    """The target as measured: its config without TELEMETRY_KEYS (see telemetry_settings) and
+    without its own workload (workload_params gives the workload it measures)."""
     for target in cfg["targets"]:
         if target["name"] == name:
-            return {k: v for k, v in target.items() if k not in TELEMETRY_KEYS}
+            return {k: v for k, v in target.items() if k not in (*TELEMETRY_KEYS, "workload")}
     raise ConfigError(f"no target named {name!r} in config")
 
 
@@ -463,13 +462,14 @@ def experiment(cfg: dict, target: str) -> dict:
     records it; consolidation refuses to pool reps measured under different ones."""
     return {"target": target_by_name(cfg, target), "measurement": measurement_settings(cfg),
             "seed": cfg["seed"], "prompt": canonical(cfg["prompt"]),
-            "control_arm": cfg["control_arm"], **workload_params(cfg)}
+            "control_arm": cfg["control_arm"], **workload_params(cfg, target)}
 
 
-def workload_params(cfg: dict) -> dict:
-    """{"workload": the config's workload}, or {} for the article's: an article experiment's
-    plans, raw files and rule params stay as they were before workloads existed."""
-    workload = cfg.get("workload") or {}
+def workload_params(cfg: dict, target: str) -> dict:
+    """{"workload": the workload target ``target`` measures (its own, else the config's)}, or {}
+    for the article's: an article experiment's plans, raw files and rule params stay as they
+    were before workloads existed."""
+    workload = workloads.of_target(cfg, target)
     return {} if is_article(workload) else {"workload": canonical(workload)}
 
 
