@@ -286,7 +286,7 @@ def test_the_report_presents_the_frontier_and_the_figure_draws_it(tmp_path):
     assert sources["frontier"]["section"] == "frontier"
     assert sources["frontier"]["cells"][0] == "d/run1/rep1/arm1"
     assert len(sources["frontier"]["cells"]) == 2 * len(SUMMARY)
-    decision = {"s": {"status": "refused"}}
+    decision = {"s": {"status": "refused"}, "d": {"status": "allowed", "warnings": [{"text": "!"}]}}
     out = frontier_blocks(json.loads(json.dumps(front)), decision, sources,
                           {"frontier": str(tmp_path / "frontier.png")}, prov.CellIndex(), "95%")
     md = render_markdown(out, "figures")
@@ -300,6 +300,7 @@ def test_the_report_presents_the_frontier_and_the_figure_draws_it(tmp_path):
             "[0.78×, 0.88×], gen_gain 0.70× [0.65×, 0.75×], pipelining 1.19× [1.14×, 1.24×]: "
             "there is no speedup to carry (it is below 1× over its whole interval)") in md
     assert "Its headline was refused" in md
+    assert md.count("Its section opens with a warning to read before these numbers.") == 1
     assert ("These data do not show that a prefill-heavy mix gains mainly by overlap and a "
             "decode-heavy one mainly by batching (prefill-heavy: p, s; decode-heavy: d): s does "
             "not") in md

@@ -34,6 +34,7 @@ JUDGED = {GAINS: "above 1× over its whole interval", LOSES: "below 1× over its
 STATUS = {"refused": " Its headline was refused (see its section): these numbers are not a "
                      "result.",
           "provisional": " Its headline is provisional (see its section)."}
+WARNED = " Its section opens with a warning to read before these numbers."
 
 
 def _lengths(w: dict) -> str:
@@ -54,7 +55,8 @@ def workload_sentence(w: dict, decision: dict | None) -> str:
             f"gen_gain {with_ci(s, 'gen_gain', times)}, pipelining "
             f"{with_ci(s, 'pipelining', times)}: "
             + _carried(s))
-    return text + "." + STATUS.get((decision or {}).get("status"), "")
+    return (text + "." + STATUS.get((decision or {}).get("status"), "")
+            + (WARNED if (decision or {}).get("warnings") else ""))
 
 
 def _carried(s: dict) -> str:
