@@ -53,22 +53,8 @@ def render(verdict: dict, ctx) -> list:
         "equivalent requests. The plan must hold prompt length in tokens equal; "
         f"replan with the server's tokenizer. {tokenizer}"
     )
-    columns = ["cell", "position", "request", "prompt tokens", "run's modal", "difference"]
-
-    def make_row(r):
-        diff = r["prompt_tokens"] - r["modal_prompt_tokens"]
-        return [r["cell"], fmt_int(r["position"]), fmt_int(r["request"]),
-                fmt_int(r["prompt_tokens"]), fmt_int(r["modal_prompt_tokens"]),
-                signed(f"{int(diff):+d}")]
-
-    def metric(r):
-        return {"name": "prompt_tokens", "value": r["prompt_tokens"],
-                "text": fmt_int(r["prompt_tokens"])}
-
-    return [Heading(4, "Prompt length"), Paragraph(text, "warning"),
-            *flagged_table(ctx, "prompts", rows, columns, make_row,
-                           "Requests with an unequal prompt length", "Unequal prompt length:",
-                           metric, MAX_ROWS)]
+    return _flagged(ctx, rows, text, "modal_prompt_tokens", "run's modal",
+                    "Requests with an unequal prompt length", "Unequal prompt length:")
 
 
 def _planned(verdict: dict, ctx, rows: list, n_req: int, tokenizer: str) -> list:
@@ -81,19 +67,25 @@ def _planned(verdict: dict, ctx, rows: list, n_req: int, tokenizer: str) -> list
         "one the lengths are estimates, and the differences below are how far they missed. "
         f"{tokenizer}"
     )
-    columns = ["cell", "position", "request", "prompt tokens", "planned", "difference"]
+    return _flagged(ctx, rows, text, "planned_input_tokens", "planned",
+                    "Requests with a prompt length other than planned",
+                    "Prompt length other than planned:")
+
+
+def _flagged(ctx, rows: list, text: str, expected: str, label: str, title: str,
+             row_title: str) -> list:
+    """The warning and the table of flagged requests, each against its ``expected`` length."""
+    columns = ["cell", "position", "request", "prompt tokens", label, "difference"]
 
     def make_row(r):
-        diff = r["prompt_tokens"] - r["planned_input_tokens"]
+        diff = r["prompt_tokens"] - r[expected]
         return [r["cell"], fmt_int(r["position"]), fmt_int(r["request"]),
-                fmt_int(r["prompt_tokens"]), fmt_int(r["planned_input_tokens"]),
-                signed(f"{int(diff):+d}")]
+                fmt_int(r["prompt_tokens"]), fmt_int(r[expected]), signed(f"{int(diff):+d}")]
 
     def metric(r):
         return {"name": "prompt_tokens", "value": r["prompt_tokens"],
                 "text": fmt_int(r["prompt_tokens"])}
 
     return [Heading(4, "Prompt length"), Paragraph(text, "warning"),
-            *flagged_table(ctx, "prompts", rows, columns, make_row,
-                           "Requests with a prompt length other than planned",
-                           "Prompt length other than planned:", metric, MAX_ROWS)]
+            *flagged_table(ctx, "prompts", rows, columns, make_row, title, row_title, metric,
+                           MAX_ROWS)]
