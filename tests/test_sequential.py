@@ -134,13 +134,18 @@ def test_rel_is_inf_when_a_side_is_unbounded_and_nan_without_a_value():
 
 
 def projected_by_hand(runs, n, alpha):
-    """projected_rel's definition with np.quantile, run by run."""
+    """projected_rel's definition with np.quantile, run by run: the ends' levels a_n / (n + 1)
+    and (b_n + 1) / (n + 1), each moved OPTIMISM_Z standard errors toward the middle."""
     widths = []
     for x in runs:
         a, b = sequential.acceptable_set(n, alpha / len(runs))
-        if a / n <= 0 or (b + 1) / n >= 1:
+        if a == 0:
             return INF
-        lo, hi = np.quantile(x, [a / n, (b + 1) / n])
+        z, m = sequential.OPTIMISM_Z, len(x)
+        low, high = a / (n + 1), (b + 1) / (n + 1)
+        low = min(0.5, low + z * np.sqrt(low * (1 - low) / m))
+        high = max(0.5, high - z * np.sqrt(high * (1 - high) / m))
+        lo, hi = np.quantile(x, [low, high])
         widths.append(hi - lo)
     return max(widths) / 2 / abs(np.median(np.concatenate(runs)))
 
@@ -151,12 +156,16 @@ def test_the_projection_is_its_definition_and_shrinks_with_n():
     for n in (1, 8, 9, 10, 12, 30, 57, 200, 1000):
         assert sequential.projected_rel(runs, n, 0.05) == pytest.approx(
             projected_by_hand(runs, n, 0.05), rel=1e-12, abs=0)
-    seq = [sequential.projected_rel(runs, n, 0.05) for n in (13, 20, 40, 80, 160, 320)]
-    assert all(later < earlier for earlier, later in zip(seq, seq[1:])), seq
-    # unbounded while a level is 0 (a_n = 0, n <= 8 at 0.025) or 1 (a_n = 1: (b_n + 1) / n =
-    # n / n, n = 9 to 12)
+    seq = [sequential.projected_rel(runs, n, 0.05) for n in (9, 13, 20, 40, 80, 160, 320)]
+    assert all(later < earlier or later == 0 for earlier, later in zip(seq, seq[1:])), seq
+    assert seq[-1] == 0  # the levels met in the middle: 12 values cannot tell so narrow apart
+    # unbounded exactly while the interval itself is (a_n = 0: n <= 8 at 0.025)
     assert [n for n in range(1, 30) if sequential.projected_rel(runs, n, 0.05) == INF] == list(
-        range(1, 13))
+        range(1, 9))
+    # optimistic: read from these 12 and 15 values, the projection at their own n is narrower
+    # than the interval they give
+    value, lo, hi = sequential.interval(runs, 0.05)
+    assert sequential.projected_rel(runs, 12, 0.05) < (hi - lo) / 2 / value
     # runs whose medians disagree by 0.1, which the projection ignores: centred on the pooled
     # median, the projection at the current n is narrower than the interval itself
     runs = [rng.normal(1.5, 0.05, 30), rng.normal(1.6, 0.05, 30)]
@@ -168,21 +177,21 @@ def test_reps_to_reach_steps_through_every_n():
     """The first n whose projection meets the target, found a stretch at a time: the same as
     trying every n in turn, across the stretches' edges too."""
     rng = np.random.default_rng(6)
-    runs = [rng.normal(1.5, 0.1, 9), rng.normal(1.5, 0.1, 11)]
-    rels = {n: sequential.projected_rel(runs, n, 0.05) for n in range(9, 3000)}
-    # stretches of 64, 128, ... from the current 9: 9-72, 73-200, 201-456, ...; the targets
-    # met first at a stretch's first n catch a step past it
-    edges = [73, 201, 457, 969, 1993]
-    targets = [0.2, 0.06, 0.04, 0.03, 0.02, 0.012] + [rels[n] for n in edges]
+    runs = [rng.normal(1.5, 0.1, 300), rng.normal(1.5, 0.1, 310)]  # many: a small optimism
+    rels = {n: sequential.projected_rel(runs, n, 0.05) for n in range(300, 3000)}
+    # stretches of 64, 128, ... from the current 300; the targets met first at a stretch's
+    # first n catch a step past it
+    edges = [300 + 64 * (2 ** k - 1) for k in range(1, 5)]
+    targets = [0.2, 0.04, 0.03, 0.02] + [rels[n] for n in edges] + [rels[n] - 1e-9 for n in edges]
     firsts = []
     for target in targets:
         expected = next((n for n, r in rels.items() if r <= target), None)
         assert sequential.reps_to_reach(runs, target, 0.05, limit=2999) == expected, target
         firsts.append(expected)
-    assert 73 in firsts
-    assert sequential.reps_to_reach(runs, 0.012, 0.05) > 73  # past the first stretch
-    assert sequential.reps_to_reach(runs, 0.001, 0.05, limit=2999) is None
-    assert sequential.reps_to_reach(runs, 10.0, 0.05) == 13  # the first n with levels in (0, 1)
+    assert len(set(firsts)) >= 5 and max(f for f in firsts if f) > edges[0]
+    assert sequential.reps_to_reach(runs, 0.0001, 0.05, limit=1500) is None  # not by the limit
+    few = [rng.normal(1.5, 0.1, 3), rng.normal(1.5, 0.1, 4)]
+    assert sequential.reps_to_reach(few, 10.0, 0.05) == 9  # the first n with bounded ends
     longer = [rng.normal(1.5, 0.1, 20), rng.normal(1.5, 0.1, 25)]
     assert sequential.reps_to_reach(longer, 10.0, 0.05) == 20  # the current n already meets it
     assert sequential.reps_to_reach([[], [1.5]], 0.05, 0.05) is None
@@ -206,15 +215,17 @@ def test_each_decision():
     fits = sequential.look(tight, target_rel=0.005, max_reps=33, **kw)
     assert fits.rel > 0.005 and fits.reps_needed == 30 and fits.decision == "continue"
     # a spread the target cannot meet within max_reps per run
-    wide = [rng.normal(1.5, 0.5, 6), rng.normal(1.5, 0.5, 6)]
-    futile = sequential.look(wide, target_rel=0.2, max_reps=60, **kw)
+    # (30 reps a run: a handful would be read so optimistically that nothing is out of reach)
+    wide = [rng.normal(1.5, 0.5, 30), rng.normal(1.5, 0.5, 30)]
+    futile = sequential.look(wide, target_rel=0.05, max_reps=60, **kw)
     assert futile.decision == "futile" and futile.reps_needed > 60
-    assert sequential.look(wide, target_rel=0.05, max_reps=60, **kw).reps_needed is None
+    assert sequential.look([[0.0] * 9, [0.0] * 9], target_rel=0.05, max_reps=60, **kw
+                           ).reps_needed is None  # no relative width of a zero value
     # the same spread with room for the reps it needs: carry on
-    going = sequential.look(wide, target_rel=0.2, max_reps=1000, **kw)
+    going = sequential.look(wide, target_rel=0.05, max_reps=1000, **kw)
     assert going.decision == "continue" and 60 < going.reps_needed <= 1000
     # before min_reps nothing is futile, however far the target
-    early = sequential.look([w[:3] for w in wide], target_rel=0.0001, max_reps=60, **kw)
+    early = sequential.look([w[:3] for w in wide], target_rel=0.05, max_reps=60, **kw)
     assert early.decision == "continue"
     assert set(sequential.DECISIONS) == {"continue", "precise", "futile", "max_reps"}
     with pytest.raises(ValueError, match="alpha"):

@@ -44,11 +44,11 @@ Why not the alternatives:
   against the Boost headers. The boundary is the few lines below, tested.
 
 Whether more reps can help is a projection: each run's current spread carried to a larger n
-(:func:`projected_rel`, :func:`reps_to_reach`). It is optimistic about the runs' disagreement,
-so that a target it calls out of reach is out of reach as far as that goes; the spread itself,
-read from a handful of reps, is noisy both ways (benchmarks/RESULTS.md counts the reachable
-targets it gives up on). :func:`look` judges one metric; combining the metrics' looks into one
-stop is the caller's.
+(:func:`projected_rel`, :func:`reps_to_reach`). It is optimistic twice, so that a target it
+calls out of reach is out of reach: it ignores the runs' disagreement, and it reads the spread
+of a handful of reps in its favour (each quantile level moved OPTIMISM_Z standard errors toward
+the middle; benchmarks/RESULTS.md counts the reachable targets it still gives up on).
+:func:`look` judges one metric; combining the metrics' looks into one stop is the caller's.
 """
 
 from __future__ import annotations
@@ -137,31 +137,47 @@ def _hull(runs: list[np.ndarray], alpha: float) -> tuple[float, float, float]:
     return (_pooled_median(runs), min(lo for lo, _ in ends), max(hi for _, hi in ends))
 
 
+# How far the projection moves each quantile level toward the middle: this many standard errors
+# of a quantile read from the reps so far (sqrt(p (1 - p) / m) of m values), so that a spread
+# read from a handful of reps is read optimistically, and futility is said only when even that
+# reading falls short (one-sided, about 93%). 1.5 from the simulation in
+# benchmarks/sequential_coverage.py: at 1 a bimodal target reachable within max_reps was called
+# futile in 3 experiments of 10, at 2 a target four times out of reach was called so in 1 of 4.
+OPTIMISM_Z = 1.5
+
+
 @functools.cache
 def _levels(alpha: float, size: int) -> np.ndarray:
-    """The quantile levels a_n / n and (b_n + 1) / n of :func:`acceptable_set` for n = 0 ..
-    size - 1, as two rows (n = 0: levels 0 and 1, unbounded)."""
-    table = np.array([[0.0, 1.0]] + [[acceptable_set(n, alpha)[0] / n,
-                                       (acceptable_set(n, alpha)[1] + 1) / n]
-                                      for n in range(1, size)])
-    return table.T.copy()
+    """Where the ends of the interval at n fall, as quantile levels of the distribution, for
+    n = 0 .. size - 1: the a_n-th and (b_n + 1)-th of n values lie on average at the levels
+    a_n / (n + 1) and (b_n + 1) / (n + 1); a level of 0 or 1 marks an unbounded end (a_n = 0)."""
+    rows = [[0.0, 1.0]]
+    for n in range(1, size):
+        a, b = acceptable_set(n, alpha)
+        rows.append([a / (n + 1), (b + 1) / (n + 1)] if a >= 1 else [0.0, 1.0])
+    return np.array(rows).T.copy()
 
 
 def _projected_widths(x: np.ndarray, ns: np.ndarray, alpha: float) -> np.ndarray:
     """One run's projected interval width at each n of ``ns`` (consecutive): its empirical
-    quantiles (linear interpolation, as np.quantile) at the levels a_n / n and (b_n + 1) / n;
-    inf where a level leaves (0, 1) or the run has no values."""
+    quantiles (linear interpolation, as np.quantile) at the levels of :func:`_levels`, each moved
+    OPTIMISM_Z standard errors toward the middle (none past it: width 0); inf where an end is
+    unbounded or the run has no values."""
     first, last = int(ns[0]), int(ns[-1])
     table = _levels(alpha, 1 << max(last, 1).bit_length())  # sizes doubling: a few tables
     low, high = table[0, first:last + 1], table[1, first:last + 1]
     widths = np.full(len(ns), math.inf)
     inside = (low > 0) & (high < 1)
     if len(x) and inside.any():
-        # np.quantile's default: the value at virtual index q * (len - 1), linearly between
-        # the order statistics around it
-        grid = np.arange(len(x))
-        w = (np.interp(high[inside] * (len(x) - 1), grid, x)
-             - np.interp(low[inside] * (len(x) - 1), grid, x))
+        m = len(x)
+        low = low + OPTIMISM_Z * np.sqrt(low * (1 - low) / m)
+        high = high - OPTIMISM_Z * np.sqrt(high * (1 - high) / m)
+        low, high = np.minimum(low, 0.5), np.maximum(high, 0.5)
+        # np.quantile's default: the value at virtual index q * (m - 1), linearly between the
+        # order statistics around it
+        grid = np.arange(m)
+        w = (np.interp(high[inside] * (m - 1), grid, x)
+             - np.interp(low[inside] * (m - 1), grid, x))
         widths[inside] = np.where(np.isnan(w), math.inf, w)
     return widths
 
@@ -177,15 +193,15 @@ def _projected_rels(runs: list[np.ndarray], ns: np.ndarray, alpha: float,
 
 
 def projected_rel(runs_values, n: int, alpha: float) -> float:
-    """The relative half-width to expect at n reps per run if each run's spread stays as it is.
+    """The relative half-width to expect at n reps per run if each run's spread stays as it is,
+    read optimistically.
 
-    Each run's interval at n (its acceptable set at alpha / R, read as quantile levels a_n / n
-    and (b_n + 1) / n of the run's values so far) is centred on the pooled median, and their
-    hull is the widest of them. That ignores how far the runs' medians now disagree, which may
-    be chance, so that on that count a target it cannot reach is out of reach; the spread read
-    from few reps is noisy either way. inf while a level falls outside (0, 1): a_n = 0, and
-    also a_n = 1, where (b_n + 1) / n = 1 though the interval itself is bounded (n = 9 to 12 at
-    alpha 0.025); NaN for a zero or missing value.
+    Each run's interval at n (its acceptable set at alpha / R, read as the quantile levels where
+    its ends fall, a_n / (n + 1) and (b_n + 1) / (n + 1), each moved OPTIMISM_Z standard errors
+    toward the middle, of the run's values so far) is centred on the pooled median, and their
+    hull is the widest of them. It ignores how far the runs' medians now disagree, which may be
+    chance, and reads the spread from few reps in its favour, so that a target it cannot reach
+    is out of reach. inf while an end is unbounded (a_n = 0); NaN for a zero or missing value.
     """
     runs = [_clean(v) for v in runs_values]
     if not runs or n < 1:
