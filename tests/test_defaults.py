@@ -70,6 +70,9 @@ NOT_CONFIG = {
         "the archive file's format name, not a trace's format",
     ("slotbench/measure/sampler.py", "request_timeout_s", "stop"):
         "how long stopping waits for the sampler's thread, not a request's timeout",
+    ("slotbench/checks/sufficiency.py", "min_reps", "MIN_REPS"):
+        "the sufficiency check's fewest reps for any interval to count (a method constant); "
+        "stopping.min_reps, a sequential experiment's own, defaults to the same number",
 }
 
 
@@ -327,7 +330,7 @@ NOT_METHOD = {
 METHOD_MODULES = ["slotbench.tables.crosscheck", "slotbench.tables.delivery", "slotbench.analysis.analyse",
                   "slotbench.core.stats", "slotbench.analysis.capacity", "slotbench.analysis.openloop",
                   "slotbench.tables.openloop", "slotbench.analysis.across", "slotbench.analysis.compare",
-                  "slotbench.analysis.paired"]
+                  "slotbench.analysis.paired", "slotbench.core.sequential"]
 
 
 def _numeric_constants(module) -> dict[str, float]:

@@ -30,10 +30,10 @@ from slotbench.core.defaults import (  # noqa: F401
     fill_target,
     load_schema,
 )
-from slotbench.measure.plan import auto_processes, max_reps  # the nonce holds the rep number
+from slotbench.measure.plan import auto_processes
 from slotbench.measure.workload import is_article
 from slotbench.measure.workload import pruned as pruned_workload
-from slotbench.workflow import matrix, workloads
+from slotbench.workflow import matrix, stopping, workloads
 
 REPO_CONFIG = REPO / "config" / "config.yaml"
 
@@ -229,9 +229,11 @@ def resolve(config: dict, schema: dict | None = None) -> dict:
             for t in cfg["targets"]
         ]
         cfg["targets"] = workloads.filled(cfg["targets"], schema)  # a target's own workload
+    if cfg.get("reps") == "auto" and "stopping" not in cfg:  # its defaults, only with auto
+        cfg["stopping"] = fill({}, schema["properties"]["stopping"])
     problems = _schema_problems(cfg, schema)
     if not problems:
-        problems = _semantic_problems(cfg)
+        problems = _semantic_problems(cfg) + stopping.problems(cfg, config)
     if problems and expanded_from:
         problems.append("the targets were expanded from `matrix`: " + ", ".join(
             f"targets[{i}] = {name}" for i, name in enumerate(expanded_from)))
@@ -273,7 +275,7 @@ def canonical(cfg: dict) -> dict:
 
 def _semantic_problems(cfg: dict) -> list[str]:
     """What the schema cannot say: the template's fields, the targets' names, URLs and
-    backends, the arms' requests, and the reps a nonce can number."""
+    backends, the arms' requests (the reps: workflow/stopping.py)."""
     problems = template_problems(cfg["prompt"]["template"])
     if cfg["experiment"] in LAYOUT:
         problems.append(
@@ -287,13 +289,6 @@ def _semantic_problems(cfg: dict) -> list[str]:
         problems.append(
             "config key `design`: paired needs two targets or more to pair (a matrix with one "
             f"varied key, usually); this config has {len(cfg['targets'])}"
-        )
-    most = max_reps(cfg["prompt"]["nonce_digits"])
-    if cfg["reps"] > most:
-        problems.append(
-            f"config key `reps`: {cfg['reps']} reps do not fit a {cfg['prompt']['nonce_digits']}-"
-            f"digit nonce, whose leading digits hold the rep number (at most {most}); raise "
-            "prompt.nonce_digits"
         )
     return problems
 
@@ -420,8 +415,8 @@ def run_ids(cfg: dict) -> list[str]:
     return [f"run{i}" for i in range(1, cfg["runs"] + 1)]
 
 
-def rep_ids(cfg: dict) -> list[int]:
-    return list(range(1, cfg["reps"] + 1))
+def rep_ids(cfg: dict) -> list[int]:  # with reps: auto, the looks decide how many it measures
+    return stopping.possible_reps(cfg)
 
 
 # A target's keys that say where its telemetry is scraped and what it costs: evidence about the
