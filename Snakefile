@@ -12,6 +12,7 @@ include: "rules/common.smk"
 include: "rules/fingerprint.smk"
 include: "rules/plan.smk"
 include: "rules/rep.smk"
+include: "rules/stopping.smk"
 include: "rules/consolidate.smk"
 include: "rules/checks.smk"
 include: "rules/analyse.smk"
@@ -27,6 +28,8 @@ include: "rules/compare.smk"
 localrules:
     all,
     resolved_config,
+    look,
+    stopped,
     consolidate_block,
     consolidate,
     checks,

@@ -3,7 +3,8 @@ GRID = sbworkloads.has_grid(CFG)
 
 
 rule analyse:
-    """Within-rep ratios against the serial arm; medians across reps with bootstrap CIs; the
+    """Within-rep ratios against the serial arm; medians across reps with bootstrap CIs (with
+    reps: auto, the headline ratios' sequential intervals, and the looks' trail); the
     capacity under the configured service levels and the saturation point; the open loop's
     numbers per rate arm, their goodput and the capacity in requests/s (openloop.json); with a
     grid of workloads, their frontier and each one's speedup split (frontier.json).
@@ -20,6 +21,8 @@ rule analyse:
         # a grid of workloads: the frontier of per-user against aggregate rate, and each
         # workload's split of its speedup at its widest arm
         **({"frontier": result("analysis/frontier.json")} if GRID else {}),
+        # reps: auto: every look decided again from the cells (the trail the looks followed)
+        **({"stopping": result("analysis/stopping.csv")} if STOPPING else {}),
         ratios=result("analysis/ratios.parquet"),
         summary=result("analysis/summary.csv"),
         capacity=result("analysis/capacity.json"),
@@ -31,6 +34,13 @@ rule analyse:
     params:
         # each target's workload, by name, for those that are not the article's
         **({"workloads": sbworkloads.by_target(CFG)} if WORKLOAD else {}),
+        # reps: auto: the looks' settings and the checks a precise stop needs (a param only
+        # then, as workloads: a fixed experiment's analysis is as it was)
+        **(
+            {"stopping": STOPPING, "checks": sbconfig.check_settings(CFG)}
+            if STOPPING
+            else {}
+        ),
         n_boot=CFG["analysis"]["bootstrap"],
         ci=CFG["analysis"]["ci"],
         seed=CFG["seed"],

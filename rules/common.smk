@@ -81,17 +81,17 @@ def code(script):
 
 result = lambda path: f"{JOBS.results}/{path}"  # path in results/<experiment>/
 per_run = lambda pattern, **more: expand(pattern, target=TARGETS, run=RUNS, **more)
-raw_files = lambda w=None: per_run(JOBS.raw, rep=REPS)
+raw_files = lambda w=None: per_run(JOBS.raw, rep=measured_reps())  # rules/stopping.smk
 raw_sha256_files = lambda w=None: [f"{path}.sha256" for path in raw_files()]
 fingerprint_files = lambda w=None: per_run(result("fingerprint/{target}/{run}.json"))
 plan_files = lambda w=None: per_run(result("plan/{target}/{run}.json"))
 target_cfg = lambda w: sbconfig.target_by_name(CFG, w.target)
 experiment = lambda w: sbconfig.experiment(CFG, w.target)  # what every raw file records
 html_templates = lambda: [local(p) for p in sbcode.html_templates(workflow.basedir)]
-if _refusal := sbraw.unrecorded_refusal(raw_files()):  # before anything runs
+if _refusal := sbraw.unrecorded_refusal(per_run(JOBS.raw, rep=REPS)):
     refuse(_refusal)
 
-block_raw_files = lambda w: JOBS.raw_files_of_block(w.target, w.run, w.block)
+block_raw_files = lambda w: JOBS.block_raw(w.target, w.run, w.block, measured_reps())
 block_sha256_files = lambda w: [f"{p}.sha256" for p in block_raw_files(w)]
 block_files = lambda kind: per_run(f"{JOBS.block_prefix}.{kind}", block=JOBS.blocks)
 BLOCK_TOKENS = JOBS.block_tokens()  # read from the raw files as they are now

@@ -32,6 +32,9 @@ rule consolidate:
     """Every block of every target and run into the pipeline's Parquet tables; raw files of a
     target measured under different settings are refused, naming each file and key."""
     input:
+        # reps: auto: the look that stopped it under these settings and this code (an input
+        # only then): a change decides again, and the blocks grow if it says so
+        **({"stopped": rules.stopped.output[0]} if STOPPING else {}),
         code=code("consolidate.py"),
         blocks=block_files("json"),
         tables=[

@@ -23,6 +23,8 @@ rule report:
         **({"workload": result("analysis/workload.json")} if WORKLOAD else {}),
         # a grid of workloads: the frontier (analysis/frontier.json; its figure is below)
         **({"frontier": result("analysis/frontier.json")} if GRID else {}),
+        # reps: auto: the looks' trail (analysis/stopping.csv), the Stopping section's
+        **({"stopping": result("analysis/stopping.csv")} if STOPPING else {}),
         code=code("report.py"),
         templates=html_templates(),
         summary=result("analysis/summary.csv"),

@@ -9,7 +9,9 @@ from pathlib import Path
 import pandas as pd
 
 from slotbench.analysis import capacity, frontier, openloop, workload
-from slotbench.analysis.analyse import headline_ratios, summarise, with_costs
+from slotbench.analysis.analyse import (BOOTSTRAPPED, headline_ratios, sequential_summary,
+                                        summarise, with_costs)
+from slotbench.checks import stopping
 from slotbench.core.entry import fail, progress_log
 from slotbench.measure.rawfiles import json_bytes
 
@@ -17,11 +19,19 @@ from slotbench.measure.rawfiles import json_bytes
 def main(sm) -> None:
     with progress_log(sm.log[0]) as log:
         try:
-            ratios = with_costs(headline_ratios(pd.read_parquet(sm.input.cells)),
-                                dict(sm.params.prices))
+            cells = pd.read_parquet(sm.input.cells)
+            ratios = with_costs(headline_ratios(cells), dict(sm.params.prices))
         except ValueError as exc:
             fail(f"analyse: {exc}", log)
         summary = summarise(ratios, int(sm.params.n_boot), float(sm.params.ci), int(sm.params.seed))
+        if hasattr(sm.output, "stopping"):  # reps: auto: intervals valid though they stopped it
+            summary = sequential_summary(summary, ratios, float(sm.params.ci),
+                                                  BOOTSTRAPPED)
+            looks = stopping.trail(ratios, cells, dict(sm.params.stopping),
+                                   dict(sm.params.checks))
+            looks.to_csv(sm.output.stopping, index=False)
+            print(f"analyse: {looks['look'].nunique()} looks, the last: "
+                  f"{looks['look_decision'].iloc[-1] if len(looks) else 'none'}", file=log)
         ratios.to_parquet(sm.output.ratios, index=False)
         summary.to_csv(sm.output.summary, index=False)
         boot = (int(sm.params.n_boot), float(sm.params.ci), int(sm.params.seed))

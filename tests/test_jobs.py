@@ -158,10 +158,10 @@ def test_a_block_holds_reps_per_block_reps():
 def test_the_raw_files_of_each_block(reps, blocks, sizes):
     j = planned(reps=reps, prompt={"nonce_digits": 8})
     assert j.blocks == blocks
-    assert [len(j.raw_files_of_block("embedded", "run1", b)) for b in blocks] == sizes
-    files = [f for b in blocks for f in j.raw_files_of_block("embedded", "run2", str(b))]
+    assert [len(j.block_raw("embedded", "run1", b)) for b in blocks] == sizes
+    files = [f for b in blocks for f in j.block_raw("embedded", "run2", str(b))]
     assert files == [f"results/article/raw/embedded/run2/rep{r}.json" for r in range(1, reps + 1)]
-    assert j.raw_files_of_block("embedded", "run1", blocks[-1] + 1) == []
+    assert j.block_raw("embedded", "run1", blocks[-1] + 1) == []
 
 
 # --- files -----------------------------------------------------------------------------------
@@ -173,13 +173,13 @@ def test_every_file_of_the_jobs_lies_in_the_experiments_folder():
     assert planned().results == "results/article"
     j = planned(experiment="smoke", reps=2)
     assert j.raw.format(target="t", run="run1", rep=2) == "results/smoke/raw/t/run1/rep2.json"
-    assert j.raw_files_of_block("embedded", "run1", 1) == [
+    assert j.block_raw("embedded", "run1", 1) == [
         f"results/smoke/raw/embedded/run1/rep{r}.json" for r in (1, 2)]
     assert j.block_prefix.format(target="t", run="r", block=1) == (
         "results/smoke/consolidated/t/r/block1")
     cfg = config.resolve(REPO_CONFIG)
     old = Jobs(cfg, ["embedded"], ["run1"], [1], CPUS, old_layout=True)
-    assert old.raw_files_of_block("embedded", "run1", 1) == ["results/raw/embedded/run1/rep1.json"]
+    assert old.block_raw("embedded", "run1", 1) == ["results/raw/embedded/run1/rep1.json"]
 
 
 # --- tokens ----------------------------------------------------------------------------------
@@ -212,7 +212,7 @@ def test_a_consolidated_blocks_token_is_its_ledgers_while_its_raw_files_stay(tmp
                                                                             monkeypatch):
     monkeypatch.chdir(tmp_path)
     j = two_targets(reps=2)
-    raw = j.raw_files_of_block("a", "run1", 1)
+    raw = j.block_raw("a", "run1", 1)
     for rep, path in enumerate(raw, 1):
         write_raw_atomic(path, {"rep": rep})
     ledger = j.block_prefix.format(target="a", run="run1", block=1) + ".inventory.json"

@@ -7,9 +7,11 @@ cancels instead of leaking into the comparison.
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 
-from slotbench.core import stats
+from slotbench.core import sequential, stats
 from slotbench.core.cells import SERIAL_ARM, arm_order, cell_labels, raw_hashes
 from slotbench.tables.consolidate import REP_KEYS, headline_cells
 
@@ -231,3 +233,30 @@ def position_medians(cells: pd.DataFrame) -> pd.DataFrame:
             "cells": ";".join(cell_labels(grp)),
         })
     return pd.DataFrame(rows, columns=POSITION_COLUMNS)
+
+
+def sequential_summary(summary: pd.DataFrame, ratios: pd.DataFrame, ci: float,
+                       metrics) -> pd.DataFrame:
+    """The summary with each of ``metrics``' intervals replaced by its sequential one (the
+    confidence sequence hulled across runs, at level ``ci``), and the efficiency and
+    speedup-includes-one that follow from the speedup's: what a sequential experiment
+    publishes, valid although the intervals' width decided when it stopped."""
+    out = summary.copy()
+    alpha = 1.0 - ci
+    for i, row in out.iterrows():
+        grp = ratios[(ratios["target"] == row["target"]) & (ratios["arm"] == row["arm"])]
+        runs = sorted(set(grp["run"].astype(str)))
+        for metric in metrics:
+            by_run = [grp.loc[grp["run"].astype(str) == run, metric].to_numpy(float)
+                      for run in runs]
+            value, lo, hi = sequential.interval(by_run, alpha)
+            # an unbounded side (too few reps for the sequence to close it) is no bound: null
+            lo, hi = (b if math.isfinite(b) else float("nan") for b in (lo, hi))
+            out.loc[i, [metric, f"{metric}_lo", f"{metric}_hi"]] = [value, lo, hi]
+        level = row["speedup"] / row["efficiency"] if row["efficiency"] else float("nan")
+        for suffix in ("", "_lo", "_hi"):
+            out.loc[i, f"efficiency{suffix}"] = out.loc[i, f"speedup{suffix}"] / level
+        if int(row["arm"]) != SERIAL_ARM:
+            out.loc[i, "speedup_includes_one"] = bool(
+                out.loc[i, "speedup_lo"] <= 1 <= out.loc[i, "speedup_hi"])
+    return out

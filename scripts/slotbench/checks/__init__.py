@@ -28,7 +28,7 @@ from slotbench.checks.decision import headline_decision
 # Its modules are found by looking (slotbench.core.code follows them as a rule's code).
 DISCOVERED = True
 # Modules of this package that are not traps.
-INFRASTRUCTURE = {"base", "decision"}
+INFRASTRUCTURE = {"base", "decision", "stopping"}
 
 
 def trap_modules() -> list:

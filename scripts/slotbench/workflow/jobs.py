@@ -119,9 +119,12 @@ class Jobs:
     def blocks(self) -> list[int]:
         return sorted({block_of(rep) for rep in self.reps})
 
-    def raw_files_of_block(self, target: str, run: str, block: int | str) -> list[str]:
-        return [self.raw.format(target=target, run=run, rep=rep) for rep in self.reps
-                if block_of(rep) == int(block)]
+    def block_raw(self, target: str, run: str, block: int | str,
+                           reps: list[int] | None = None) -> list[str]:
+        """The raw files of the block's reps: of all ``reps`` (the config's when None; with
+        reps: auto, those measured) those in the block."""
+        return [self.raw.format(target=target, run=run, rep=rep)
+                for rep in (self.reps if reps is None else reps) if block_of(rep) == int(block)]
 
     def block_tokens(self) -> dict[tuple[str, str, int], str]:
         """(target, run, block) -> a token that changes when a raw file the block's
@@ -130,7 +133,7 @@ class Jobs:
         param, so the next plain run measures what is missing again and refuses what changed."""
         return {
             (target, run, block): rawfiles.inventory_token(
-                self.raw_files_of_block(target, run, block),
+                self.block_raw(target, run, block),
                 self.block_prefix.format(target=target, run=run, block=block)
                 + ".inventory.json",
             )
