@@ -24,7 +24,10 @@ from slotbench.report.frontier import blocks as frontier_blocks
 from slotbench.report.headline import ci_label, headline_blocks
 from slotbench.report.openloop import blocks as openloop_blocks
 from slotbench.report.openloop import general_figures
+from slotbench.report.stopping import blocks as stopping_blocks
+from slotbench.report.stopping import split_arms
 from slotbench.report.workload import blocks as workload_blocks
+from slotbench.workflow.stopping import settings as stopping_settings
 from slotbench.report.paired import blocks as paired_blocks
 from slotbench.report.render_html import render_html
 from slotbench.report.render_md import render_markdown
@@ -62,6 +65,7 @@ class ReportData:
     paired_figure: str | None = None
     workload: dict = field(default_factory=dict)  # analysis/workload.json (a workload's lengths)
     frontier: dict = field(default_factory=dict)  # analysis/frontier.json (a grid of workloads)
+    stopping: pd.DataFrame | None = None  # analysis/stopping.csv (reps: auto): the looks' trail
     results: str = "results/<experiment>"  # the experiment's folder: the report's own
 
     @property
@@ -73,6 +77,12 @@ class ReportData:
     def ci(self) -> float:
         """The intervals' level: the config's analysis.ci (the schema's without a config)."""
         return float(defaults.value((self.config or {}).get("analysis"), "analysis.ci"))
+
+    @property
+    def ci_label(self) -> str:
+        """The intervals' level as the report writes it: "95%", or with reps: auto "95%
+        sequential" (a confidence sequence: valid although its width decided the stop)."""
+        return ci_label(self.ci, sequential=self.stopping is not None)
 
 
 def load(inputs: dict, config: dict | None = None, md_out: str | None = None) -> ReportData:
@@ -104,6 +114,7 @@ def load(inputs: dict, config: dict | None = None, md_out: str | None = None) ->
         else {},
         frontier=json.loads(Path(inputs["frontier"]).read_text()) if inputs.get("frontier")
         else {},
+        stopping=pd.read_csv(inputs["stopping"]) if inputs.get("stopping") else None,
         results=(Path(md_out).parent.as_posix() if md_out is not None
                  else ReportData.results),
     )
@@ -144,13 +155,14 @@ def target_blocks(data: ReportData, target: str, index: prov.CellIndex) -> list:
     fps = sorted((fp for fp in data.fingerprints if str(fp.get("target")) == target),
                  key=lambda fp: str(fp.get("run")))
     cells = index.labels(target)
-    ctx = TargetContext(target, cells, index, prov.integrity_id(target), ci_label(data.ci),
+    ctx = TargetContext(target, cells, index, prov.integrity_id(target), data.ci_label,
                         tuple(fps), data.results)
     serialised = frozenset(a for v in verdicts if v["trap"] == "serialisation" and v["fired"]
                            for a in v["arms"])
     blocks: list = [Heading(2, f"Target: {target}"), *read_first(decision, fps)]
     rows = data.summary[data.summary["target"] == target]
-    blocks += headline_blocks(target, rows, decision, serialised, index, data.ci)
+    blocks += headline_blocks(target, rows, decision, serialised, index, data.ci,
+                              sequential=data.stopping is not None)
     slo = data.capacity.get("slo") or {}
     blocks += capacity_blocks(data.capacity.get("targets", {}).get(target), slo, ctx)
     blocks += telemetry_blocks(rows, ctx)
@@ -168,16 +180,19 @@ def build_document(data: ReportData) -> tuple[list, dict]:
     targets = sorted(set(data.summary["target"].astype(str)) | set(data.decision)
                      | set(index.targets()))
     blocks = _intro(data, targets)
+    blocks += stopping_blocks(data.stopping, stopping_settings(data.config or {}),
+                              split_arms(data.verdicts),
+                              len(data.cells[["target", "run"]].drop_duplicates()))
     for target in targets:
         blocks += target_blocks(data, target, index)
-    blocks += across_blocks(data.summary, index, ci_label(data.ci))
+    blocks += across_blocks(data.summary, index, data.ci_label)
     # a grid of workloads' section, its figure shown there
     blocks += frontier_blocks(data.frontier, data.decision, data.figures_sources,
-                              data.figure_paths, index, ci_label(data.ci))
-    blocks += paired_blocks(data.paired, data.paired_figure, index, ci_label(data.ci))
+                              data.figure_paths, index, data.ci_label)
+    blocks += paired_blocks(data.paired, data.paired_figure, index, data.ci_label)
     # the open loop's section, only when some target has rate arms (its figures are shown there)
     blocks += openloop_blocks(data.openloop, data.verdicts, data.figures_sources,
-                              data.figure_paths, index, ci_label(data.ci))
+                              data.figure_paths, index, data.ci_label)
 
     sources = TargetContext("", [], index).sources
     blocks += figure_blocks(general_figures(data.figures_sources), data.figure_paths, sources)

@@ -20,9 +20,16 @@ from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Bullets, Heading, Paragraph, Sources, Table
 
 
-def ci_label(ci) -> str:
-    """The interval level as the config gives it: 0.95 -> "95%", 0.9 -> "90%"."""
-    return f"{round(float(ci) * 100, 6):g}%"
+def ci_label(ci, sequential: bool = False) -> str:
+    """The interval level as the config gives it: 0.95 -> "95%", 0.9 -> "90%"; "95% sequential"
+    for a sequential experiment's intervals (reps: auto)."""
+    return f"{round(float(ci) * 100, 6):g}%" + (" sequential" if sequential else "")
+
+
+def interval_words(label: str) -> str:
+    """What an interval at ``label`` (ci_label) is called: "95% bootstrap interval", or for a
+    sequential experiment's "95% sequential interval" (a confidence sequence, no bootstrap)."""
+    return f"{label} interval" if label.endswith("sequential") else f"{label} bootstrap interval"
 
 
 UNQUOTED = {"ttft": "time to first token", "user": "the per-user rate"}
@@ -231,16 +238,17 @@ def headline_text(target, records, decision, serialised: frozenset, label: str) 
     return blocks
 
 
-def headline_blocks(target, rows, decision, serialised: frozenset, index, ci: float) -> list:
+def headline_blocks(target, rows, decision, serialised: frozenset, index, ci: float,
+                    sequential: bool = False) -> list:
     """Refusal or headline, the batching-or-pipelining reading, the per-arm table and sources."""
-    label = ci_label(ci)
+    label = ci_label(ci, sequential)
     refusal = _refusal(target, decision)
     records = sorted((r for _, r in rows.iterrows()), key=lambda r: arm_order(r["arm"]))
     blocks = headline_text(target, records, decision, serialised, label)
     title = "Per-arm results"
     note = (
         "Ratios are within-rep against serial-1 of the same rep; medians across reps, runs "
-        f"pooled, with {label} bootstrap intervals. gen_gain = per-user rate × concurrency / "
+        f"pooled, with {interval_words(label)}s. gen_gain = per-user rate × concurrency / "
         "serial rate (batching in the generation stage), where concurrency is the arm's, or, "
         "where the server queued requests for a slot, the time-weighted number it generated "
         "for at once (\"generating at once\"); pipelining = speedup / gen_gain (overlap)."

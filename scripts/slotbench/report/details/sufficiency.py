@@ -6,6 +6,7 @@ from slotbench.core.cells import arm_name
 from slotbench.core.fmt import fmt_int, fmt_times, missing
 from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Heading, Paragraph, Table
+from slotbench.report.headline import interval_words
 from slotbench.report.traps import cells_ref
 
 TRAP = "sufficiency"
@@ -52,20 +53,21 @@ def render(verdict: dict, ctx) -> list:
         text = (
             f"{verdict['sentence'][:-1]}. An interval narrows as 1/√reps, so reps needed = reps "
             f"× (half-width / target)²; fewer than {ev['min_reps']} reps never count as meeting "
-            "the target, since the bootstrap interval of so few is too narrow to trust. Read the "
+            f"the target, since the {interval_words(ctx.ci).split('% ', 1)[1]} of so few is too "
+            "narrow to trust. Read the "
             "headline's ratios with their intervals."
         )
     else:
         text = (
-            f"{verdict['sentence'][:-2]}: each headline ratio of each parallel arm, {ctx.ci} "
-            "bootstrap interval half-width relative to the value)."
+            f"{verdict['sentence'][:-2]}: each headline ratio of each parallel arm, "
+            f"{interval_words(ctx.ci)} half-width relative to the value)."
         )
     table_ref = cells_ref(ctx, tid, f"Interval width of every headline ratio of {ctx.target}")
     return [
         Heading(4, "Enough reps?"),
         Paragraph(text),
         Table("Interval width of each ratio", cols, table_rows,
-              f"CI half-width = (high − low) / 2 of the {ctx.ci} bootstrap interval, relative to "
+              f"CI half-width = (high − low) / 2 of the {interval_words(ctx.ci)}, relative to "
               "the value.", anchor=tid, row_ids=row_ids),
         ctx.sources(ctx.cells, tid, (table_ref, *refs)),
     ]

@@ -1,0 +1,101 @@
+"""The report's Stopping section (reps: auto): why the experiment stopped where it did, after how
+many reps and minutes, and what a fixed run of max_reps would have cost (analysis/stopping.csv,
+the trail of looks; slotbench.checks.stopping decides them)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from slotbench.core.cells import arm_name
+from slotbench.core.fmt import count
+from slotbench.report.blocks import Heading, Paragraph, Table
+
+WHY = {
+    "precise": "every headline ratio of every parallel arm is within the target, with at least "
+               "{min_reps} reps a run, and the rotation and deviance checks could look and did "
+               "not refuse the headline",
+    "futile": "a ratio cannot reach the target within {max_reps} reps a run at the spread seen so "
+              "far (judged optimistically, so this is said only when even the optimistic "
+              "projection falls short)",
+    "max_reps": "another block would have passed max_reps ({max_reps} reps a run)",
+    "max_minutes": "another block would have taken the reps past max_minutes ({max_minutes:g} "
+                   "min of measuring)",
+}
+
+
+def _pct(x) -> str:
+    return "unbounded" if not math.isfinite(float(x)) else f"±{float(x) * 100:.1f}%"
+
+
+def _needed(n) -> str:
+    return "more than 10,000" if pd.isna(n) else f"about {int(n)}"
+
+
+def _missed(rows: pd.DataFrame) -> str:
+    """The rows that missed the target, named: target, arm, metric, width, reps needed."""
+    missed = rows[rows["decision"] != "precise"]
+    return "; ".join(
+        f"{r.target} {arm_name(int(r.arm))} {r.metric} {_pct(r.rel)} ({_needed(r.reps_needed)} "
+        "reps a run would reach it at this spread)" for r in missed.itertuples())
+
+
+def split_arms(verdicts: list[dict]) -> dict[str, list[int]]:
+    """Per target, the arms whose rounds split into two states (the rounds check fired)."""
+    return {v["target"]: list(v.get("arms") or []) for v in verdicts
+            if v["trap"] == "rounds" and v["fired"] and v.get("arms")}
+
+
+def blocks(trail: pd.DataFrame | None, settings: dict | None, split_arms: dict,
+           runs_targets: int) -> list:
+    """The section, or nothing for a fixed number of reps (no trail). ``split_arms`` maps a
+    target to the arms whose rounds split into two states (the rounds check)."""
+    if trail is None or settings is None:
+        return []
+    if trail.empty:
+        return [Heading(2, "Stopping"),
+                Paragraph("reps: auto, but no whole block of reps was measured: no look was made.",
+                          "warning")]
+    last = trail[trail["look"] == trail["look"].max()]
+    decision = str(last["look_decision"].iloc[0])
+    look, reps = int(last["look"].iloc[0]), int(last["reps_per_run"].iloc[0])
+    minutes = float(last["minutes"].iloc[0])
+    target = f"±{settings['precision'] * 100:.3g}%"
+    text = (f"reps: auto. The experiment measured {count(reps, 'rep')} a run in "
+            f"{count(look, 'look')} (blocks of {settings['block']}, so every arm held every "
+            f"position equally often in every run), {minutes:.1f} min of measuring, and stopped "
+            f"{decision}: " + WHY.get(decision, decision).format(**settings) + ".")
+    if decision != "precise":
+        text += f" Missed the {target} target: {_missed(last)}."
+    pace = minutes / (reps * runs_targets) if reps else float("nan")
+    fixed = settings["max_reps"] * runs_targets * pace
+    text += (f" A fixed run of max_reps ({settings['max_reps']} reps a run) would have taken "
+             f"about {fixed:.1f} min at the pace measured.")
+    out = [Heading(2, "Stopping")]
+    if decision != "precise":
+        out.append(Paragraph(f"Not precise: the experiment stopped {decision} before every "
+                             f"headline ratio met {target}; the intervals below say how wide "
+                             "they are, and no headline here is claimed to meet the target.",
+                             "warning"))
+    out.append(Paragraph(text))
+    for tgt, arms in sorted(split_arms.items()):
+        for arm in arms:
+            out.append(Paragraph(
+                f"{tgt} {arm_name(arm)}: its rounds split into two states (Rounds that split "
+                "into two states), so its reps are a mixture; more reps narrow such an "
+                "interval only slowly.", "note"))
+    out.append(Paragraph(
+        "Every interval of the headline ratios in this report is sequential: a confidence "
+        "sequence for the median in each run (Howard and Ramdas, Bernoulli 2022), hulled across "
+        "runs, so it keeps its level although its width decided when to stop. "
+        "analysis/stopping.csv holds every look, decided again from the cells."))
+    rows = [[r.target, arm_name(int(r.arm)), r.metric, f"{r.value:.3g}",
+             "—" if not math.isfinite(r.lo) else f"{r.lo:.3g}",
+             "—" if not math.isfinite(r.hi) else f"{r.hi:.3g}", _pct(r.rel),
+             "—" if pd.isna(r.reps_needed) else str(int(r.reps_needed)), r.decision]
+            for r in last.itertuples()]
+    out.append(Table(f"The last look (look {look}, {reps} reps a run) against {target}",
+                     ["target", "arm", "metric", "value", "lo", "hi", "half-width",
+                      "reps a run needed", "decision"], rows))
+    return out
