@@ -108,8 +108,8 @@ class Case:
         m = self.median
         for n in range(1, limit + 1):
             a, b = sequential.acceptable_set(n, ALPHA / R)
-            if a >= 1 and b + 1 < n and (self.quantile((b + 1) / n)
-                                         - self.quantile(a / n)) / 2 / m <= target_rel:
+            if a >= 1 and (self.quantile((b + 1) / (n + 1))
+                           - self.quantile(a / (n + 1))) / 2 / m <= target_rel:
                 return n
         return None
 

@@ -29,7 +29,8 @@ It speaks the subset of llama-server's HTTP API that slotbench uses, as llama.cp
 At most ``slots`` requests generate at once (llama-server's slots); the rest wait. Each token
 takes ``token_s * (1 + alpha * (generating - 1))``: the slots share the machine, as a real
 server's do; with ``drift_per_s``, every token is that much slower per second of the server's
-clock (``clock_start``), a machine that drifts on purpose. Every ``/completion`` body is recorded, with the most requests that were
+clock (``clock_start``), a machine that drifts on purpose; with ``noise``, each request's
+tokens take a factor drawn uniformly from 1 ± noise as long (a seeded draw), a noisy machine. Every ``/completion`` body is recorded, with the most requests that were
 generating at one time (``max_in_flight``), so a test can check that nothing was lost, sent
 twice, or sent at all.
 
@@ -70,6 +71,7 @@ HTTP 200 (the wrong protocol). ``stop()`` closes the socket: connections are ref
 from __future__ import annotations
 
 import json
+import random
 import socket
 import threading
 import time
@@ -121,6 +123,8 @@ class FaultServer(Served):
         self.token_s = token_s
         self.alpha = alpha
         self.drift_per_s = drift_per_s
+        self.noise = 0.0  # each request's tokens take 1 ± noise (uniform) times as long
+        self.rng = random.Random(0)
         self.clock_start = time.monotonic() if clock_start is None else clock_start
         self.measured_predict = measured_predict
         self.hold_s = hold_s
@@ -372,10 +376,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         t_first = None
         self._held = [] if d.buffering == "end" else None
+        with d.lock:  # this request's pace: 1 ± noise, a noisy machine on purpose
+            pace = 1 + d.noise * (2 * d.rng.random() - 1)
         for k in range(n):
             with d.lock:
                 busy = d.in_flight
-            time.sleep(d.token_delay(busy))
+            time.sleep(d.token_delay(busy) * pace)
             if k == 2 and fault == "die":
                 self.wfile.flush()
                 self.connection.shutdown(socket.SHUT_RDWR)
