@@ -49,6 +49,23 @@ CASES = {
         {"reps": 100000},
         KEY + r"`reps`: 100000 reps do not fit a 6-digit " r"nonce.*raise prompt\.nonce_digits",
     ),
+    # reps: auto and its stopping block (arms [1, 2]: a rotation block is two reps)
+    "min_reps above max_reps": (
+        {"reps": "auto", "stopping": {"min_reps": 12, "max_reps": 8}},
+        KEY + r"`stopping\.min_reps`: 12 is more than stopping\.max_reps \(8\)",
+    ),
+    "max_reps under one block": (
+        {"reps": "auto", "stopping": {"max_reps": 1}},
+        KEY + r"`stopping\.max_reps`: 1 is less than one rotation block \(2 reps, one per arm\)",
+    ),
+    "max_minutes 0": ({"reps": "auto", "stopping": {"max_minutes": 0}},
+                      KEY + r"`stopping\.max_minutes`: 0 must be greater than 0"),
+    "max_minutes negative": ({"reps": "auto", "stopping": {"max_minutes": -1}},
+                             KEY + r"`stopping\.max_minutes`: -1 must be greater than 0"),
+    "stopping with a fixed reps": (
+        {"reps": 3, "stopping": {"max_reps": 9}},
+        KEY + r"`stopping`: it applies only with reps: auto, and reps is 3",
+    ),
     "runs is 0": ({"runs": 0}, KEY + r"`runs`: 0 is less than the minimum of 1"),
     "runs is a word": (
         {"runs": "two"},
@@ -327,7 +344,7 @@ def _with_url(value, url: str):
 THROUGH_SNAKEMAKE = ("reps is 2.0", "num_predict NaN", "openai endpoint", "managed parallel 0",
                      "client processes 0", "not YAML", "a list, not keys", "no such file",
                      # both crashed in rules/common.smk with a traceback once
-                     "requests_per_cell 2.0", "url port 99999")
+                     "requests_per_cell 2.0", "url port 99999", "min_reps above max_reps")
 
 
 def _in_process(root: Path, name: str) -> dict:

@@ -23,35 +23,38 @@ REAL_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
 def test_a_synthetic_workload_gets_every_planned_length_exactly_on_the_real_server(tmp_path):
     work = copy_repo(tmp_path / "synthetic")
-    # config/workloads/synthetic.yaml (256-token prompts, 64-token outputs), two reps
-    (work / "two.yaml").write_text(yaml.safe_dump({"reps": 2, "cooldown_s": 0}))
-    proc = snakemake(work, "--configfile", "config/workloads/synthetic.yaml", "two.yaml",
+    # config/workloads/synthetic.yaml, shorter: one rep of 160-token prompts, 24-token outputs
+    (work / "short.yaml").write_text(yaml.safe_dump(
+        {"reps": 1, "cooldown_s": 0,
+         "workload": {"input_tokens": {"dist": "fixed", "value": 160},
+                      "output_tokens": {"dist": "fixed", "value": 24}}}))
+    proc = snakemake(work, "--configfile", "config/workloads/synthetic.yaml", "short.yaml",
                      cache=tmp_path / "cache")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     out = results_dir(work, "synthetic")
     requests = pd.read_parquet(out / "requests.parquet")
-    assert len(requests) == 2 * (4 + 4 + 4)
-    assert requests["prompt_tokens"].eq(256).all(), requests["prompt_tokens"].value_counts()
-    assert requests["output_tokens"].eq(64).all(), requests["output_tokens"].value_counts()
-    assert requests["planned_input_tokens"].eq(256).all()
-    assert requests["planned_output_tokens"].eq(64).all() and requests["pinned"].all()
+    assert len(requests) == 4 + 4 + 4
+    assert requests["prompt_tokens"].eq(160).all(), requests["prompt_tokens"].value_counts()
+    assert requests["output_tokens"].eq(24).all(), requests["output_tokens"].value_counts()
+    assert requests["planned_input_tokens"].eq(160).all()
+    assert requests["planned_output_tokens"].eq(24).all() and requests["pinned"].all()
     assert requests["nonce"].is_unique
     # the raw file keeps each request's plan beside what it got
     raw = json.loads((out / "raw/embedded/run1/rep1.json").read_text())
     assert raw["experiment"]["workload"]["kind"] == "synthetic"
     first = raw["cells"][0]["requests"][0]
-    assert first["planned"] == {"input_tokens": 256, "output_tokens": 64, "pinned": True}
+    assert first["planned"] == {"input_tokens": 160, "output_tokens": 24, "pinned": True}
     outputs = json.loads((out / "checks/outputs.json").read_text())
     prompts = json.loads((out / "checks/prompts.json").read_text())
     assert [v["verdict"] for v in outputs] == ["no"] and "pinned" in outputs[0]["summary"]
     assert [v["verdict"] for v in prompts] == ["no"]
     assert "every prompt its planned length" in prompts[0]["summary"]
     md = (out / "report.md").read_text()
-    assert "Output lengths against the plan" in md and "synthetic: input 256, output 64" in md
+    assert "Output lengths against the plan" in md and "synthetic: input 160, output 24" in md
     # a workload's result is archived, re-rendered without a server, and explained like any
     slotbench = [sys.executable, "-m", "slotbench"]
     done = snakemake(work, "archive", "--configfile", "config/workloads/synthetic.yaml",
-                     "two.yaml", cache=tmp_path / "cache")
+                     "short.yaml", cache=tmp_path / "cache")
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     rendered = subprocess.run(
         [*slotbench, "archive-render", str(out / "archive/synthetic.tar.gz"), "--out",

@@ -193,3 +193,36 @@ def test_a_noisy_server_with_an_unreachable_target_stops_and_says_so(tmp_path):
     sufficiency = json.loads((out / "checks/sufficiency.json").read_text())[0]
     assert sufficiency["fired"], sufficiency["summary"]  # no interval claimed as precise
     assert "Enough reps:" not in md  # the sufficiency check's sentence when every one meets it
+
+
+def test_a_sequential_run_that_fails_a_rep_resumes_where_it_stopped(tmp_path):
+    """A server that fails a request fails the rep it hits, by name; the next plain run keeps
+    every rep measured before, measures only what is missing and goes on looking."""
+    server = FaultServer(slots=4, token_s=0.01, measured_predict=6).start()
+    try:
+        work = copy_repo(tmp_path / "work")
+        write(work, server, runs=1, stopping={"min_reps": 4, "max_reps": 8})
+        per_rep = 2 * 4  # arms × requests_per_cell
+        server.arm("http500", skip=3 * per_rep + 2)  # rep 4's third measured request fails
+        failed = run(work)
+        assert failed.returncode != 0
+        errors = [line for line in output(failed).splitlines() if line.startswith("ERROR: ")]
+        assert errors and re.search(r"^ERROR: target ideal, run run1, rep 4, arm [12] "
+                                    r"\(position [01]\), request [0-3]: .*HTTP 500", errors[0])
+        out = results_dir(work, "auto")
+        assert raw_reps(out, "run1") == [1, 2, 3]
+        kept = digests(out)
+        server.arm(None)
+        server.reset_counts()
+        resumed = run(work)
+        assert resumed.returncode == 0, output(resumed)[-3000:]
+    finally:
+        server.stop()
+    stop = stopped(out)
+    reps = stop["reps_per_run"]
+    assert raw_reps(out, "run1") == list(range(1, reps + 1)) and reps >= 4
+    after = digests(out)
+    assert {k: after[k] for k in kept} == kept  # reps 1-3 as they were
+    with server.lock:
+        measured = sum(1 for b in server.bodies if b.get("n_predict") == 6)
+    assert measured == per_rep * (reps - 3)  # rep 3 was not measured again

@@ -31,6 +31,7 @@ from slotbench.checks.base import Tables
 from slotbench.checks.sufficiency import METRICS
 from slotbench.core import sequential
 from slotbench.core.cells import SERIAL_ARM, arm_name
+from slotbench.core.fmt import fmt_duration
 from slotbench.workflow.stopping import CONTINUE
 
 COLUMNS = ["look", "reps_per_run", "minutes", "target", "arm", "metric", "value", "lo", "hi",
@@ -162,7 +163,7 @@ def progress_line(rows: list[dict], decision: str, look: int, settings: dict,
         goal = max(goal, reps + settings["block"], settings["min_reps"])
         more = goal - reps
         pace = minutes / (reps * runs_targets) if reps else 0.0
-        parts.append(f"≈ {more} more reps, ≈ {more * runs_targets * pace:.0f} min")
+        parts.append(f"≈ {more} more reps, ≈ {fmt_duration(more * runs_targets * pace * 60)}")
     else:
-        parts.append(f"stop: {decision} after {minutes:.1f} min")
+        parts.append(f"stop: {decision} after {fmt_duration(minutes * 60)}")
     return " · ".join(parts)

@@ -182,7 +182,7 @@ def build_document(data: ReportData) -> tuple[list, dict]:
     blocks = _intro(data, targets)
     blocks += stopping_blocks(data.stopping, stopping_settings(data.config or {}),
                               split_arms(data.verdicts),
-                              len(data.cells[["target", "run"]].drop_duplicates()))
+                              len(data.cells[["target", "run"]].drop_duplicates()), index)
     for target in targets:
         blocks += target_blocks(data, target, index)
     blocks += across_blocks(data.summary, index, data.ci_label)

@@ -9,8 +9,12 @@ import math
 import pandas as pd
 
 from slotbench.core.cells import arm_name
-from slotbench.core.fmt import count
+from slotbench.core.fmt import count, fmt_duration
+from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Heading, Paragraph, Table
+from slotbench.report.traps import TargetContext
+
+STOPPING_ID = "stopping"  # the provenance id of the last look's table
 
 WHY = {
     "precise": "every headline ratio of every parallel arm is within the target, with at least "
@@ -48,9 +52,10 @@ def split_arms(verdicts: list[dict]) -> dict[str, list[int]]:
 
 
 def blocks(trail: pd.DataFrame | None, settings: dict | None, split_arms: dict,
-           runs_targets: int) -> list:
+           runs_targets: int, index: prov.CellIndex | None = None) -> list:
     """The section, or nothing for a fixed number of reps (no trail). ``split_arms`` maps a
-    target to the arms whose rounds split into two states (the rounds check)."""
+    target to the arms whose rounds split into two states (the rounds check); with ``index``,
+    the last look's table names its cells (every measured cell: the look read them all)."""
     if trail is None or settings is None:
         return []
     if trail.empty:
@@ -64,14 +69,15 @@ def blocks(trail: pd.DataFrame | None, settings: dict | None, split_arms: dict,
     target = f"±{settings['precision'] * 100:.3g}%"
     text = (f"reps: auto. The experiment measured {count(reps, 'rep')} a run in "
             f"{count(look, 'look')} (blocks of {settings['block']}, so every arm held every "
-            f"position equally often in every run), {minutes:.1f} min of measuring, and stopped "
+            f"position equally often in every run), {fmt_duration(minutes * 60)} of measuring, and "
+            f"stopped "
             f"{decision}: " + WHY.get(decision, decision).format(**settings) + ".")
     if decision != "precise":
         text += f" Missed the {target} target: {_missed(last)}."
     pace = minutes / (reps * runs_targets) if reps else float("nan")
     fixed = settings["max_reps"] * runs_targets * pace
     text += (f" A fixed run of max_reps ({settings['max_reps']} reps a run) would have taken "
-             f"about {fixed:.1f} min at the pace measured.")
+             f"about {fmt_duration(fixed * 60)} of measuring at the pace measured.")
     out = [Heading(2, "Stopping")]
     if decision != "precise":
         out.append(Paragraph(f"Not precise: the experiment stopped {decision} before every "
@@ -95,7 +101,14 @@ def blocks(trail: pd.DataFrame | None, settings: dict | None, split_arms: dict,
              "—" if not math.isfinite(r.hi) else f"{r.hi:.3g}", _pct(r.rel),
              "—" if pd.isna(r.reps_needed) else str(int(r.reps_needed)), r.decision]
             for r in last.itertuples()]
-    out.append(Table(f"The last look (look {look}, {reps} reps a run) against {target}",
-                     ["target", "arm", "metric", "value", "lo", "hi", "half-width",
-                      "reps a run needed", "decision"], rows))
+    title = f"The last look (look {look}, {reps} reps a run) against {target}"
+    out.append(Table(title, ["target", "arm", "metric", "value", "lo", "hi", "half-width",
+                             "reps a run needed", "decision"], rows,
+                     "Every look, decided again from the cells: analysis/stopping.csv.",
+                     anchor=STOPPING_ID))
+    if index is not None:
+        labels = index.labels()
+        ref = prov.Ref(STOPPING_ID, "table", title, prov.with_roles((labels, "source")),
+                       STOPPING_ID)
+        out.append(TargetContext("", labels, index).sources(labels, STOPPING_ID, (ref,)))
     return out
