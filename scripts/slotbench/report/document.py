@@ -155,8 +155,8 @@ def target_blocks(data: ReportData, target: str, index: prov.CellIndex) -> list:
     fps = sorted((fp for fp in data.fingerprints if str(fp.get("target")) == target),
                  key=lambda fp: str(fp.get("run")))
     cells = index.labels(target)
-    ctx = TargetContext(target, cells, index, prov.integrity_id(target), data.ci_label,
-                        tuple(fps), data.results)
+    ctx = TargetContext(target, cells, index, prov.integrity_id(target), ci_label(data.ci),
+                        tuple(fps), data.results, data.ci_label)
     serialised = frozenset(a for v in verdicts if v["trap"] == "serialisation" and v["fired"]
                            for a in v["arms"])
     blocks: list = [Heading(2, f"Target: {target}"), *read_first(decision, fps)]
@@ -189,10 +189,10 @@ def build_document(data: ReportData) -> tuple[list, dict]:
     # a grid of workloads' section, its figure shown there
     blocks += frontier_blocks(data.frontier, data.decision, data.figures_sources,
                               data.figure_paths, index, data.ci_label)
-    blocks += paired_blocks(data.paired, data.paired_figure, index, data.ci_label)
+    blocks += paired_blocks(data.paired, data.paired_figure, index, ci_label(data.ci))
     # the open loop's section, only when some target has rate arms (its figures are shown there)
     blocks += openloop_blocks(data.openloop, data.verdicts, data.figures_sources,
-                              data.figure_paths, index, data.ci_label)
+                              data.figure_paths, index, ci_label(data.ci))  # bootstrap always
 
     sources = TargetContext("", [], index).sources
     blocks += figure_blocks(general_figures(data.figures_sources), data.figure_paths, sources)

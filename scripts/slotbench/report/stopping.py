@@ -51,9 +51,9 @@ def split_arms(verdicts: list[dict]) -> dict[str, list[int]]:
             if v["trap"] == "rounds" and v["fired"] and v.get("arms")}
 
 
-def blocks(trail: pd.DataFrame | None, settings: dict | None, split_arms: dict,
+def blocks(trail: pd.DataFrame | None, settings: dict | None, split: dict,
            runs_targets: int, index: prov.CellIndex | None = None) -> list:
-    """The section, or nothing for a fixed number of reps (no trail). ``split_arms`` maps a
+    """The section, or nothing for a fixed number of reps (no trail). ``split`` maps a
     target to the arms whose rounds split into two states (the rounds check); with ``index``,
     the last look's table names its cells (every measured cell: the look read them all)."""
     if trail is None or settings is None:
@@ -70,8 +70,7 @@ def blocks(trail: pd.DataFrame | None, settings: dict | None, split_arms: dict,
     text = (f"reps: auto. The experiment measured {count(reps, 'rep')} a run in "
             f"{count(look, 'look')} (blocks of {settings['block']}, so every arm held every "
             f"position equally often in every run), {fmt_duration(minutes * 60)} of measuring, and "
-            f"stopped "
-            f"{decision}: " + WHY.get(decision, decision).format(**settings) + ".")
+            f"stopped {decision}: " + WHY.get(decision, decision).format(**settings) + ".")
     if decision != "precise":
         text += f" Missed the {target} target: {_missed(last)}."
     pace = minutes / (reps * runs_targets) if reps else float("nan")
@@ -85,7 +84,7 @@ def blocks(trail: pd.DataFrame | None, settings: dict | None, split_arms: dict,
                              "they are, and no headline here is claimed to meet the target.",
                              "warning"))
     out.append(Paragraph(text))
-    for tgt, arms in sorted(split_arms.items()):
+    for tgt, arms in sorted(split.items()):
         for arm in arms:
             out.append(Paragraph(
                 f"{tgt} {arm_name(arm)}: its rounds split into two states (Rounds that split "

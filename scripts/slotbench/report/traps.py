@@ -31,6 +31,9 @@ class TargetContext:
     ci: str | None = None  # the intervals' level, as ci_label gives it; None where none is quoted
     fingerprints: tuple = ()
     results: str = "results/<experiment>"  # the experiment's folder, where the report lies
+    # the headline ratios' intervals' label: ci's, or "95% sequential" with reps: auto (the
+    # rates, capacity and telemetry keep their bootstrap intervals, labelled ci)
+    ratio_ci: str | None = None
 
     def hashes_for(self, labels) -> list[str]:
         found = {self.index.info(label).get("raw_sha256") for label in labels}

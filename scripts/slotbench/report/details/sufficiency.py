@@ -23,7 +23,7 @@ def render(verdict: dict, ctx) -> list:
     if not verdict["assessable"]:
         return [Heading(4, "Enough reps?"), Paragraph(verdict["sentence"], "note")]
     tid = prov.integrity_id(ctx.target, "sufficiency")
-    cols = columns(ctx.ci)
+    cols = columns(ctx.ratio_ci or ctx.ci)
     rows = sorted(
         ev["rows"],
         key=lambda r: (
@@ -53,21 +53,21 @@ def render(verdict: dict, ctx) -> list:
         text = (
             f"{verdict['sentence'][:-1]}. An interval narrows as 1/√reps, so reps needed = reps "
             f"× (half-width / target)²; fewer than {ev['min_reps']} reps never count as meeting "
-            f"the target, since the {interval_words(ctx.ci).split('% ', 1)[1]} of so few is too "
+            f"the target, since the {interval_words(ctx.ratio_ci or ctx.ci).split('% ', 1)[1]} of so few is too "
             "narrow to trust. Read the "
             "headline's ratios with their intervals."
         )
     else:
         text = (
             f"{verdict['sentence'][:-2]}: each headline ratio of each parallel arm, "
-            f"{interval_words(ctx.ci)} half-width relative to the value)."
+            f"{interval_words(ctx.ratio_ci or ctx.ci)} half-width relative to the value)."
         )
     table_ref = cells_ref(ctx, tid, f"Interval width of every headline ratio of {ctx.target}")
     return [
         Heading(4, "Enough reps?"),
         Paragraph(text),
         Table("Interval width of each ratio", cols, table_rows,
-              f"CI half-width = (high − low) / 2 of the {interval_words(ctx.ci)}, relative to "
+              f"CI half-width = (high − low) / 2 of the {interval_words(ctx.ratio_ci or ctx.ci)}, relative to "
               "the value.", anchor=tid, row_ids=row_ids),
         ctx.sources(ctx.cells, tid, (table_ref, *refs)),
     ]
