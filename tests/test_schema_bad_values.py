@@ -224,5 +224,5 @@ def test_an_error_no_wording_fits_still_gets_its_own_message_in_one_line(monkeyp
 
     monkeypatch.setattr(config, "_phrase", broken)
     with pytest.raises(ConfigError) as err:
-        resolve(BASE | {"reps": 0})
-    assert str(err.value) == f"{HEAD}reps`: 0 is less than the minimum of 1"
+        resolve(BASE | {"num_predict": 0})
+    assert str(err.value) == f"{HEAD}num_predict`: 0 is less than the minimum of 1"

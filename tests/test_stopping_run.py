@@ -97,7 +97,8 @@ def test_an_ideal_server_stops_precise_in_whole_blocks_well_before_max_reps(idea
     stop = stopped(out)
     assert stop["decision"] == "precise"
     reps = stop["reps_per_run"]
-    assert reps % BLOCK == 0 and 9 <= reps <= 12, reps  # the sequence is bounded from 9 a run
+    # the sequence is bounded from 9 a run; well before 30 even when the machine is busy
+    assert reps % BLOCK == 0 and 9 <= reps <= 16, reps
     # whole blocks in every run, nothing beyond the stop
     assert raw_reps(out, "run1") == raw_reps(out, "run2") == list(range(1, reps + 1))
     cells = pd.read_parquet(out / "cells.parquet")
