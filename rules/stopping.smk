@@ -72,7 +72,7 @@ rule stopped:
     output:
         result(f"stopping/{LOOKS_KEY if STOPPING else '-'}/stopped.json"),
     log:
-        result("logs/stopping/stopped.log"),
+        result(f"logs/stopping/{LOOKS_KEY if STOPPING else '-'}/stopped.log"),
     conda:
         "../envs/analyse.yaml"
     script:

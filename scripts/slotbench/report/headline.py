@@ -26,10 +26,15 @@ def ci_label(ci, sequential: bool = False) -> str:
     return f"{round(float(ci) * 100, 6):g}%" + (" sequential" if sequential else "")
 
 
+def interval_kind(label: str) -> str:
+    """What kind of interval ``label`` (ci_label) labels: "bootstrap interval", or for a
+    sequential experiment's "sequential interval" (a confidence sequence, no bootstrap)."""
+    return "sequential interval" if label.endswith("sequential") else "bootstrap interval"
+
+
 def interval_words(label: str) -> str:
-    """What an interval at ``label`` (ci_label) is called: "95% bootstrap interval", or for a
-    sequential experiment's "95% sequential interval" (a confidence sequence, no bootstrap)."""
-    return f"{label} interval" if label.endswith("sequential") else f"{label} bootstrap interval"
+    """An interval at ``label`` in words: "95% bootstrap interval", "95% sequential interval"."""
+    return f"{label.removesuffix(' sequential')} {interval_kind(label)}"
 
 
 UNQUOTED = {"ttft": "time to first token", "user": "the per-user rate"}

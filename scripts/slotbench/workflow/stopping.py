@@ -5,7 +5,7 @@ once, and looks after each block (rules/stopping.smk, the ``look`` checkpoint): 
 from the cells measured so far whether to measure another block (slotbench.checks.stopping
 says how). Every stop then leaves each arm at every position equally often in every run.
 
-Plain data in and out, no Snakemake: rules/common.smk asks :func:`decided_reps` which reps the
+Plain data in and out, no Snakemake: rules/stopping.smk asks :func:`decided_reps` which reps the
 experiment has, giving it a reader of the looks that raises Snakemake's own exception for a look
 not yet made.
 """
@@ -20,9 +20,9 @@ from typing import Callable
 
 from slotbench.measure.plan import max_reps  # the nonce holds the rep number
 
-# what a look decides; every decision but CONTINUE stops the experiment
+# what a look decides to go on; every other decision (precise, futile, max_reps, max_minutes)
+# stops the experiment
 CONTINUE = "continue"
-DECISIONS = (CONTINUE, "precise", "futile", "max_reps", "max_minutes")
 
 
 def is_auto(cfg: dict) -> bool:

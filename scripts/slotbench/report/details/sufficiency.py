@@ -6,7 +6,7 @@ from slotbench.core.cells import arm_name
 from slotbench.core.fmt import fmt_int, fmt_times, missing
 from slotbench.provenance import ids as prov
 from slotbench.report.blocks import Heading, Paragraph, Table
-from slotbench.report.headline import interval_words
+from slotbench.report.headline import interval_kind, interval_words
 from slotbench.report.traps import cells_ref
 
 TRAP = "sufficiency"
@@ -53,7 +53,7 @@ def render(verdict: dict, ctx) -> list:
         text = (
             f"{verdict['sentence'][:-1]}. An interval narrows as 1/√reps, so reps needed = reps "
             f"× (half-width / target)²; fewer than {ev['min_reps']} reps never count as meeting "
-            f"the target, since the {interval_words(ctx.ratio_ci or ctx.ci).split('% ', 1)[1]} of so few is too "
+            f"the target, since the {interval_kind(ctx.ratio_ci or ctx.ci)} of so few is too "
             "narrow to trust. Read the "
             "headline's ratios with their intervals."
         )
