@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -47,6 +48,14 @@ def copy_repo(dest: Path, git: bool = True) -> Path:
                       "commit", "--quiet", "--no-verify", "-m", "test copy"]):
             subprocess.run(["git", "-C", str(dest), *args], check=True, capture_output=True)
     return dest
+
+
+def interruptible() -> None:
+    """A ``preexec_fn`` for a run a test interrupts with SIGINT: the signal's default action in
+    the child. A shell without job control starts its background commands with SIGINT ignored
+    (``pytest … &``), Python keeps it ignored, and every process below would inherit that: a
+    Ctrl-C the test sends would then reach nothing, and the run would finish."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def copy_work(work: Path, dest: Path) -> Path:

@@ -21,8 +21,8 @@ import yaml
 
 from doubles.wait import wait_for
 from e2e_helpers import (
-    SMOKE, copy_repo, copy_work, file_states, fill, jobs_run, llama_servers_under, results_dir,
-    small_filesystem, snakemake, wait_for_no_processes,
+    SMOKE, copy_repo, copy_work, file_states, fill, interruptible, jobs_run, llama_servers_under,
+    results_dir, small_filesystem, snakemake, wait_for_no_processes,
 )
 
 pytestmark = pytest.mark.e2e
@@ -279,7 +279,7 @@ def test_an_interrupt_stops_the_managed_server_and_keeps_what_was_measured(
     raw_dir, log = folder / "raw/embedded/run1", folder / "logs/rep/embedded/run1"
     proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", *args], cwd=work,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=interruptible)
     def measuring_fourth():
         return (log / "rep4.log").exists() and "position 0" in (log / "rep4.log").read_text()
 

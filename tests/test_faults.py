@@ -29,7 +29,7 @@ import pytest
 from doubles.fault_server import ERROR_PAGE, ERROR_PAGE_TITLE, FaultServer
 from doubles.wait import wait_for
 from e2e_helpers import (
-    DEFAULT_EXPERIMENT, copy_repo, fill, jobs_run, results_dir, small_filesystem,
+    DEFAULT_EXPERIMENT, copy_repo, fill, interruptible, jobs_run, results_dir, small_filesystem,
     wait_for_no_processes,
 )
 
@@ -362,7 +362,7 @@ def start_slow_run(case: Case) -> subprocess.Popen:
     case.server.token_s = 0.1
     proc = subprocess.Popen(command(), cwd=case.work, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=ENV,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=interruptible)
     def streaming() -> bool:
         assert proc.poll() is None, proc.stdout.read()
         return measured(case.server) >= 2
