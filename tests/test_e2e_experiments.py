@@ -12,6 +12,7 @@ from base64 import urlsafe_b64decode
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+import yaml
 
 from e2e_helpers import (
     SMOKE, copy_repo, copy_work, file_states, jobs_run, llama_servers_under, results_dir,
@@ -27,14 +28,16 @@ OTHERS = ("other", "third")
 
 @pytest.fixture(scope="module")
 def two(tmp_path_factory, smoke_template):
-    """The session's smoke run, then the smoke config again as the experiments `other` and
+    """The session's smoke run, then the smoke config again, with half its output length (the
+    reps wait for each other, so each of the six costs twice), as the experiments `other` and
     `third`, by two Snakemakes started together in the same checkout."""
     work = copy_work(smoke_template.work, tmp_path_factory.mktemp("experiments") / "work")
     smoke = results_dir(work)
     before = file_states(sorted(p for p in smoke.rglob("*") if p.is_file()))
+    (work / "short.yaml").write_text(yaml.safe_dump({"num_predict": 16}))
     with ThreadPoolExecutor(len(OTHERS)) as pool:
         procs = dict(zip(OTHERS, pool.map(
-            lambda name: snakemake(work, *SMOKE, "--config", f"experiment={name}",
+            lambda name: snakemake(work, *SMOKE, "short.yaml", "--config", f"experiment={name}",
                                    cache=smoke_template.cache), OTHERS)))
     return work, before, procs, smoke_template.cache
 

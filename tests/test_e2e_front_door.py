@@ -67,18 +67,20 @@ def server(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def measured(server, smoke_template, tmp_path_factory):
-    """`slotbench run --url URL --smoke`, then the same server again as a second experiment,
-    in a copy of the session's finished smoke run."""
+    """`slotbench run --url URL --smoke short.yaml` (a config of the user's own, the smoke
+    size with half its output length), then the same server again as a second experiment, in
+    a copy of the session's finished smoke run."""
     work = copy_work(smoke_template.work, tmp_path_factory.mktemp("front-door") / "work")
     cache = tmp_path_factory.mktemp("front-door-cache")
     smoke_before = files_of(results_dir(work))
-    first = slotbench(work, "run", "--url", server, "--smoke", cache=cache)
+    (work / "short.yaml").write_text("num_predict: 16\n")
+    first = slotbench(work, "run", "--url", server, "--smoke", "short.yaml", cache=cache)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-5000:]
     port = server.rsplit(":", 1)[1]
     name = f"llamacpp-127-0-0-1-{port}-smoke"
     first_files = files_of(results_dir(work, name))
-    second = slotbench(work, "run", "--url", server, "--smoke", "--experiment", SECOND,
-                       cache=cache)
+    second = slotbench(work, "run", "--url", server, "--smoke", "short.yaml", "--experiment",
+                       SECOND, cache=cache)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-5000:]
     return work, cache, name, first, smoke_before, first_files
 

@@ -16,7 +16,7 @@ from e2e_helpers import copy_repo, results_dir, snakemake
 
 pytestmark = pytest.mark.e2e
 
-INPUTS, OUTPUTS = [32, 256], [8, 64]  # shorter than the example's, to keep the test short
+INPUTS, OUTPUTS = [32, 128], [8, 32]  # shorter than the example's, to keep the test short
 POINTS = {f"embedded-in{i}-out{o}": (i, o) for i in INPUTS for o in OUTPUTS}
 
 
