@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
-
 
 WAYS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 8: "eight", 16: "sixteen"}
 MINUS = "\u2212"
@@ -24,7 +22,17 @@ def way(arm) -> str:
 
 
 def missing(x) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x)) or pd.isna(x)
+    if x is None:
+        return True
+    if isinstance(x, float):
+        return math.isnan(x)
+    if isinstance(x, (str, int)):  # bool is an int
+        return False
+    # pandas' and numpy's own missing values; imported here, not above, so that the rep job,
+    # which formats only plain numbers, starts without pandas (a third of a second a rep)
+    import pandas as pd
+
+    return pd.isna(x)
 
 
 def signed(text: str) -> str:
