@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
+import py_compile
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Iterator
 
@@ -26,22 +30,47 @@ def results_dir(work: Path, experiment: str = SMOKE_EXPERIMENT) -> Path:
     return Path(work) / "results" / experiment
 
 
+def shipped() -> list[str]:
+    """What git would ship (tracked and new, not ignored files), relative to the repository."""
+    files = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        capture_output=True, check=True,
+    ).stdout.decode().split("\0")
+    return [rel for rel in files if rel and (REPO / rel).is_file()]
+
+
+@cache
+def bytecode() -> dict[str, Path]:
+    """The package's modules compiled once a session, outside the repository: relative path of
+    the cached bytecode -> the compiled file. A user's Python writes these on its first run and
+    every rule job after reads them; a test copy starts with them too, where an environment that
+    sets PYTHONDONTWRITEBYTECODE would otherwise compile each module again in every job of every
+    copy. Python checks each one against its source's mtime and size, which copies keep, so a
+    module a test changes is compiled from its new source."""
+    folder = Path(tempfile.mkdtemp(prefix="slotbench-bytecode-"))
+    found = {}
+    for rel in shipped():
+        if rel.startswith("scripts/") and rel.endswith(".py"):
+            cached = importlib.util.cache_from_source(rel)
+            found[cached] = Path(py_compile.compile(str(REPO / rel), cfile=str(folder / cached),
+                                                    doraise=True))
+    return found
+
+
 def copy_repo(dest: Path, git: bool = True) -> Path:
-    """Copy what git would ship (tracked and new, not ignored files): no results, no .venv.
+    """Copy what git would ship (tracked and new, not ignored files): no results, no .venv; and
+    the package's bytecode (``bytecode``), which git ignores.
 
     With ``git``, the copy is a git checkout of its own (one commit of what was copied), so the
     fingerprints and archives made in it record a real commit and dirty state, as they would in
     a user's checkout.
     """
-    files = subprocess.run(
-        ["git", "-C", str(REPO), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        capture_output=True, check=True,
-    ).stdout.decode().split("\0")
-    for rel in filter(None, files):
-        src = REPO / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
+    for rel in shipped():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / rel, dest / rel)
+    for cached, compiled in bytecode().items():
+        (dest / cached).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(compiled, dest / cached)
     if git:
         for args in (["init", "--quiet"], ["add", "-A"],
                      ["-c", "user.name=slotbench tests", "-c", "user.email=tests@slotbench",
