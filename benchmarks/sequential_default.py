@@ -1,13 +1,14 @@
 """The embedded default with reps: auto (config/auto.yaml) against the fixed 2 runs × 10 reps
-(config/config.yaml), in turn, each in a fresh copy of this checkout on the real embedded
-llama-server: the reps each measured, its wall time, the half-width each reached per arm and
+(config/config.yaml), in turn (interleaved: `--order fixed,auto,auto,fixed` measures each
+twice, in an ABBA order, so that a machine drifting over the hour weighs on both alike), each
+in a fresh copy of this checkout on the real embedded llama-server: the reps each measured, its wall time, the half-width each reached per arm and
 ratio, and the sequential run's stop.
 
 The fixed run's half-widths are its bootstrap intervals' (the sufficiency check's table), the
 sequential run's its confidence sequences' (analysis/stopping.csv, the last look): the two are
 different intervals, the second valid although its width decided the stop.
 
-    .venv/bin/python benchmarks/sequential_default.py [--order fixed,auto] [--json FILE]
+    .venv/bin/python benchmarks/sequential_default.py [--order fixed,auto,auto,fixed] [--json FILE]
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ RUNS = {
 }
 
 
-def one(root: Path, name: str) -> dict:
+def one(root: Path, name: str, turn: int) -> dict:
     """Run one config in a fresh copy; what it measured and how wide its intervals are."""
     args, experiment = RUNS[name]
-    work = copy_repo(root / name)
+    work = copy_repo(root / f"{turn}-{name}")
     start = time.monotonic()
     proc = subprocess.run([str(REPO / ".venv/bin/snakemake"), "--cores", "1", *args], cwd=work,
                           capture_output=True, text=True,
@@ -48,7 +49,7 @@ def one(root: Path, name: str) -> dict:
     out = work / "results" / experiment
     reps = sorted(p.name for p in (out / "raw").rglob("rep*.json"))
     width = pd.read_csv(out / "checks/sufficiency.csv")
-    row = {"config": name, "wall_s": round(wall, 1), "raw_files": len(reps),
+    row = {"config": name, "turn": turn, "wall_s": round(wall, 1), "raw_files": len(reps),
            "widths": {f"{int(r.arm)}/{r.metric}": round(float(r.rel), 4)
                       for r in width.itertuples()}}
     if (out / "analysis/stopping.csv").exists():
@@ -67,7 +68,8 @@ def one(root: Path, name: str) -> dict:
 
 def markdown(rows: list[dict]) -> str:
     keys = list(rows[0]["widths"])
-    head = ["arm/ratio"] + [f"{r['config']} (±, {r['raw_files']} raw files)" for r in rows]
+    head = ["arm/ratio"] + [f"{r['turn']}. {r['config']} (±, {r['raw_files']} raw files)"
+                            for r in rows]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for k in keys:
         lines.append("| " + " | ".join([k] + [f"{r['widths'].get(k, float('nan')) * 100:.1f}%"
@@ -76,20 +78,25 @@ def markdown(rows: list[dict]) -> str:
     for r in rows:
         extra = (f", {r['looks']} looks, {r['reps_per_run']} reps a run, stopped "
                  f"{r['decision']}" if "decision" in r else "")
-        lines.append(f"- {r['config']}: {r['wall_s'] / 60:.1f} min wall{extra}")
+        lines.append(f"- {r['turn']}. {r['config']}: {r['wall_s'] / 60:.1f} min wall{extra}")
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--order", default="fixed,auto", help="the runs, in turn (default fixed,auto)")
+    ap.add_argument("--order", default="fixed,auto,auto,fixed",
+                    help="the runs, in turn; a config may come again (default fixed,auto,auto,fixed)")
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args()
+    order = args.order.split(",")
+    unknown = [name for name in order if name not in RUNS]
+    if unknown:  # before anything is measured
+        ap.error(f"--order: {', '.join(unknown)} is not one of {', '.join(RUNS)}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="slotbench-seq-") as tmp:
-        for name in args.order.split(","):
-            print(f"{time.strftime('%H:%M:%S')} {name} ...", file=sys.stderr, flush=True)
-            rows.append(one(Path(tmp), name))
+        for turn, name in enumerate(order, 1):
+            print(f"{time.strftime('%H:%M:%S')} {turn}. {name} ...", file=sys.stderr, flush=True)
+            rows.append(one(Path(tmp), name, turn))
             print(json.dumps(rows[-1], indent=1), file=sys.stderr, flush=True)
     print(markdown(rows))
     if args.json:
