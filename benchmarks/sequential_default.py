@@ -1,8 +1,8 @@
 """The embedded default with reps: auto (config/auto.yaml) against the fixed 2 runs × 10 reps
 (config/config.yaml), in turn (interleaved: `--order fixed,auto,auto,fixed` measures each
 twice, in an ABBA order, so that a machine drifting over the hour weighs on both alike), each
-in a fresh copy of this checkout on the real embedded llama-server: the reps each measured, its wall time, the half-width each reached per arm and
-ratio, and the sequential run's stop.
+in a fresh copy of this checkout on the real embedded llama-server: the reps each measured,
+its wall time, the half-width each reached per arm and ratio, and the sequential run's stop.
 
 The fixed run's half-widths are its bootstrap intervals' (the sufficiency check's table), the
 sequential run's its confidence sequences' (analysis/stopping.csv, the last look): the two are
@@ -85,7 +85,7 @@ def markdown(rows: list[dict]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--order", default="fixed,auto,auto,fixed",
-                    help="the runs, in turn; a config may come again (default fixed,auto,auto,fixed)")
+                    help="the runs, in turn; a config may come again (default: ABBA)")
     ap.add_argument("--json", type=Path, help="write the rows here")
     args = ap.parse_args()
     order = args.order.split(",")
