@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib.util
 import os
@@ -48,6 +49,7 @@ def bytecode() -> dict[str, Path]:
     copy. Python checks each one against its source's mtime and size, which copies keep, so a
     module a test changes is compiled from its new source."""
     folder = Path(tempfile.mkdtemp(prefix="slotbench-bytecode-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     found = {}
     for rel in shipped():
         if rel.startswith("scripts/") and rel.endswith(".py"):
