@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -62,7 +63,7 @@ def one(root: Path, name: str, turn: int) -> dict:
                                                      else int(r.reps_needed))
                        for r in last.itertuples()},
             "progress": [line for line in (proc.stdout + proc.stderr).splitlines()
-                         if line.startswith("look ")]}
+                         if re.match(r"look \d+: ", line)]}
     return row
 
 
