@@ -209,7 +209,7 @@ def test_the_progress_line():
     line = checks_stopping.progress_line(rows, decision, 2, s, 2)
     assert line.startswith("look 2: 6 reps/run · parallel-2 ")
     assert "unbounded (target 5%)" in line and "parallel-4" in line
-    assert decision == "continue" and re.search(r"≈ \d+ more reps, ≈ \d+(\.\d)? (s|min|h)$", line)
+    assert decision == "continue" and re.search(r"≥ \d+ more reps, ≥ \d+(\.\d)? (s|min|h)$", line)
     rows9, decision9, _ = checks_stopping.look_rows(headline_ratios(cells_of(9)), cells_of(9), 3,
                                                     s, CHECKS)
     line9 = checks_stopping.progress_line(rows9, decision9, 3, s, 2)
@@ -260,9 +260,20 @@ def test_the_stopping_section_says_why_and_what_a_fixed_run_would_have_cost():
     assert blocks[1].kind == "warning" and "stopped futile" in blocks[1].text
     text = _texts(blocks)
     assert "no headline here is claimed to meet the target" in text
-    assert "embedded parallel-2 speedup" in text and "about 80 reps a run" in text
+    assert "embedded parallel-2 speedup" in text
+    assert "at least 80 reps a run at this spread, read in its favour" in text
     assert "embedded parallel-2: its rounds split into two states" in text
     assert "more reps narrow such an interval only slowly" in text
+    # a budget stop where the projection, read in its favour, asked for no more than were
+    # measured: the report does not promise that many would have done
+    spent = futile.copy()
+    spent["look_decision"] = "max_reps"
+    spent.loc[(spent["look"] == 3) & (spent["arm"] == 2), "decision"] = "max_reps"
+    spent.loc[(spent["look"] == 3) & (spent["arm"] == 2), "reps_needed"] = 9
+    text = _texts(stopping_blocks(spent, s, {}, 2))
+    assert "9 reps a run fell short, though this spread read in its favour would reach it at 9" \
+        in text
+    assert "at least 9" not in text
 
 
 def test_nothing_here_changes_with_numpy_seeding():

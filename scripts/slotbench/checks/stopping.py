@@ -139,7 +139,7 @@ def progress_line(rows: list[dict], decision: str, look: int, settings: dict,
                   runs_targets: int) -> str:
     """One line a look prints: reps a run, each arm's widest ratio against the target, and
     what is left, e.g. ``look 3: 9 reps/run · parallel-2 speedup ±7.4% (target 5%) ·
-    parallel-4 ±2.1% ✓ · ≈ 12 more reps, ≈ 8 min``."""
+    parallel-4 ±2.1% ✓ · ≥ 12 more reps, ≥ 8 min``."""
     reps = look * settings["block"]
     parts = [f"look {look}: {reps} reps/run"]
     target = f"{settings['precision'] * 100:.3g}%"
@@ -163,7 +163,8 @@ def progress_line(rows: list[dict], decision: str, look: int, settings: dict,
         goal = max(goal, reps + settings["block"], settings["min_reps"])
         more = goal - reps
         pace = minutes / (reps * runs_targets) if reps else 0.0
-        parts.append(f"≈ {more} more reps, ≈ {fmt_duration(more * runs_targets * pace * 60)}")
+        # the projection reads the spread in its favour: a floor, not a forecast
+        parts.append(f"≥ {more} more reps, ≥ {fmt_duration(more * runs_targets * pace * 60)}")
     else:
         parts.append(f"stop: {decision} after {fmt_duration(minutes * 60)}")
     return " · ".join(parts)

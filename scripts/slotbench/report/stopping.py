@@ -33,16 +33,24 @@ def _pct(x) -> str:
     return "unbounded" if not math.isfinite(float(x)) else f"±{float(x) * 100:.1f}%"
 
 
-def _needed(n) -> str:
-    return "more than 10,000" if pd.isna(n) else f"about {int(n)}"
+def _needed(n, have: int) -> str:
+    """What the projection (the spread so far, read in its favour) says of the reps a run the
+    target needs, against the ``have`` measured: a floor when it asks for more, and no promise
+    when it asks for no more than were measured and they fell short."""
+    if pd.isna(n):
+        return "more than 10,000 reps a run even at this spread read in its favour"
+    if int(n) > have:
+        return f"at least {int(n)} reps a run at this spread, read in its favour"
+    return (f"{have} reps a run fell short, though this spread read in its favour would reach "
+            f"it at {int(n)}")
 
 
 def _missed(rows: pd.DataFrame) -> str:
     """The rows that missed the target, named: target, arm, metric, width, reps needed."""
     missed = rows[rows["decision"] != "precise"]
     return "; ".join(
-        f"{r.target} {arm_name(int(r.arm))} {r.metric} {_pct(r.rel)} ({_needed(r.reps_needed)} "
-        "reps a run would reach it at this spread)" for r in missed.itertuples())
+        f"{r.target} {arm_name(int(r.arm))} {r.metric} {_pct(r.rel)} "
+        f"({_needed(r.reps_needed, int(r.reps_per_run))})" for r in missed.itertuples())
 
 
 def split_arms(verdicts: list[dict]) -> dict[str, list[int]]:
