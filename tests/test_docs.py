@@ -675,6 +675,31 @@ def test_the_docs_command_records_a_finished_run_and_its_check_holds_the_pages_t
     assert "| 60 min 0 s |" in (root / "docs/run-times.md").read_text()
 
 
+def test_a_sequential_run_s_time_says_why_its_reps_stopped(tmp_path):
+    """With reps: auto the data set the count, so the page says where the run stopped."""
+    import pandas as pd
+
+    from slotbench.checks.stopping import COLUMNS
+    from slotbench.report import results_dir as rd
+    from slotbench.report import runtimes
+
+    assert runtimes.stopped(tmp_path) is None  # a fixed count keeps no trail
+    (tmp_path / "analysis").mkdir()
+    trail = tmp_path / "analysis/stopping.csv"
+    pd.DataFrame(columns=COLUMNS).to_csv(trail, index=False)
+    with pytest.raises(rd.ResultsDirError, match="has no look"):
+        runtimes.stopped(tmp_path)
+    rows = [dict.fromkeys(COLUMNS, "") | {"look": look, "look_decision": decision}
+            for look, decision in ((10, "max_reps"), (2, "continue"), (9, "continue"))]
+    pd.DataFrame(rows, columns=COLUMNS).to_csv(trail, index=False)
+    assert runtimes.stopped(tmp_path) == "max_reps"  # the last look's, not the last row's
+    t = {"targets": 1, "runs": 2, "reps": 60, "arms": [1, 2, 4], "requests": 720,
+         "num_predict": 200}
+    assert runtimes.what(t).startswith("2 runs, 60 reps; ")
+    assert runtimes.what(t | {"stopped": "max_reps"}).startswith(
+        "2 runs, 60 reps (reps: auto, stopped max_reps); serial-1")
+
+
 def test_the_docs_command_refuses_a_run_it_cannot_read_in_one_line(tmp_path, capsys):
     import synthetic
 

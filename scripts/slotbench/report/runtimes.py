@@ -6,7 +6,8 @@ config.resolved.yaml), the machine and date (its fingerprints), the wall time fr
 job's start to its last output (Snakemake's metadata records, in the working directory's
 .snakemake/metadata), the time its reps measured (each raw file's started_unix to
 finished_unix) and the serial arm's tok/s (analysis/summary.csv), which sets how long the same
-config takes on another machine. ``page(timings)`` is the page; nothing else in the
+config takes on another machine; for ``reps: auto``, why its reps stopped
+(analysis/stopping.csv), since there the data set their number. ``page(timings)`` is the page; nothing else in the
 documentation states how long a shipped config takes.
 """
 
@@ -91,7 +92,21 @@ def timing(results: Path, repo: Path = rd.REPO) -> dict:
         **({"workload": describe_workload(cfg["workload"])}
            if not is_article(cfg.get("workload")) else {}),
         "serial_tps": rd.serial_tps(list(csv.DictReader(summary.splitlines()))),
+        **({"stopped": stop} if (stop := stopped(results)) else {}),
     }
+
+
+def stopped(results: Path) -> str | None:
+    """The last look's decision of a sequential run (analysis/stopping.csv); None for a fixed
+    number of reps, which has no trail."""
+    path = Path(results) / "analysis/stopping.csv"
+    if not path.is_file():
+        return None
+    rows = list(csv.DictReader(path.read_text(encoding="utf-8").splitlines()))
+    if not rows:
+        raise rd.ResultsDirError(f"{path} has no look: give the results directory of a "
+                                 "finished run")
+    return max(rows, key=lambda r: int(r["look"]))["look_decision"]
 
 
 def recorded(timings: list[dict], new: list[dict]) -> list[dict]:
@@ -121,7 +136,8 @@ def duration(seconds: float) -> str:
 def what(t: dict) -> str:
     arms = ", ".join(arm_name(a) for a in t["arms"])
     targets = f"{t['targets']} targets, " if t["targets"] > 1 else ""
-    return (f"{targets}{t['runs']} run{'s' if t['runs'] > 1 else ''}, {t['reps']} reps; "
+    auto = f" (reps: auto, stopped {t['stopped']})" if t.get("stopped") else ""
+    return (f"{targets}{t['runs']} run{'s' if t['runs'] > 1 else ''}, {t['reps']} reps{auto}; "
             f"{arms}; {t['requests']:,} requests of "
             + (f"the workload {t['workload']}" if t.get("workload")
                else f"≤{t['num_predict']} tokens"))
