@@ -7,8 +7,8 @@ job's start to its last output (Snakemake's metadata records, in the working dir
 .snakemake/metadata), the time its reps measured (each raw file's started_unix to
 finished_unix) and the serial arm's tok/s (analysis/summary.csv), which sets how long the same
 config takes on another machine; for ``reps: auto``, why its reps stopped
-(analysis/stopping.csv), since there the data set their number. ``page(timings)`` is the page; nothing else in the
-documentation states how long a shipped config takes.
+(analysis/stopping.csv), since there the data set their number. ``page(timings)`` is the page;
+nothing else in the documentation states how long a shipped config takes.
 """
 
 from __future__ import annotations
